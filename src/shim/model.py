@@ -1,0 +1,81 @@
+"""The version-neutral device model.
+
+Every kubelet API version is translated to and from these types at the edge
+(shim/frontend/<version>.py); the core and the device sources see nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+
+class Health(StrEnum):
+    # The exact strings the kubelet compares against (upstream constants.go).
+    HEALTHY = "Healthy"
+    UNHEALTHY = "Unhealthy"
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    id: str
+    health: Health = Health.HEALTHY
+    numa_nodes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    container_path: str
+    host_path: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceNode:
+    """A host device node exposed in the container (v1beta1 calls it DeviceSpec)."""
+
+    container_path: str
+    host_path: str
+    permissions: str = "rw"
+
+
+def _frozen_map(value: Mapping[str, str] | None = None) -> Mapping[str, str]:
+    return MappingProxyType(dict(value or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerAllocateRequest:
+    device_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerGrant:
+    """What a container gets for its devices: the answer to one ContainerAllocateRequest."""
+
+    envs: Mapping[str, str] = field(default_factory=_frozen_map)
+    mounts: tuple[Mount, ...] = ()
+    device_nodes: tuple[DeviceNode, ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=_frozen_map)
+    cdi_devices: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Freeze mappings handed in as plain dicts, so a grant can be shared safely.
+        object.__setattr__(self, "envs", _frozen_map(self.envs))
+        object.__setattr__(self, "annotations", _frozen_map(self.annotations))
+
+
+@dataclass(frozen=True, slots=True)
+class PreferredAllocationRequest:
+    available: tuple[str, ...]
+    must_include: tuple[str, ...]
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """Optional behaviours of a device source, turned into the kubelet's plugin options."""
+
+    preferred_allocation: bool = False
+    pre_start: bool = False

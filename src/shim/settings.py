@@ -1,0 +1,214 @@
+"""devshim's one typed settings object.
+
+Sources, lowest to highest priority: defaults, a YAML/JSON config file,
+``DEVSHIM_*`` environment variables (nested with ``__``), command-line flags.
+Later issues extend these classes rather than inventing flags per feature.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+# Upstream constants (deviceplugin/v1beta1/constants.go).
+DEFAULT_DEVICE_PLUGINS_DIR = Path("/var/lib/kubelet/device-plugins")
+KUBELET_SOCKET_NAME = "kubelet.sock"
+# sun_path is 108 bytes on Linux, including the terminating NUL.
+MAX_SOCKET_PATH = 107
+
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+class ConfigError(Exception):
+    """Settings that cannot be used; the message says which and why."""
+
+
+def check_extended_resource_name(name: str) -> str:
+    """Reject names the kubelet's Register would reject (IsExtendedResourceName upstream)."""
+    domain, sep, short = name.partition("/")
+    if not sep or not domain or not short:
+        raise ValueError(f"{name!r} is not an extended resource name: expected 'vendor-domain/type'")
+    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+        raise ValueError(f"{name!r} is in the kubernetes.io namespace, which is reserved")
+    if len(domain) > 253 or not _DNS_SUBDOMAIN.match(domain):
+        raise ValueError(f"{name!r}: {domain!r} is not a lowercase DNS subdomain")
+    # The kubelet also checks that "requests.<name>" is a valid quota name.
+    if len(short) > 63 or not _QUALIFIED_NAME.match(short):
+        raise ValueError(f"{name!r}: {short!r} must be 1-63 characters [A-Za-z0-9-_.], alphanumeric at both ends")
+    return name
+
+
+def default_socket_name(resource: str) -> str:
+    return "devshim-" + resource.replace("/", "_") + ".sock"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MountSettings(_Strict):
+    container_path: str
+    host_path: str
+    read_only: bool = False
+
+
+class DeviceNodeSettings(_Strict):
+    """``{id}`` in either path expands to one node per allocated device."""
+
+    container_path: str
+    host_path: str
+    permissions: Annotated[str, Field(pattern=r"^[rwm]{1,3}$")] = "rw"
+
+
+class GrantSettings(_Strict):
+    """The fixed grant of a static source.
+
+    In env and annotation values ``{ids}`` becomes the comma-joined allocated IDs;
+    in device-node paths and CDI names ``{id}`` repeats the entry per device.
+    """
+
+    envs: dict[str, str] = {}
+    mounts: list[MountSettings] = []
+    device_nodes: list[DeviceNodeSettings] = []
+    annotations: dict[str, str] = {}
+    cdi_devices: list[str] = []
+
+
+class StaticDeviceSettings(_Strict):
+    id: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[^\s,]+$")]
+    numa_nodes: list[Annotated[int, Field(ge=0)]] = []
+    healthy: bool = True
+
+
+class StaticSourceSettings(_Strict):
+    """Either ``count`` devices named ``<id_prefix><n>``, or an explicit ``devices`` list."""
+
+    count: Annotated[int, Field(ge=0, le=100_000)] | None = None
+    id_prefix: Annotated[str, Field(min_length=1, max_length=40)] = "dev"
+    devices: list[StaticDeviceSettings] | None = None
+    grant: GrantSettings = GrantSettings()
+    pre_start: bool = False
+    preferred_allocation: bool = True
+
+    @model_validator(mode="after")
+    def _one_way_to_name_devices(self) -> Self:
+        if (self.count is None) == (self.devices is None):
+            raise ValueError("give exactly one of 'count' or 'devices'")
+        if self.devices is not None:
+            seen: set[str] = set()
+            for device in self.devices:
+                if device.id in seen:
+                    raise ValueError(f"device ID {device.id!r} appears twice")
+                seen.add(device.id)
+        return self
+
+
+class ResourceSettings(_Strict):
+    name: str
+    socket_name: str | None = None
+    static: StaticSourceSettings
+
+    @field_validator("name")
+    @classmethod
+    def _extended_name(cls, value: str) -> str:
+        return check_extended_resource_name(value)
+
+    @field_validator("socket_name")
+    @classmethod
+    def _plain_socket_name(cls, value: str | None) -> str | None:
+        if value is not None and (not value or "/" in value or value in (".", "..", KUBELET_SOCKET_NAME)):
+            raise ValueError(f"socket_name {value!r} must be a plain file name other than {KUBELET_SOCKET_NAME}")
+        return value
+
+    @property
+    def socket(self) -> str:
+        return self.socket_name or default_socket_name(self.name)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="DEVSHIM_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    device_plugins_dir: Path = DEFAULT_DEVICE_PLUGINS_DIR
+    resources: list[ResourceSettings] = []
+    # How kubelet restarts are noticed: inotify where the kernel offers it, else polling.
+    watch_mode: Literal["auto", "inotify", "poll"] = "auto"
+    poll_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
+    # Longest pause between Register attempts while the kubelet is away.
+    register_backoff_max_s: Annotated[float, Field(gt=0, le=300)] = 5.0
+    # Inside the kubelet's 30 s PreStartContainer deadline (constants.go upstream).
+    prestart_timeout_s: Annotated[float, Field(gt=0, lt=30)] = 25.0
+    log_level: Literal["TRACE", "DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @model_validator(mode="after")
+    def _resources_fit(self) -> Self:
+        names = [r.name for r in self.resources]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"resource(s) configured twice: {', '.join(dupes)}")
+        sockets = [r.socket for r in self.resources]
+        if len(set(sockets)) != len(sockets):
+            raise ValueError("two resources share one socket_name")
+        for socket in sockets:
+            path = self.device_plugins_dir / socket
+            if len(str(path).encode()) > MAX_SOCKET_PATH:
+                raise ValueError(f"socket path {path} is longer than the {MAX_SOCKET_PATH} bytes a unix socket allows")
+        return self
+
+    @property
+    def kubelet_socket(self) -> Path:
+        return self.device_plugins_dir / KUBELET_SOCKET_NAME
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Flags (init) over environment; the config file is merged in load().
+        return (init_settings, env_settings)
+
+    @classmethod
+    def load(cls, config_file: Path | None = None, **overrides: Any) -> Settings:
+        """Build settings from a config file, the environment and overrides, or raise ConfigError."""
+        data: dict[str, Any] = read_config_file(config_file) if config_file else {}
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        try:
+            return cls(**data)
+        except ValidationError as exc:
+            raise ConfigError(format_validation_error(exc, config_file)) from None
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top, not {type(data).__name__}")
+    return data
+
+
+def format_validation_error(exc: ValidationError, source: Path | None) -> str:
+    where = f" in {source}" if source else ""
+    lines = [f"invalid settings{where}:"]
+    for err in exc.errors():
+        loc = ".".join(str(part) for part in err["loc"]) or "(top level)"
+        lines.append(f"  {loc}: {err['msg']}")
+    return "\n".join(lines)

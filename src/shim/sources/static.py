@@ -1,0 +1,107 @@
+"""A device source whose devices and grant come from settings.
+
+Useful on its own for simple devices that need no driver, and the seam tests
+use to change devices under a running shim (``set_health``, ``set_devices``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Sequence
+
+from shim.model import (
+    Capabilities,
+    ContainerAllocateRequest,
+    ContainerGrant,
+    Device,
+    DeviceNode,
+    Health,
+    Mount,
+    PreferredAllocationRequest,
+)
+from shim.settings import GrantSettings, StaticSourceSettings
+from shim.sources.base import DeviceSource
+
+
+class StaticSource(DeviceSource):
+    def __init__(
+        self,
+        devices: Iterable[Device],
+        grant: GrantSettings | None = None,
+        capabilities: Capabilities | None = None,
+    ) -> None:
+        self._devices = tuple(devices)
+        self._grant = grant or GrantSettings()
+        self._capabilities = capabilities or Capabilities(preferred_allocation=True)
+        self._changed = asyncio.Condition()
+        self._generation = 0
+
+    @classmethod
+    def from_settings(cls, settings: StaticSourceSettings) -> StaticSource:
+        if settings.devices is not None:
+            devices = [
+                Device(d.id, Health.HEALTHY if d.healthy else Health.UNHEALTHY, tuple(d.numa_nodes))
+                for d in settings.devices
+            ]
+        else:
+            devices = [Device(f"{settings.id_prefix}{n}") for n in range(settings.count or 0)]
+        caps = Capabilities(preferred_allocation=settings.preferred_allocation, pre_start=settings.pre_start)
+        return cls(devices, settings.grant, caps)
+
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
+
+    async def list_devices(self) -> tuple[Device, ...]:
+        return self._devices
+
+    async def watch(self) -> AsyncIterator[tuple[Device, ...]]:
+        seen = -1
+        while True:
+            async with self._changed:
+                await self._changed.wait_for(lambda: self._generation != seen)
+                seen = self._generation
+                devices = self._devices
+            yield devices
+
+    async def set_devices(self, devices: Iterable[Device]) -> None:
+        """Replace the whole list (a device left out is gone from the node)."""
+        async with self._changed:
+            self._devices = tuple(devices)
+            self._generation += 1
+            self._changed.notify_all()
+
+    async def set_health(self, device_id: str, health: Health) -> None:
+        if device_id not in {d.id for d in self._devices}:
+            raise KeyError(device_id)
+        await self.set_devices(
+            Device(d.id, health, d.numa_nodes) if d.id == device_id else d for d in self._devices
+        )
+
+    async def allocate(self, requests: Sequence[ContainerAllocateRequest]) -> list[ContainerGrant]:
+        return [self._grant_for(r.device_ids) for r in requests]
+
+    async def preferred_allocation(self, request: PreferredAllocationRequest) -> list[str]:
+        """Must-include first, then devices sharing their NUMA nodes, then the rest in order."""
+        numa = {d.id: d.numa_nodes for d in self._devices}
+        wanted = set().union(*(numa.get(i, ()) for i in request.must_include))
+        rest = [i for i in request.available if i not in request.must_include]
+        rest.sort(key=lambda i: not wanted.intersection(numa.get(i, ())))
+        return [*request.must_include, *rest][: request.size]
+
+    def _grant_for(self, ids: Sequence[str]) -> ContainerGrant:
+        g = self._grant
+        joined = ",".join(ids)
+        per_device = ids if ids else ()
+        return ContainerGrant(
+            envs={k: v.replace("{ids}", joined) for k, v in g.envs.items()},
+            mounts=tuple(Mount(m.container_path, m.host_path, m.read_only) for m in g.mounts),
+            device_nodes=tuple(
+                DeviceNode(n.container_path.replace("{id}", i), n.host_path.replace("{id}", i), n.permissions)
+                for n in g.device_nodes
+                for i in (per_device if "{id}" in n.host_path + n.container_path else ("",))
+            ),
+            annotations={k: v.replace("{ids}", joined) for k, v in g.annotations.items()},
+            cdi_devices=tuple(
+                name.replace("{id}", i) for name in g.cdi_devices for i in (per_device if "{id}" in name else ("",))
+            ),
+        )
