@@ -1,12 +1,12 @@
 """devshim's one exception hierarchy, and its one mapping to gRPC status codes.
 
-    ShimError
-    ├── RequestError          the caller asked for something invalid (INVALID_ARGUMENT)
-    │   ├── UnknownDevice
-    │   └── UnhealthyDevice
-    ├── SourceUnavailable     the device source cannot answer now (UNAVAILABLE)
-    ├── SourceTimeout         the device source did not answer in time (DEADLINE_EXCEEDED)
-    └── SourceFailed          the device source answered with an error (INTERNAL)
+ShimError
+├── RequestError          the caller asked for something invalid (INVALID_ARGUMENT)
+│   ├── UnknownDevice
+│   └── UnhealthyDevice
+├── SourceUnavailable     the device source cannot answer now (UNAVAILABLE)
+├── SourceTimeout         the device source did not answer in time (DEADLINE_EXCEEDED)
+└── SourceFailed          the device source answered with an error (INTERNAL)
 """
 
 from __future__ import annotations

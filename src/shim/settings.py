@@ -40,7 +40,9 @@ def check_extended_resource_name(name: str) -> str:
         raise ValueError(f"{name!r}: {domain!r} is not a lowercase DNS subdomain")
     # The kubelet also checks that "requests.<name>" is a valid quota name.
     if len(short) > 63 or not _QUALIFIED_NAME.match(short):
-        raise ValueError(f"{name!r}: {short!r} must be 1-63 characters [A-Za-z0-9-_.], alphanumeric at both ends")
+        raise ValueError(
+            f"{name!r}: {short!r} must be 1-63 characters [A-Za-z0-9-_.], alphanumeric at both ends"
+        )
     return name
 
 
@@ -123,7 +125,9 @@ class ResourceSettings(_Strict):
     @classmethod
     def _plain_socket_name(cls, value: str | None) -> str | None:
         if value is not None and (not value or "/" in value or value in (".", "..", KUBELET_SOCKET_NAME)):
-            raise ValueError(f"socket_name {value!r} must be a plain file name other than {KUBELET_SOCKET_NAME}")
+            raise ValueError(
+                f"socket_name {value!r} must be a plain file name other than {KUBELET_SOCKET_NAME}"
+            )
         return value
 
     @property
@@ -159,7 +163,9 @@ class Settings(BaseSettings):
         for socket in sockets:
             path = self.device_plugins_dir / socket
             if len(str(path).encode()) > MAX_SOCKET_PATH:
-                raise ValueError(f"socket path {path} is longer than the {MAX_SOCKET_PATH} bytes a unix socket allows")
+                raise ValueError(
+                    f"socket path {path} is longer than the {MAX_SOCKET_PATH} bytes a unix socket allows"
+                )
         return self
 
     @property
@@ -179,10 +185,21 @@ class Settings(BaseSettings):
         return (init_settings, env_settings)
 
     @classmethod
-    def load(cls, config_file: Path | None = None, **overrides: Any) -> Settings:
-        """Build settings from a config file, the environment and overrides, or raise ConfigError."""
+    def load(
+        cls,
+        config_file: Path | None = None,
+        extra_resources: list[dict[str, Any]] | None = None,
+        **overrides: Any,
+    ) -> Settings:
+        """Build settings from a config file, the environment and overrides, or raise ConfigError.
+
+        ``extra_resources`` are added to the file's resources; other overrides
+        that are not None replace the file's values.
+        """
         data: dict[str, Any] = read_config_file(config_file) if config_file else {}
         data.update({k: v for k, v in overrides.items() if v is not None})
+        if extra_resources:
+            data["resources"] = [*data.get("resources", []), *extra_resources]
         try:
             return cls(**data)
         except ValidationError as exc:

@@ -58,7 +58,8 @@ class StaticSource(DeviceSource):
         seen = -1
         while True:
             async with self._changed:
-                await self._changed.wait_for(lambda: self._generation != seen)
+                while self._generation == seen:
+                    await self._changed.wait()
                 seen = self._generation
                 devices = self._devices
             yield devices
@@ -102,6 +103,8 @@ class StaticSource(DeviceSource):
             ),
             annotations={k: v.replace("{ids}", joined) for k, v in g.annotations.items()},
             cdi_devices=tuple(
-                name.replace("{id}", i) for name in g.cdi_devices for i in (per_device if "{id}" in name else ("",))
+                name.replace("{id}", i)
+                for name in g.cdi_devices
+                for i in (per_device if "{id}" in name else ("",))
             ),
         )

@@ -1,0 +1,90 @@
+"""The ``devshim`` command."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from loguru import logger
+
+from shim import __version__
+from shim.bootstrap import run as run_shim
+from shim.errors import ShimError
+from shim.settings import ConfigError, Settings
+
+app = typer.Typer(
+    help="devshim: serve hardware drivers to the kubelet through every device-plugin API version.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def parse_resource(spec: str) -> dict[str, object]:
+    """``vendor.example/dev=4`` -> a resource with 4 static devices named dev0..dev3."""
+    name, sep, count = spec.rpartition("=")
+    if not sep or not count.isdigit():
+        raise typer.BadParameter(f"{spec!r}: expected NAME=COUNT, e.g. example.com/foo=4")
+    return {"name": name, "static": {"count": int(count)}}
+
+
+@app.command()
+def run(
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="YAML settings file (see docs/configuration.md).")
+    ] = None,
+    device_plugins_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where kubelet.sock and plugin sockets live. Default: /var/lib/kubelet/device-plugins."
+        ),
+    ] = None,
+    resource: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--resource",
+            "-r",
+            metavar="NAME=COUNT",
+            help="Serve COUNT static devices as resource NAME (repeatable; adds to --config's).",
+        ),
+    ] = None,
+    log_level: Annotated[
+        str | None, typer.Option(help="TRACE, DEBUG, INFO, WARNING or ERROR. Default: INFO.")
+    ] = None,
+) -> None:
+    """Serve the configured resources to the kubelet and keep them registered."""
+    try:
+        settings = Settings.load(
+            config,
+            extra_resources=[parse_resource(spec) for spec in resource or []],
+            device_plugins_dir=device_plugins_dir,
+            log_level=log_level,
+        )
+    except ConfigError as exc:
+        typer.echo(f"devshim: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if not settings.resources:
+        typer.echo(
+            "devshim: no resources configured: pass --resource NAME=COUNT or a --config file", err=True
+        )
+        raise typer.Exit(2)
+    logger.remove()
+    logger.add(sys.stderr, level=settings.log_level)
+    try:
+        asyncio.run(run_shim(settings))
+    except ShimError as exc:
+        logger.error("{}", exc)
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def version() -> None:
+    """Print devshim's version and the kubelet API versions it serves."""
+    typer.echo(f"devshim {__version__} (kubelet device-plugin API: v1beta1)")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,5 @@
+"""The version-neutral core: one ResourceService per extended resource."""
+
+from shim.core.resource import ResourceService
+
+__all__ = ["ResourceService"]

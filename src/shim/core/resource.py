@@ -1,0 +1,163 @@
+"""One resource's inventory and the rules every API version shares.
+
+The front end calls this; it calls the device source. It keeps the latest
+device list, fans it out to every watcher, and checks each request against
+that list before the source sees it, so every source gets the same guard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+from loguru import logger
+
+from shim.errors import (
+    RequestError,
+    SourceFailed,
+    SourceTimeout,
+    SourceUnavailable,
+    UnhealthyDevice,
+    UnknownDevice,
+)
+from shim.model import (
+    Capabilities,
+    ContainerAllocateRequest,
+    ContainerGrant,
+    Device,
+    Health,
+    PreferredAllocationRequest,
+)
+from shim.sources.base import DeviceSource
+
+
+class ResourceService:
+    def __init__(self, name: str, source: DeviceSource, *, prestart_timeout_s: float = 25.0) -> None:
+        self.name = name
+        self.source = source
+        self._prestart_timeout_s = prestart_timeout_s
+        self._devices: tuple[Device, ...] = ()
+        self._by_id: dict[str, Device] = {}
+        self._generation = 0
+        self._changed = asyncio.Condition()
+        self._first_list = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # --- lifecycle -------------------------------------------------------
+
+    async def start(self, first_list_timeout_s: float = 30.0) -> None:
+        """Follow the source; return once its first list is in (a kubelet gets a full list at once)."""
+        self._task = asyncio.create_task(self._follow_source(), name=f"source:{self.name}")
+        try:
+            await asyncio.wait_for(self._first_list.wait(), first_list_timeout_s)
+        except TimeoutError:
+            raise SourceUnavailable(
+                f"{self.name}: device source gave no device list within {first_list_timeout_s}s"
+            ) from None
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.source.close()
+
+    async def _follow_source(self) -> None:
+        async for devices in self.source.watch():
+            await self._publish(devices)
+
+    async def _publish(self, devices: tuple[Device, ...]) -> None:
+        async with self._changed:
+            self._devices = devices
+            self._by_id = {d.id: d for d in devices}
+            self._generation += 1
+            self._changed.notify_all()
+        self._first_list.set()
+        healthy = sum(d.health is Health.HEALTHY for d in devices)
+        logger.debug("{}: {} devices, {} healthy", self.name, len(devices), healthy)
+
+    # --- what the front end asks -----------------------------------------
+
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        return self._devices
+
+    def capabilities(self) -> Capabilities:
+        return self.source.capabilities()
+
+    async def watch(self) -> AsyncIterator[tuple[Device, ...]]:
+        """The full list now, then a full list on every change; changes made while
+        a slow reader was busy are coalesced into the newest list."""
+        seen = 0
+        while True:
+            async with self._changed:
+                while self._generation == seen:
+                    await self._changed.wait()
+                seen = self._generation
+                devices = self._devices
+            yield devices
+
+    async def allocate(self, requests: Sequence[ContainerAllocateRequest]) -> list[ContainerGrant]:
+        for request in requests:
+            self._check_usable(request.device_ids)
+        grants = list(await self.source.allocate(requests))
+        if len(grants) != len(requests):
+            # The kubelet pairs responses with requests by position.
+            raise SourceFailed(
+                f"{self.name}: device source answered {len(grants)} grants for {len(requests)} containers"
+            )
+        return grants
+
+    async def preferred_allocation(self, request: PreferredAllocationRequest) -> tuple[str, ...]:
+        """Exactly ``request.size`` IDs, every must-include ID among them.
+
+        The source's preference is taken where it is valid and the rest is
+        filled in order, so a sloppy source can never break the kubelet's rule.
+        """
+        candidates = list(dict.fromkeys([*request.must_include, *request.available]))
+        if request.size < len(request.must_include):
+            raise RequestError(
+                f"{self.name}: allocation_size {request.size} is smaller than the "
+                f"{len(request.must_include)} must-include devices"
+            )
+        if request.size > len(candidates):
+            raise RequestError(
+                f"{self.name}: allocation_size {request.size} exceeds the {len(candidates)} available devices"
+            )
+        for device_id in candidates:
+            if device_id not in self._by_id:
+                raise UnknownDevice(self.name, device_id)
+        preferred: Sequence[str] = ()
+        if self.capabilities().preferred_allocation:
+            preferred = await self.source.preferred_allocation(request)
+        allowed = set(candidates)
+        chosen = dict.fromkeys(request.must_include)
+        for device_id in [*preferred, *candidates]:
+            if len(chosen) >= request.size:
+                break
+            if device_id in allowed:
+                chosen.setdefault(device_id)
+        return tuple(chosen)
+
+    async def prestart(self, device_ids: Sequence[str]) -> None:
+        for device_id in device_ids:
+            if device_id not in self._by_id:
+                raise UnknownDevice(self.name, device_id)
+        if not self.capabilities().pre_start:
+            return
+        try:
+            # Answer well inside the kubelet's 30 s PreStartContainer deadline
+            # (KubeletPreStartContainerRPCTimeoutInSecs, deviceplugin/v1beta1/constants.go).
+            await asyncio.wait_for(self.source.prestart(device_ids), self._prestart_timeout_s)
+        except TimeoutError:
+            raise SourceTimeout(
+                f"{self.name}: pre-start of {', '.join(device_ids)} "
+                f"took longer than {self._prestart_timeout_s}s"
+            ) from None
+
+    def _check_usable(self, device_ids: Sequence[str]) -> None:
+        for device_id in device_ids:
+            device = self._by_id.get(device_id)
+            if device is None:
+                raise UnknownDevice(self.name, device_id)
+            if device.health is not Health.HEALTHY:
+                raise UnhealthyDevice(self.name, device_id)

@@ -1,0 +1,31 @@
+"""What the endpoint needs from a kubelet API version module; nothing version-specific."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from shim.core.resource import ResourceService
+
+
+class ApiVersion(Protocol):
+    """One kubelet device-plugin API version (implemented by shim/frontend/<version>.py)."""
+
+    name: str
+    service_names: tuple[str, ...]
+
+    def add_services(self, server: Any, resource: ResourceService, on_stream_end: Callable[[], None]) -> Any:
+        """Host this version's DevicePlugin service for ``resource`` on ``server``.
+
+        ``on_stream_end`` is called when the kubelet, not devshim, ends a ListAndWatch
+        stream. Returns a handle whose ``retire()`` silences that callback before
+        devshim itself closes the server.
+        """
+        ...
+
+    async def register(
+        self, kubelet_socket: Path, endpoint: str, resource: ResourceService, timeout_s: float
+    ) -> None:
+        """Send Register to the kubelet; raise on any failure."""
+        ...

@@ -1,0 +1,184 @@
+"""One resource's plugin endpoint: its socket, its gRPC server, its kubelet registration.
+
+Life cycle, repeated for every kubelet restart:
+
+    serve (fresh server, fresh socket) -> Register (retried) -> registered
+        -> restart noticed -> close old streams and server -> serve ...
+
+A restart is noticed three ways, each checked against the facts on disk
+(``check_files``) so a late or duplicate signal cannot cause a needless cycle:
+our socket deleted, kubelet.sock re-created, the kubelet ending ListAndWatch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import _async as health_aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from loguru import logger
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+
+from shim.core.resource import ResourceService
+from shim.frontend import sockets
+from shim.frontend.api import ApiVersion
+from shim.settings import KUBELET_SOCKET_NAME
+
+# The kubelet dials the plugin inside Register and gives up after 10 s
+# (devicemanager/plugin/v1beta1/client.go dial()); allow for that and the options call.
+REGISTER_TIMEOUT_S = 15.0
+
+
+class RegistrationFailed(Exception):
+    """One Register attempt failed; retried with backoff."""
+
+
+class SocketGone(Exception):
+    """Our socket vanished while registering: serve again before retrying."""
+
+
+class PluginEndpoint:
+    def __init__(
+        self,
+        resource: ResourceService,
+        api: ApiVersion,
+        *,
+        plugin_dir: Path,
+        socket_name: str,
+        backoff_max_s: float = 5.0,
+    ) -> None:
+        self.resource = resource
+        self.api = api
+        self.socket_path = plugin_dir / socket_name
+        self.kubelet_socket = plugin_dir / KUBELET_SOCKET_NAME
+        self._backoff_max_s = backoff_max_s
+        self._server: grpc.aio.Server | None = None
+        self._servicer: Any = None
+        self._socket_identity: sockets.FileIdentity | None = None
+        self._registered_with: sockets.FileIdentity | None = None
+        self._attempted_with: sockets.FileIdentity | None = None
+        self._restart = asyncio.Event()
+        self._kubelet_seen = asyncio.Event()
+        self.registrations = 0
+
+    @property
+    def registered(self) -> bool:
+        return self._registered_with is not None
+
+    # --- signals ---------------------------------------------------------
+
+    def check_files(self, name: str | None = None) -> None:
+        """React to a directory change (``name`` None: anything may have changed)."""
+        if name not in (None, KUBELET_SOCKET_NAME, self.socket_path.name) or self._server is None:
+            return
+        if sockets.identity(self.socket_path) != self._socket_identity:
+            self._request_restart("our socket was deleted or replaced")
+        kubelet = sockets.identity(self.kubelet_socket)
+        if kubelet is not None:
+            if kubelet != self._attempted_with:
+                self._kubelet_seen.set()
+            if self._registered_with is not None and kubelet != self._registered_with:
+                self._request_restart("kubelet.sock was re-created")
+
+    def _on_stream_end(self) -> None:
+        if self._registered_with is not None:
+            self._request_restart("the kubelet ended ListAndWatch")
+
+    def _request_restart(self, reason: str) -> None:
+        if not self._restart.is_set():
+            logger.info("{}: {}; registering again", self.resource.name, reason)
+            self._restart.set()
+
+    # --- the cycle -------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve and stay registered until cancelled."""
+        while True:
+            self._restart.clear()
+            self._registered_with = None
+            await self._serve_fresh()
+            try:
+                await self._register_with_retry()
+            except SocketGone:
+                continue
+            await self._restart.wait()
+
+    async def _serve_fresh(self) -> None:
+        # Close every old stream and the old server *before* registering again: on
+        # current kubelets a late close of the old stream tears down the new
+        # registration (kubernetes/kubernetes#121994).
+        await self._close_server()
+        sockets.clear_stale_socket(self.socket_path)
+        server = grpc.aio.server()
+        self._servicer = self.api.add_services(server, self.resource, self._on_stream_end)
+        health_servicer = health_aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        reflection.enable_server_reflection(
+            (*self.api.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        server.add_insecure_port(f"unix:{self.socket_path}")
+        await server.start()
+        sockets.restrict_socket(self.socket_path)
+        for service in ("", *self.api.service_names):
+            await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+        self._server = server
+        self._socket_identity = sockets.identity(self.socket_path)
+        logger.info("{}: serving {} on {}", self.resource.name, self.api.name, self.socket_path)
+
+    async def _register_with_retry(self) -> None:
+        # Serve first, then register: the kubelet dials us inside Register (>= 1.25).
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(RegistrationFailed),
+            wait=wait_exponential(multiplier=0.05, max=self._backoff_max_s),
+            sleep=self._sleep_until_kubelet,
+        )
+        async for attempt in retrying:
+            with attempt:
+                await self._register_once()
+
+    async def _register_once(self) -> None:
+        if sockets.identity(self.socket_path) != self._socket_identity:
+            raise SocketGone
+        self._kubelet_seen.clear()
+        kubelet = self._attempted_with = sockets.identity(self.kubelet_socket)
+        if kubelet is None:
+            raise RegistrationFailed
+        started = time.monotonic()
+        try:
+            await self.api.register(
+                self.kubelet_socket, self.socket_path.name, self.resource, REGISTER_TIMEOUT_S
+            )
+        except grpc.aio.AioRpcError as exc:
+            logger.warning("{}: Register failed: {}: {}", self.resource.name, exc.code().name, exc.details())
+            raise RegistrationFailed from exc
+        self._registered_with = kubelet
+        self.registrations += 1
+        logger.info(
+            "{}: registered with the kubelet ({} ms)",
+            self.resource.name,
+            round((time.monotonic() - started) * 1000),
+        )
+
+    async def _sleep_until_kubelet(self, seconds: float) -> None:
+        """Back off, but wake at once when kubelet.sock appears."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._kubelet_seen.wait(), seconds)
+
+    # --- shutdown --------------------------------------------------------
+
+    async def _close_server(self) -> None:
+        if self._server is None:
+            return
+        self._servicer.retire()
+        server, self._server = self._server, None
+        await server.stop(grace=None)
+        sockets.remove_own_socket(self.socket_path, self._socket_identity)
+
+    async def close(self) -> None:
+        await self._close_server()
