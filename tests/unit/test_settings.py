@@ -1,0 +1,133 @@
+"""Settings: every bad input is refused with a message naming the field; nothing starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shim.settings import ConfigError, Settings, check_extended_resource_name
+
+
+def static(count: int = 2) -> dict[str, object]:
+    return {"static": {"count": count}}
+
+
+def test_a_minimal_resource_gets_upstream_defaults() -> None:
+    """Defaults follow upstream: /var/lib/kubelet/device-plugins and kubelet.sock in it."""
+    settings = Settings.load(resources=[{"name": "example.com/foo", **static()}])
+    assert settings.device_plugins_dir == Path("/var/lib/kubelet/device-plugins")
+    assert settings.kubelet_socket == Path("/var/lib/kubelet/device-plugins/kubelet.sock")
+    assert settings.resources[0].socket == "devshim-example.com_foo.sock"
+
+
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [
+        pytest.param("foo", "expected 'vendor-domain/type'", id="no-domain"),
+        pytest.param("kubernetes.io/foo", "reserved", id="kubernetes-io"),
+        pytest.param("node.kubernetes.io/foo", "reserved", id="kubernetes-io-subdomain"),
+        pytest.param("Example.com/foo", "DNS subdomain", id="uppercase-domain"),
+        pytest.param("example.com/-foo", "alphanumeric at both ends", id="bad-short-name"),
+        pytest.param("example.com/" + "x" * 64, "1-63 characters", id="too-long"),
+        pytest.param("example.com/", "expected 'vendor-domain/type'", id="empty-type"),
+    ],
+)
+def test_names_the_kubelet_would_refuse_are_refused(name: str, fragment: str) -> None:
+    """The kubelet's Register rejects non-extended resource names; devshim refuses them up front."""
+    with pytest.raises(ValueError, match=fragment):
+        check_extended_resource_name(name)
+
+
+def test_a_valid_extended_resource_name_passes() -> None:
+    """Names like nvidia.com/gpu are accepted unchanged."""
+    assert check_extended_resource_name("nvidia.com/gpu") == "nvidia.com/gpu"
+
+
+@pytest.mark.parametrize(
+    ("resources", "fragment"),
+    [
+        pytest.param(
+            [{"name": "example.com/a", "static": {}}], "exactly one of 'count' or 'devices'", id="none"
+        ),
+        pytest.param(
+            [{"name": "example.com/a", "static": {"count": 1, "devices": [{"id": "x"}]}}],
+            "exactly one",
+            id="both",
+        ),
+        pytest.param(
+            [{"name": "example.com/a", "static": {"devices": [{"id": "x"}, {"id": "x"}]}}],
+            "appears twice",
+            id="duplicate-id",
+        ),
+        pytest.param(
+            [{"name": "example.com/a", **static()}] * 2, "configured twice", id="duplicate-resource"
+        ),
+        pytest.param(
+            [{"name": "example.com/a", "static": {"count": -1}}], "resources.0.static.count", id="neg"
+        ),
+        pytest.param(
+            [{"name": "example.com/a", "static": {"devices": [{"id": "a b"}]}}],
+            "resources.0.static.devices",
+            id="ws",
+        ),
+        pytest.param(
+            [{"name": "example.com/a", "socket_name": "kubelet.sock", **static()}], "socket_name", id="s"
+        ),
+        pytest.param([{"name": "example.com/a", "colour": "red", **static()}], "colour", id="unknown-field"),
+    ],
+)
+def test_bad_resource_settings_are_refused_naming_the_field(resources: list[object], fragment: str) -> None:
+    """A typo or contradiction is an error with its location, never silently ignored."""
+    with pytest.raises(ConfigError, match=fragment):
+        Settings.load(resources=resources)
+
+
+def test_a_socket_path_too_long_for_a_unix_socket_is_refused() -> None:
+    """sun_path holds 107 bytes; a longer path would fail at bind time with a vaguer error."""
+    with pytest.raises(ConfigError, match="longer than the 107 bytes"):
+        Settings.load(
+            device_plugins_dir="/tmp/" + "d" * 100, resources=[{"name": "example.com/a", **static()}]
+        )
+
+
+def test_a_yaml_config_file_is_read_and_flags_add_resources(tmp_path: Path) -> None:
+    """The file gives the resources; extra resources from flags are added, scalar flags override."""
+    config = tmp_path / "devshim.yaml"
+    config.write_text(
+        "device_plugins_dir: /tmp/a\nresources:\n  - name: example.com/a\n    static: {count: 1}\n"
+    )
+    settings = Settings.load(
+        config, extra_resources=[{"name": "example.com/b", **static()}], device_plugins_dir=Path("/tmp/b")
+    )
+    assert [r.name for r in settings.resources] == ["example.com/a", "example.com/b"]
+    assert settings.device_plugins_dir == Path("/tmp/b")
+
+
+def test_environment_variables_set_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DEVSHIM_<FIELD> sets a field, for DaemonSet manifests that prefer env to files."""
+    monkeypatch.setenv("DEVSHIM_POLL_INTERVAL_S", "0.5")
+    assert Settings.load().poll_interval_s == 0.5
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        pytest.param("resources: [", "not valid YAML", id="bad-yaml"),
+        pytest.param("- a\n- b\n", "must hold a mapping", id="list-top"),
+        pytest.param("prestart_timeout_s: 31\n", "prestart_timeout_s", id="over-kubelet-deadline"),
+    ],
+)
+def test_a_bad_config_file_is_refused_with_its_path(tmp_path: Path, text: str, fragment: str) -> None:
+    """Errors in a file name the file and the problem."""
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    with pytest.raises(ConfigError, match=fragment) as info:
+        Settings.load(config)
+    assert str(config) in str(info.value)
+
+
+def test_a_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:
+    """A wrong --config path says so rather than starting with no resources."""
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        Settings.load(tmp_path / "absent.yaml")
