@@ -51,6 +51,8 @@ class Shim:
 
     async def start(self) -> None:
         self.settings.device_plugins_dir.mkdir(parents=True, exist_ok=True)
+        for endpoint in self.endpoints.values():
+            endpoint.preflight()
         for service in self.resources:
             await service.start()
         self._tasks = [asyncio.create_task(e.run(), name=f"endpoint:{n}") for n, e in self.endpoints.items()]

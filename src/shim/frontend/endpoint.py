@@ -97,15 +97,26 @@ class PluginEndpoint:
 
     # --- the cycle -------------------------------------------------------
 
+    def preflight(self) -> None:
+        """Fail at start, not in the background, when our socket path is unusable."""
+        sockets.clear_stale_socket(self.socket_path)
+
     async def run(self) -> None:
-        """Serve and stay registered until cancelled."""
+        """Serve and stay registered until cancelled; no error ends the cycle."""
         while True:
             self._restart.clear()
             self._registered_with = None
-            await self._serve_fresh()
             try:
+                await self._serve_fresh()
                 await self._register_with_retry()
             except SocketGone:
+                # A restarting kubelet cleaned the directory under us: serve again at once.
+                continue
+            except Exception as exc:
+                logger.error(
+                    "{}: cannot serve: {}; trying again in {}s", self.resource.name, exc, self._backoff_max_s
+                )
+                await asyncio.sleep(self._backoff_max_s)
                 continue
             await self._restart.wait()
 
@@ -124,11 +135,14 @@ class PluginEndpoint:
         )
         server.add_insecure_port(f"unix:{self.socket_path}")
         await server.start()
-        sockets.restrict_socket(self.socket_path)
+        self._server = server
+        try:
+            sockets.restrict_socket(self.socket_path)
+        except FileNotFoundError:
+            raise SocketGone from None
+        self._socket_identity = sockets.identity(self.socket_path)
         for service in ("", *self.api.service_names):
             await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-        self._server = server
-        self._socket_identity = sockets.identity(self.socket_path)
         logger.info("{}: serving {} on {}", self.resource.name, self.api.name, self.socket_path)
 
     async def _register_with_retry(self) -> None:
