@@ -1,0 +1,68 @@
+"""The committed stubs under src/shim/generated must be exactly what proto/ generates today.
+
+A proto edited without regenerating (or a stub edited by hand) would make the code we ship
+disagree with the .proto files every other test and reviewer reads.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROTO_DIR = ROOT / "proto"
+COMMITTED = ROOT / "src" / "shim" / "generated"
+GENERATOR = ROOT / "scripts" / "generate_protos.py"
+REGENERATE = "python scripts/generate_protos.py"
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    """Every file below root by relative posix path, skipping bytecode caches."""
+    return {
+        path.relative_to(root).as_posix(): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+    }
+
+
+def test_committed_generated_code_is_byte_for_byte_what_the_generator_writes(tmp_path: Path) -> None:
+    """Guards against stale or hand-edited stubs: regenerates into a temp dir and compares every file."""
+    result = subprocess.run(
+        [sys.executable, str(GENERATOR), "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, f"{REGENERATE} failed:\n{result.stdout}\n{result.stderr}"
+
+    fresh = _files(tmp_path / "shim" / "generated")
+    committed = _files(COMMITTED)
+    assert fresh, "the generator wrote nothing under shim/generated"
+
+    stale = sorted(name for name in fresh.keys() & committed.keys() if fresh[name] != committed[name])
+    missing = sorted(fresh.keys() - committed.keys())
+    extra = sorted(committed.keys() - fresh.keys())
+    problems = [f"stale: src/shim/generated/{name}" for name in stale]
+    problems += [f"missing (not committed): src/shim/generated/{name}" for name in missing]
+    problems += [f"extra (no longer generated): src/shim/generated/{name}" for name in extra]
+    assert not problems, "\n".join(
+        ["src/shim/generated is out of date with proto/:", *problems, f"regenerate with: {REGENERATE}"]
+    )
+
+
+def test_every_proto_file_has_a_committed_generated_module() -> None:
+    """Guards against a .proto added under proto/ whose stubs were never generated and committed."""
+    protos = sorted(PROTO_DIR.rglob("*.proto"))
+    assert protos, f"no .proto files found under {PROTO_DIR}"
+    missing = []
+    for proto in protos:
+        stem = proto.relative_to(PROTO_DIR).with_suffix("")
+        for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py"):
+            module = COMMITTED / stem.parent / f"{stem.name}{suffix}"
+            if not module.is_file():
+                source, target = proto.relative_to(ROOT).as_posix(), module.relative_to(ROOT).as_posix()
+                missing.append(f"{source}: no {target}")
+    assert not missing, "\n".join([*missing, f"generate with: {REGENERATE}"])
