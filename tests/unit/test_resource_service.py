@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 
 import grpc
 import pytest
@@ -36,8 +37,6 @@ class SloppyPreferenceSource(StaticSource):
 
 class SlowPrestartSource(StaticSource):
     async def prestart(self, device_ids: Sequence[str]) -> None:
-        import asyncio
-
         await asyncio.sleep(10)
 
 
@@ -146,3 +145,32 @@ async def test_watchers_see_the_list_at_once_and_every_change(service: ResourceS
     assert len(await anext(first)) == len(await anext(second)) == 5
     await first.aclose()
     await second.aclose()
+
+
+class OnceBrokenSource(StaticSource):
+    """Its first watch yields one list then fails, as a crashing driver would; later ones work."""
+
+    watches = 0
+
+    async def watch(self) -> AsyncGenerator[tuple[Device, ...], None]:
+        self.watches += 1
+        if self.watches == 1:
+            yield await self.list_devices()
+            raise RuntimeError("driver crashed")
+        async for devices in super().watch():
+            yield devices
+
+
+async def test_a_failing_source_shows_devices_unhealthy_then_recovers() -> None:
+    """When the source fails, every known device is listed Unhealthy (never dropped) until it recovers."""
+    svc = ResourceService("example.com/foo", OnceBrokenSource(devices(2)))
+    svc.source_retry_s = 0.05
+    watch = svc.watch()
+    await svc.start()
+    seen = [await anext(watch)]
+    while seen[-1] != tuple(devices(2)) or len(seen) < 2:
+        seen.append(await asyncio.wait_for(anext(watch), 5))
+    assert (Device("d0", Health.UNHEALTHY), Device("d1", Health.UNHEALTHY)) in seen
+    assert all(len(listed) == 2 for listed in seen)
+    await watch.aclose()
+    await svc.stop()

@@ -8,7 +8,8 @@ that list before the source sees it, so every source gets the same guard.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import replace
 
 from loguru import logger
 
@@ -36,6 +37,7 @@ class ResourceService:
         self.name = name
         self.source = source
         self._prestart_timeout_s = prestart_timeout_s
+        self.source_retry_s = 1.0
         self._devices: tuple[Device, ...] = ()
         self._by_id: dict[str, Device] = {}
         self._generation = 0
@@ -62,8 +64,19 @@ class ResourceService:
         await self.source.close()
 
     async def _follow_source(self) -> None:
-        async for devices in self.source.watch():
-            await self._publish(devices)
+        while True:
+            try:
+                async for devices in self.source.watch():
+                    await self._publish(devices)
+                raise SourceFailed("the device source ended its watch")
+            except Exception as exc:
+                logger.error(
+                    "{}: device source failed: {}; devices Unhealthy until it recovers", self.name, exc
+                )
+                # Broken is not gone: a device dropped from the list is removed from the
+                # node, so every known device stays listed, as Unhealthy.
+                await self._publish(tuple(replace(d, health=Health.UNHEALTHY) for d in self._devices))
+                await asyncio.sleep(self.source_retry_s)
 
     async def _publish(self, devices: tuple[Device, ...]) -> None:
         async with self._changed:
@@ -84,7 +97,7 @@ class ResourceService:
     def capabilities(self) -> Capabilities:
         return self.source.capabilities()
 
-    async def watch(self) -> AsyncIterator[tuple[Device, ...]]:
+    async def watch(self) -> AsyncGenerator[tuple[Device, ...], None]:
         """The full list now, then a full list on every change; changes made while
         a slow reader was busy are coalesced into the newest list."""
         seen = 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 
 from shim.model import (
     Capabilities,
@@ -31,7 +31,7 @@ class DeviceSource(ABC):
         """The current full device list."""
 
     @abstractmethod
-    def watch(self) -> AsyncIterator[tuple[Device, ...]]:
+    def watch(self) -> AsyncGenerator[tuple[Device, ...], None]:
         """Yield the current full list at once, then a full new list on every change."""
 
     @abstractmethod

@@ -7,7 +7,7 @@ use to change devices under a running shim (``set_health``, ``set_devices``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, Iterable, Sequence
 
 from shim.model import (
     Capabilities,
@@ -54,7 +54,7 @@ class StaticSource(DeviceSource):
     async def list_devices(self) -> tuple[Device, ...]:
         return self._devices
 
-    async def watch(self) -> AsyncIterator[tuple[Device, ...]]:
+    async def watch(self) -> AsyncGenerator[tuple[Device, ...], None]:
         seen = -1
         while True:
             async with self._changed:
