@@ -1,0 +1,250 @@
+"""The kubelet's side of one registered plugin: its device lists and the calls made to it.
+
+One PluginSession exists per successful Register, like the kubelet's endpoint
+(pkg/kubelet/cm/devicemanager/endpoint.go). It is version-neutral: the wire is behind a
+PluginClient (api.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+
+import grpc
+
+from .api import PluginClient, PreferredRequest
+from .errors import AdmissionRejected, EndpointStopped, ProtocolViolation
+from .records import DeviceState, Grant, PluginOptions
+
+DeviceList = tuple[DeviceState, ...]
+
+# KubeletPreStartContainerRPCTimeoutInSecs in k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1
+# constants.go, used by endpoint.go preStartContainer.
+PRESTART_TIMEOUT_S = 30.0
+
+
+class PluginSession:
+    """One plugin as the kubelet sees it after a successful Register.
+
+    `options` come from GetDevicePluginOptions. `lists` holds every ListAndWatch message in
+    order. Once the stream is over `stream_ended` is set and `stream_error` says why: None when
+    the plugin ended it with OK, "CODE: details" for a gRPC status, "closed by the kubelet" when
+    the kubelet stopped or the plugin registered again.
+    """
+
+    def __init__(
+        self,
+        resource: str,
+        endpoint: str,
+        options: PluginOptions,
+        client: PluginClient,
+        *,
+        rpc_timeout_s: float = 10.0,
+    ) -> None:
+        self.resource = resource
+        self.endpoint = endpoint
+        self.options = options
+        self.lists: list[DeviceList] = []
+        self.stream_ended = asyncio.Event()
+        self.stream_error: str | None = None
+        self._client = client
+        self._rpc_timeout_s = rpc_timeout_s
+        self._changed = asyncio.Condition()
+        self._watch_task: asyncio.Task[None] | None = None
+        self._in_use: set[str] = set()
+        # The kubelet admits pods one at a time; this keeps concurrent admit() calls from
+        # choosing the same devices while a GetPreferredAllocation call is in flight.
+        self._admission = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        state = "ended" if self.stream_ended.is_set() else "watching"
+        return f"<PluginSession {self.resource} at {self.endpoint}: {len(self.lists)} lists, {state}>"
+
+    # -- the ListAndWatch stream ---------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open ListAndWatch in the background (client.go Run, started by handler.go connectClient)."""
+        self._watch_task = asyncio.create_task(self._watch(), name=f"ListAndWatch {self.resource}")
+
+    async def close(self) -> None:
+        """End the stream and close the channel (endpoint stop / client.go Disconnect)."""
+        if self._watch_task is None and not self.stream_ended.is_set():  # closed before it started
+            self.stream_error = "closed by the kubelet"
+            self.stream_ended.set()
+        if self._watch_task is not None and not self._watch_task.done():
+            self._watch_task.cancel()
+            # asyncio.wait, not `await task`: a cancellation of the caller must still propagate.
+            await asyncio.wait([self._watch_task])
+        await self._client.close()
+
+    async def _watch(self) -> None:
+        try:
+            async for devices in self._client.list_and_watch():
+                self.lists.append(devices)
+                await self._notify()
+        except grpc.aio.AioRpcError as err:
+            self.stream_error = f"{err.code().name}: {err.details()}"
+        except asyncio.CancelledError:
+            self.stream_error = "closed by the kubelet"
+            raise
+        except Exception as err:  # a translation bug must not vanish into an unretrieved task
+            self.stream_error = f"fake kubelet failed reading the stream: {err!r}"
+        finally:
+            # client.go Run returns on any stream end, then handler.go runClient disconnects the
+            # client: the channel is closed and the endpoint stops (manager.go PluginDisconnected
+            # marks every device unhealthy), until the plugin registers again.
+            self.stream_ended.set()
+            await self._client.close()
+            await self._notify()
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    @property
+    def latest(self) -> DeviceList:
+        """The newest device list; LookupError before the first one arrives."""
+        if not self.lists:
+            raise LookupError(f"{self.resource}: no ListAndWatch message received yet")
+        return self.lists[-1]
+
+    async def wait_for_list(
+        self, predicate: Callable[[DeviceList], bool] = lambda devices: True, *, timeout: float = 10.0
+    ) -> DeviceList:
+        """The newest list if it satisfies `predicate`, else the first later list that does."""
+        next_index = max(len(self.lists) - 1, 0)
+        found: DeviceList | None = None
+
+        def settled() -> bool:
+            nonlocal next_index, found
+            for devices in self.lists[next_index:]:
+                if predicate(devices):
+                    found = devices
+                    return True
+            next_index = len(self.lists)
+            return self.stream_ended.is_set()
+
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(settled), timeout)
+            except TimeoutError:
+                raise TimeoutError(f"{self.resource}: no matching list within {timeout}s; {self}") from None
+        if found is None:
+            raise EndpointStopped(f"{self.resource}: ListAndWatch ended ({self.stream_error}) first")
+        return found
+
+    # -- calls to the plugin ---------------------------------------------------------------------
+
+    def _ensure_running(self) -> None:
+        # endpoint.go allocate/preStartContainer/getPreferredAllocation: errEndpointStopped.
+        if self.stream_ended.is_set():
+            raise EndpointStopped(f"endpoint {self.resource} at {self.endpoint} has been stopped")
+
+    async def allocate(self, device_ids: Sequence[str]) -> Grant:
+        """Allocate for one container, as the kubelet always does (endpoint.go allocate)."""
+        (grant,) = await self.allocate_containers([device_ids])
+        return grant
+
+    async def allocate_containers(self, containers: Sequence[Sequence[str]]) -> list[Grant]:
+        """One Allocate call with one container request per item; checks one response each."""
+        self._ensure_running()
+        grants = await self._client.allocate(containers, self._rpc_timeout_s)
+        # manager.go allocateContainerResources only rejects an empty response; api.proto's
+        # contract is one ContainerAllocateResponse per ContainerAllocateRequest, checked here.
+        if len(grants) != len(containers):
+            raise ProtocolViolation(
+                f"{self.resource}: Allocate with {len(containers)} container requests "
+                f"got {len(grants)} container responses"
+            )
+        return grants
+
+    async def preferred_allocation(
+        self, available: Sequence[str], must_include: Sequence[str], size: int
+    ) -> list[str]:
+        """GetPreferredAllocation for one container; the plugin's preferred device ids."""
+        # manager.go callGetPreferredAllocationIfAvailable: only when the plugin's options say so.
+        if not self.options.get_preferred_allocation_available:
+            raise ProtocolViolation(f"{self.resource}: options do not offer GetPreferredAllocation")
+        self._ensure_running()
+        request = PreferredRequest(tuple(available), tuple(must_include), size)
+        answers = await self._client.preferred_allocation([request], self._rpc_timeout_s)
+        if len(answers) != 1:
+            raise ProtocolViolation(
+                f"{self.resource}: GetPreferredAllocation for 1 container got {len(answers)} responses"
+            )
+        return list(answers[0])
+
+    async def prestart(self, device_ids: Sequence[str]) -> None:
+        """PreStartContainer, with the kubelet's fixed 30 s deadline (endpoint.go)."""
+        # manager.go callPreStartContainerIfNeeded: only when options.pre_start_required.
+        if not self.options.pre_start_required:
+            raise ProtocolViolation(f"{self.resource}: options do not ask for PreStartContainer")
+        self._ensure_running()
+        await self._client.prestart(device_ids, PRESTART_TIMEOUT_S)
+
+    # -- pod admission ------------------------------------------------------------------------------
+
+    @property
+    def in_use(self) -> frozenset[str]:
+        """Device ids handed out by admit() and not yet released."""
+        return frozenset(self._in_use)
+
+    async def admit(self, count: int) -> tuple[list[str], Grant]:
+        """Admit a one-container pod asking for `count` devices, then start it, like the kubelet.
+
+        Chooses among Healthy devices of the latest list not in use, consulting
+        GetPreferredAllocation when offered, calls Allocate, then PreStartContainer when required.
+        A failed Allocate frees the devices again; a failed PreStartContainer does not (the pod
+        keeps its devices and the kubelet would retry the container start).
+        """
+        if count <= 0:
+            raise ValueError(f"count must be positive, not {count}")
+        async with self._admission:
+            chosen = await self._choose(count)
+            # manager.go devicesToAllocate marks devices allocated before the Allocate RPC and
+            # allocateContainerResources restores the previous state if it fails.
+            self._in_use.update(chosen)
+            try:
+                grant = await self.allocate(chosen)
+            except BaseException:
+                self._in_use.difference_update(chosen)
+                raise
+        if self.options.pre_start_required:
+            await self.prestart(chosen)
+        return chosen, grant
+
+    def release(self, device_ids: Sequence[str]) -> None:
+        """Return devices from a finished pod (the kubelet's UpdateAllocatedDevices)."""
+        unknown = set(device_ids) - self._in_use
+        if unknown:
+            raise ValueError(f"{self.resource}: not in use: {sorted(unknown)}")
+        self._in_use.difference_update(device_ids)
+
+    async def _choose(self, count: int) -> list[str]:
+        self._ensure_running()
+        available = self._available(count)
+        if not self.options.get_preferred_allocation_available:
+            return available[:count]
+        # manager.go devicesToAllocate: ask with every available device and size = the request,
+        # take the preferred ones that really are available, then fill up from the rest.
+        preferred = await self.preferred_allocation(available, (), count)
+        candidates = set(available)
+        chosen = [device for device in dict.fromkeys(preferred) if device in candidates][:count]
+        chosen += [device for device in available if device not in chosen][: count - len(chosen)]
+        return chosen
+
+    def _available(self, count: int) -> list[str]:
+        # manager.go devicesToAllocate, in its order of checks and with its messages. Devices
+        # keep the plugin's list order (upstream uses unordered sets) so tests are deterministic.
+        healthy = [device.id for device in (self.lists[-1] if self.lists else ()) if device.healthy]
+        if not healthy:
+            raise AdmissionRejected(
+                f"no healthy devices present; cannot allocate unhealthy devices {self.resource}"
+            )
+        available = [device for device in healthy if device not in self._in_use]
+        if len(available) < count:
+            raise AdmissionRejected(
+                f"requested number of devices unavailable for {self.resource}. "
+                f"Requested: {count}, Available: {len(available)}"
+            )
+        return available

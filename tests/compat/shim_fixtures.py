@@ -1,0 +1,38 @@
+"""Running devshim in-process against the fake kubelet, for the behaviour tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from shim.bootstrap import Shim
+from shim.settings import Settings
+from shim.sources import StaticSource
+
+FOO = "example.com/foo"
+BAR = "example.com/bar"
+
+
+def settings_for(plugin_dir: Path, resources: dict[str, dict[str, Any]], **extra: Any) -> Settings:
+    """Settings serving each resource from a static source described by its dict."""
+    return Settings.load(
+        device_plugins_dir=plugin_dir,
+        resources=[{"name": name, "static": static} for name, static in resources.items()],
+        # Fast backoff keeps restart tests quick; the default is 5 s.
+        register_backoff_max_s=extra.pop("register_backoff_max_s", 0.5),
+        **extra,
+    )
+
+
+@asynccontextmanager
+async def running_shim(
+    plugin_dir: Path, resources: dict[str, dict[str, Any]], **extra: Any
+) -> AsyncIterator[tuple[Shim, dict[str, StaticSource]]]:
+    """A started Shim plus its static sources (the seam tests use to change devices)."""
+    settings = settings_for(plugin_dir, resources, **extra)
+    sources = {r.name: StaticSource.from_settings(r.static) for r in settings.resources}
+    shim = Shim(settings, dict(sources))
+    async with shim:
+        yield shim, sources

@@ -1,0 +1,91 @@
+"""`devshim run` as a real process: start, register, SIGTERM/SIGINT cleanup, clear errors."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.compat.kubelet import FakeKubelet
+
+DEVSHIM = [sys.executable, "-m", "shim"]
+
+
+async def start_devshim(*args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        *DEVSHIM, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_a_signal_stops_devshim_cleanly_removing_only_its_sockets(plugin_dir: Path, sig: int) -> None:
+    """After registering, a signal makes devshim exit 0 within seconds, its sockets gone and
+    kubelet.sock and another plugin's socket untouched."""
+    with socket.socket(socket.AF_UNIX) as other:
+        other.bind(str(plugin_dir / "vendor-other.sock"))
+        async with FakeKubelet(plugin_dir) as kubelet:
+            proc = await start_devshim(
+                "run",
+                "--device-plugins-dir",
+                str(plugin_dir),
+                "-r",
+                "example.com/foo=2",
+                "-r",
+                "example.com/bar=1",
+            )
+            try:
+                for resource in ("example.com/foo", "example.com/bar"):
+                    session = await kubelet.wait_for_plugin(resource, timeout=30)
+                    await session.wait_for_list()
+                proc.send_signal(sig)
+                _, stderr = await asyncio.wait_for(proc.communicate(), 10)
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+            assert proc.returncode == 0, stderr.decode()
+            names = sorted(p.name for p in plugin_dir.iterdir())
+            assert names == ["kubelet.sock", "vendor-other.sock"]
+
+
+def run_devshim(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*DEVSHIM, *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["-r", "foo=2"], "not an extended resource name", id="bad-name"),
+        pytest.param(["-r", "example.com/foo"], "expected NAME=COUNT", id="bad-spec"),
+        pytest.param([], "no resources configured", id="nothing"),
+        pytest.param(["-c", "/nonexistent/devshim.yaml"], "cannot read config file", id="no-file"),
+    ],
+)
+def test_bad_settings_exit_2_with_a_clear_message(plugin_dir: Path, args: list[str], message: str) -> None:
+    """Bad input is refused before anything is served, and nothing is created."""
+    result = run_devshim("run", "--device-plugins-dir", str(plugin_dir), *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert list(plugin_dir.iterdir()) == []
+
+
+def test_a_regular_file_in_the_socket_path_is_refused_at_start(plugin_dir: Path) -> None:
+    """devshim will not delete a file that is not its socket; it exits 1 saying why."""
+    (plugin_dir / "devshim-example.com_foo.sock").write_text("someone's data")
+    result = run_devshim("run", "--device-plugins-dir", str(plugin_dir), "-r", "example.com/foo=1")
+    assert result.returncode == 1
+    assert "is not a socket; refusing to replace it" in result.stderr
+    assert (plugin_dir / "devshim-example.com_foo.sock").read_text() == "someone's data"
+
+
+def test_help_describes_run_and_its_options() -> None:
+    """`devshim run --help` names every option a new user needs."""
+    result = run_devshim("run", "--help")
+    assert result.returncode == 0
+    for option in ("--config", "--device-plugins-dir", "--resource", "--log-level"):
+        assert option in result.stdout
