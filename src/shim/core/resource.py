@@ -114,14 +114,16 @@ class ResourceService:
             self._check_usable(request.device_ids)
         grants = list(await self.source.allocate(requests))
         if len(grants) != len(requests):
-            # The kubelet pairs responses with requests by position.
+            # The kubelet sends one container per Allocate and reads the first response
+            # (devicemanager manager.go allocateContainerResources); pairing is by position.
             raise SourceFailed(
                 f"{self.name}: device source answered {len(grants)} grants for {len(requests)} containers"
             )
         return grants
 
     async def preferred_allocation(self, request: PreferredAllocationRequest) -> tuple[str, ...]:
-        """Exactly ``request.size`` IDs, every must-include ID among them.
+        """Exactly ``request.size`` IDs, every must-include ID among them (the contract
+        stated on PreferredAllocationRequest in upstream's api.proto).
 
         The source's preference is taken where it is valid and the rest is
         filled in order, so a sloppy source can never break the kubelet's rule.

@@ -9,18 +9,26 @@ from typing import Any, Protocol
 from shim.core.resource import ResourceService
 
 
+class ServedVersion(Protocol):
+    """A version's services hosted on one server."""
+
+    def retire(self) -> None:
+        """devshim is closing the server: streams ending now are not the kubelet's doing."""
+        ...
+
+
 class ApiVersion(Protocol):
     """One kubelet device-plugin API version (implemented by shim/frontend/<version>.py)."""
 
     name: str
     service_names: tuple[str, ...]
 
-    def add_services(self, server: Any, resource: ResourceService, on_stream_end: Callable[[], None]) -> Any:
+    def add_services(
+        self, server: Any, resource: ResourceService, on_stream_end: Callable[[], None]
+    ) -> ServedVersion:
         """Host this version's DevicePlugin service for ``resource`` on ``server``.
 
-        ``on_stream_end`` is called when the kubelet, not devshim, ends a ListAndWatch
-        stream. Returns a handle whose ``retire()`` silences that callback before
-        devshim itself closes the server.
+        ``on_stream_end`` is called when the kubelet, not devshim, ends a ListAndWatch stream.
         """
         ...
 

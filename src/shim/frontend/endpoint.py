@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import time
 from pathlib import Path
-from typing import Any
 
 import grpc
 from grpc_health.v1 import _async as health_aio
@@ -27,7 +26,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from shim.core.resource import ResourceService
 from shim.frontend import sockets
-from shim.frontend.api import ApiVersion
+from shim.frontend.api import ApiVersion, ServedVersion
 from shim.settings import KUBELET_SOCKET_NAME
 
 # The kubelet dials the plugin inside Register and gives up after 10 s
@@ -59,7 +58,7 @@ class PluginEndpoint:
         self.kubelet_socket = plugin_dir / KUBELET_SOCKET_NAME
         self._backoff_max_s = backoff_max_s
         self._server: grpc.aio.Server | None = None
-        self._servicer: Any = None
+        self._served: ServedVersion | None = None
         self._socket_identity: sockets.FileIdentity | None = None
         self._registered_with: sockets.FileIdentity | None = None
         self._attempted_with: sockets.FileIdentity | None = None
@@ -127,7 +126,7 @@ class PluginEndpoint:
         await self._close_server()
         sockets.clear_stale_socket(self.socket_path)
         server = grpc.aio.server()
-        self._servicer = self.api.add_services(server, self.resource, self._on_stream_end)
+        self._served = self.api.add_services(server, self.resource, self._on_stream_end)
         health_servicer = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
@@ -189,7 +188,8 @@ class PluginEndpoint:
     async def _close_server(self) -> None:
         if self._server is None:
             return
-        self._servicer.retire()
+        if self._served is not None:
+            self._served.retire()
         server, self._server = self._server, None
         await server.stop(grace=None)
         sockets.remove_own_socket(self.socket_path, self._socket_identity)

@@ -174,7 +174,8 @@ class V1Beta1:
             version=NAME,
             endpoint=endpoint,
             resource_name=resource.name,
-            # Kubelets up to 1.24 read the options here, later ones call GetDevicePluginOptions.
+            # Kubelets up to 1.24 kept the options sent here (manager.go registerEndpoint);
+            # later ones call GetDevicePluginOptions after dialing (handler.go PluginConnected).
             options=options_from_model(resource.capabilities()),
         )
         async with grpc.aio.insecure_channel(f"unix:{kubelet_socket}") as channel:
