@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.common import start_devshim, stop, summary_ms
+from bench.common import percentile, start_devshim, stop, summary_ms
 from shim.generated.v1beta1 import api_pb2 as pb
 from tests.compat.kubelet import FakeKubelet, PluginSession
 
@@ -92,11 +93,11 @@ async def main(calls: int, rounds: int) -> None:
     print(f"Allocate of 1 device, {calls} calls per row in {rounds} alternating rounds, unix sockets")
     for name, samples in results.items():
         print(f"  {name:24s} {summary_ms(samples)}")
-    import statistics
-
-    floor = statistics.median(results["echo (raw client)"])
+    floor = results["echo (raw client)"]
     for name in ("devshim (raw client)", "devshim (fake kubelet)"):
-        print(f"  p50 ratio {name} / echo: {statistics.median(results[name]) / floor:.2f}x")
+        p50 = statistics.median(results[name]) / statistics.median(floor)
+        p99 = percentile(results[name], 99) / percentile(floor, 99)
+        print(f"  {name} / echo: p50 {p50:.2f}x, p99 {p99:.2f}x")
 
 
 if __name__ == "__main__":

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
-# Quiet gRPC C-core INFO lines (GOAWAY on every restart) in benchmark output.
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-
 import asyncio
 import statistics
 import sys
