@@ -62,6 +62,7 @@ class PluginEndpoint:
         self._socket_identity: sockets.FileIdentity | None = None
         self._registered_with: sockets.FileIdentity | None = None
         self._attempted_with: sockets.FileIdentity | None = None
+        self._told_waiting = False
         self._restart = asyncio.Event()
         self._kubelet_seen = asyncio.Event()
         self.registrations = 0
@@ -161,7 +162,13 @@ class PluginEndpoint:
         self._kubelet_seen.clear()
         kubelet = self._attempted_with = sockets.identity(self.kubelet_socket)
         if kubelet is None:
+            if not self._told_waiting:
+                logger.info(
+                    "{}: waiting for the kubelet to create {}", self.resource.name, self.kubelet_socket
+                )
+                self._told_waiting = True
             raise RegistrationFailed
+        self._told_waiting = False
         started = time.monotonic()
         try:
             await self.api.register(
