@@ -21,6 +21,7 @@ from shim.errors import (
     UnhealthyDevice,
     UnknownDevice,
 )
+from shim.latest import Latest
 from shim.model import (
     Capabilities,
     ContainerAllocateRequest,
@@ -40,8 +41,7 @@ class ResourceService:
         self.source_retry_s = 1.0
         self._devices: tuple[Device, ...] = ()
         self._by_id: dict[str, Device] = {}
-        self._generation = 0
-        self._changed = asyncio.Condition()
+        self._latest: Latest[tuple[Device, ...]] = Latest()
         self._first_list = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -79,11 +79,9 @@ class ResourceService:
                 await asyncio.sleep(self.source_retry_s)
 
     async def _publish(self, devices: tuple[Device, ...]) -> None:
-        async with self._changed:
-            self._devices = devices
-            self._by_id = {d.id: d for d in devices}
-            self._generation += 1
-            self._changed.notify_all()
+        self._devices = devices
+        self._by_id = {d.id: d for d in devices}
+        await self._latest.publish(devices)
         self._first_list.set()
         healthy = sum(d.health is Health.HEALTHY for d in devices)
         logger.debug("{}: {} devices, {} healthy", self.name, len(devices), healthy)
@@ -100,13 +98,7 @@ class ResourceService:
     async def watch(self) -> AsyncGenerator[tuple[Device, ...], None]:
         """The full list now, then a full list on every change; changes made while
         a slow reader was busy are coalesced into the newest list."""
-        seen = 0
-        while True:
-            async with self._changed:
-                while self._generation == seen:
-                    await self._changed.wait()
-                seen = self._generation
-                devices = self._devices
+        async for devices in self._latest.follow():
             yield devices
 
     async def allocate(self, requests: Sequence[ContainerAllocateRequest]) -> list[ContainerGrant]:

@@ -6,9 +6,9 @@ use to change devices under a running shim (``set_health``, ``set_devices``).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator, Iterable, Sequence
 
+from shim.latest import Latest
 from shim.model import (
     Capabilities,
     ContainerAllocateRequest,
@@ -33,8 +33,7 @@ class StaticSource(DeviceSource):
         self._devices = tuple(devices)
         self._grant = grant or GrantSettings()
         self._capabilities = capabilities or Capabilities(preferred_allocation=True)
-        self._changed = asyncio.Condition()
-        self._generation = 0
+        self._latest: Latest[tuple[Device, ...]] = Latest()
 
     @classmethod
     def from_settings(cls, settings: StaticSourceSettings) -> StaticSource:
@@ -55,21 +54,15 @@ class StaticSource(DeviceSource):
         return self._devices
 
     async def watch(self) -> AsyncGenerator[tuple[Device, ...], None]:
-        seen = -1
-        while True:
-            async with self._changed:
-                while self._generation == seen:
-                    await self._changed.wait()
-                seen = self._generation
-                devices = self._devices
+        if self._latest.value is None:
+            await self._latest.publish(self._devices)
+        async for devices in self._latest.follow():
             yield devices
 
     async def set_devices(self, devices: Iterable[Device]) -> None:
         """Replace the whole list (a device left out is gone from the node)."""
-        async with self._changed:
-            self._devices = tuple(devices)
-            self._generation += 1
-            self._changed.notify_all()
+        self._devices = tuple(devices)
+        await self._latest.publish(self._devices)
 
     async def set_health(self, device_id: str, health: Health) -> None:
         if device_id not in {d.id for d in self._devices}:
