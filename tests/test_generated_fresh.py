@@ -1,4 +1,5 @@
-"""The committed stubs under src/shim/generated must be exactly what proto/ generates today.
+"""The committed generated code (src/shim/generated, src/shim/sdk/generated) must be exactly
+what proto/ generates today.
 
 A proto edited without regenerating (or a stub edited by hand) would make the code we ship
 disagree with the .proto files every other test and reviewer reads.
@@ -13,6 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
 COMMITTED = ROOT / "src" / "shim" / "generated"
+TREES = ("shim/generated", "shim/sdk/generated")
 GENERATOR = ROOT / "scripts" / "generate_protos.py"
 REGENERATE = "python scripts/generate_protos.py"
 
@@ -38,18 +40,22 @@ def test_committed_generated_code_is_byte_for_byte_what_the_generator_writes(tmp
     )
     assert result.returncode == 0, f"{REGENERATE} failed:\n{result.stdout}\n{result.stderr}"
 
-    fresh = _files(tmp_path / "shim" / "generated")
-    committed = _files(COMMITTED)
-    assert fresh, "the generator wrote nothing under shim/generated"
-
-    stale = sorted(name for name in fresh.keys() & committed.keys() if fresh[name] != committed[name])
-    missing = sorted(fresh.keys() - committed.keys())
-    extra = sorted(committed.keys() - fresh.keys())
-    problems = [f"stale: src/shim/generated/{name}" for name in stale]
-    problems += [f"missing (not committed): src/shim/generated/{name}" for name in missing]
-    problems += [f"extra (no longer generated): src/shim/generated/{name}" for name in extra]
+    problems = []
+    for tree in TREES:
+        fresh = _files(tmp_path / tree)
+        committed = _files(ROOT / "src" / tree)
+        assert fresh, f"the generator wrote nothing under {tree}"
+        stale = sorted(name for name in fresh.keys() & committed.keys() if fresh[name] != committed[name])
+        problems += [f"stale: src/{tree}/{name}" for name in stale]
+        problems += [
+            f"missing (not committed): src/{tree}/{name}" for name in sorted(fresh.keys() - committed.keys())
+        ]
+        problems += [
+            f"extra (no longer generated): src/{tree}/{name}"
+            for name in sorted(committed.keys() - fresh.keys())
+        ]
     assert not problems, "\n".join(
-        ["src/shim/generated is out of date with proto/:", *problems, f"regenerate with: {REGENERATE}"]
+        ["generated code is out of date with proto/:", *problems, f"regenerate with: {REGENERATE}"]
     )
 
 

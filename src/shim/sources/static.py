@@ -8,15 +8,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Iterable, Sequence
 
+from shim import grants
 from shim.latest import Latest
 from shim.model import (
     Capabilities,
     ContainerAllocateRequest,
     ContainerGrant,
     Device,
-    DeviceNode,
     Health,
-    Mount,
     PreferredAllocationRequest,
 )
 from shim.settings import GrantSettings, StaticSourceSettings
@@ -72,7 +71,7 @@ class StaticSource(DeviceSource):
         )
 
     async def allocate(self, requests: Sequence[ContainerAllocateRequest]) -> list[ContainerGrant]:
-        return [self._grant_for(r.device_ids) for r in requests]
+        return [grants.expand(self._grant, r.device_ids) for r in requests]
 
     async def preferred_allocation(self, request: PreferredAllocationRequest) -> list[str]:
         """Must-include first, then devices sharing their NUMA nodes, then the rest in order."""
@@ -81,23 +80,3 @@ class StaticSource(DeviceSource):
         rest = [i for i in request.available if i not in request.must_include]
         rest.sort(key=lambda i: not wanted.intersection(numa.get(i, ())))
         return [*request.must_include, *rest][: request.size]
-
-    def _grant_for(self, ids: Sequence[str]) -> ContainerGrant:
-        g = self._grant
-        joined = ",".join(ids)
-        per_device = ids if ids else ()
-        return ContainerGrant(
-            envs={k: v.replace("{ids}", joined) for k, v in g.envs.items()},
-            mounts=tuple(Mount(m.container_path, m.host_path, m.read_only) for m in g.mounts),
-            device_nodes=tuple(
-                DeviceNode(n.container_path.replace("{id}", i), n.host_path.replace("{id}", i), n.permissions)
-                for n in g.device_nodes
-                for i in (per_device if "{id}" in n.host_path + n.container_path else ("",))
-            ),
-            annotations={k: v.replace("{ids}", joined) for k, v in g.annotations.items()},
-            cdi_devices=tuple(
-                name.replace("{id}", i)
-                for name in g.cdi_devices
-                for i in (per_device if "{id}" in name else ("",))
-            ),
-        )

@@ -1,0 +1,56 @@
+"""Grants: expanding a configured template for some devices, and merging declared grants."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from shim.model import ContainerGrant, DeviceNode, Mount
+from shim.settings import GrantSettings
+
+
+def expand(template: GrantSettings, ids: Sequence[str]) -> ContainerGrant:
+    """``{ids}`` in env and annotation values becomes the comma-joined IDs;
+    ``{id}`` in a device node's paths or a CDI name repeats that entry per device."""
+    joined = ",".join(ids)
+
+    def per_device(text: str) -> Sequence[str]:
+        return ids if "{id}" in text else ("",)
+
+    return ContainerGrant(
+        envs={k: v.replace("{ids}", joined) for k, v in template.envs.items()},
+        mounts=tuple(Mount(m.container_path, m.host_path, m.read_only) for m in template.mounts),
+        device_nodes=tuple(
+            DeviceNode(n.container_path.replace("{id}", i), n.host_path.replace("{id}", i), n.permissions)
+            for n in template.device_nodes
+            for i in per_device(n.host_path + n.container_path)
+        ),
+        annotations={k: v.replace("{ids}", joined) for k, v in template.annotations.items()},
+        cdi_devices=tuple(name.replace("{id}", i) for name in template.cdi_devices for i in per_device(name)),
+    )
+
+
+def merge(grants: Iterable[ContainerGrant]) -> ContainerGrant:
+    """One container's grant from its devices' declared grants (docs/driver-protocol.md):
+    values of one env or annotation key are joined with "," in order, repeats dropped;
+    mounts, device nodes and CDI names are concatenated in order, repeats dropped."""
+    envs: dict[str, list[str]] = {}
+    annotations: dict[str, list[str]] = {}
+    mounts: dict[Mount, None] = {}
+    nodes: dict[DeviceNode, None] = {}
+    cdi: dict[str, None] = {}
+    for grant in grants:
+        for target, source in ((envs, grant.envs), (annotations, grant.annotations)):
+            for key, value in source.items():
+                values = target.setdefault(key, [])
+                if value not in values:
+                    values.append(value)
+        mounts.update(dict.fromkeys(grant.mounts))
+        nodes.update(dict.fromkeys(grant.device_nodes))
+        cdi.update(dict.fromkeys(grant.cdi_devices))
+    return ContainerGrant(
+        envs={k: ",".join(v) for k, v in envs.items()},
+        mounts=tuple(mounts),
+        device_nodes=tuple(nodes),
+        annotations={k: ",".join(v) for k, v in annotations.items()},
+        cdi_devices=tuple(cdi),
+    )

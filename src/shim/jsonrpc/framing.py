@@ -1,0 +1,70 @@
+"""One JSON-RPC message per line, UTF-8, over any byte stream.
+
+The transport knows nothing of stdio: a subprocess's pipes, the SDK's own
+stdin/stdout, or later a unix socket to a driver in another container all
+give a StreamReader/StreamWriter pair.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Protocol
+
+from shim.jsonrpc.errors import ProtocolError
+
+# The agreed maximum size of one message, newline excluded (docs/driver-protocol.md).
+# A 50,000-device list with declared grants is a few MiB; asyncio's default is 64 KiB.
+MAX_LINE_BYTES = 32 * 1024 * 1024
+
+
+class Transport(Protocol):
+    async def read_message(self) -> bytes | None:
+        """The next line without its newline; None at end of stream."""
+        ...
+
+    async def write_message(self, data: bytes) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class StreamTransport:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+
+    async def read_message(self) -> bytes | None:
+        try:
+            line = await self._reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial.strip():
+                raise ProtocolError("the stream ended inside a message (no final newline)") from None
+            return None
+        except asyncio.LimitOverrunError:
+            raise ProtocolError(f"a message is longer than the {MAX_LINE_BYTES}-byte limit") from None
+        except ValueError as exc:  # what readuntil raises once the limit is overrun mid-buffer
+            raise ProtocolError(f"a message is longer than the {MAX_LINE_BYTES}-byte limit: {exc}") from None
+        return line[:-1]
+
+    async def write_message(self, data: bytes) -> None:
+        if len(data) > MAX_LINE_BYTES:
+            raise ProtocolError(f"refusing to send a {len(data)}-byte message (limit {MAX_LINE_BYTES})")
+        self._writer.write(data + b"\n")
+        await self._writer.drain()
+
+    async def close(self) -> None:
+        self._writer.close()
+        with contextlib.suppress(ConnectionError, BrokenPipeError):
+            await self._writer.wait_closed()
+
+
+async def stdio_transport() -> StreamTransport:
+    """This process's stdin/stdout as a transport (a driver's side of the pipe)."""
+    import sys
+
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+    transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, sys.stdout.buffer)
+    writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+    return StreamTransport(reader, writer)
