@@ -6,76 +6,108 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import TracebackType
 
 from loguru import logger
 
 from shim.core.resource import ResourceService
+from shim.driverhost import DriverHost
 from shim.frontend.dirwatch import DirWatcher
 from shim.frontend.endpoint import PluginEndpoint
 from shim.frontend.v1beta1 import API as V1BETA1
-from shim.settings import Settings
+from shim.settings import Settings, default_socket_name
 from shim.sources import DeviceSource, StaticSource
 
 
+@dataclass
+class Served:
+    """One resource being served: its core service, its kubelet endpoint, the endpoint's task."""
+
+    service: ResourceService
+    endpoint: PluginEndpoint
+    task: asyncio.Task[None]
+
+
 class Shim:
-    """Every configured resource, served and registered, until ``stop``."""
+    """Every configured resource and driver, served and registered, until ``stop``.
+
+    Static resources come from settings; drivers add and remove theirs at run
+    time through ``add_resource``/``remove_resource`` (the ResourceRegistry).
+    """
 
     def __init__(self, settings: Settings, sources: Mapping[str, DeviceSource] | None = None) -> None:
         self.settings = settings
-        sources = dict(sources or {})
-        self.resources = [
-            ResourceService(
-                r.name,
-                sources.pop(r.name) if r.name in sources else StaticSource.from_settings(r.static),
-                prestart_timeout_s=settings.prestart_timeout_s,
-            )
+        given = dict(sources or {})
+        self._static = [
+            (r.name, r.socket, given.pop(r.name) if r.name in given else StaticSource.from_settings(r.static))
             for r in settings.resources
         ]
-        if sources:
-            raise ValueError(f"sources given for unconfigured resources: {', '.join(sources)}")
-        self.endpoints = {
-            service.name: PluginEndpoint(
-                service,
-                V1BETA1,
-                plugin_dir=settings.device_plugins_dir,
-                socket_name=r.socket,
-                backoff_max_s=settings.register_backoff_max_s,
-            )
-            for service, r in zip(self.resources, settings.resources, strict=True)
-        }
+        if given:
+            raise ValueError(f"sources given for unconfigured resources: {', '.join(given)}")
+        self.drivers = [DriverHost(d, self) for d in settings.drivers]
         self.watcher = DirWatcher(settings.device_plugins_dir, settings.watch_mode, settings.poll_interval_s)
-        for endpoint in self.endpoints.values():
-            self.watcher.subscribe(endpoint.check_files)
-        self._tasks: list[asyncio.Task[None]] = []
+        self.served: dict[str, Served] = {}
+        self._watch_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self.settings.device_plugins_dir.mkdir(parents=True, exist_ok=True)
-        for endpoint in self.endpoints.values():
-            endpoint.preflight()
-        for service in self.resources:
-            await service.start()
-        self._tasks = [asyncio.create_task(e.run(), name=f"endpoint:{n}") for n, e in self.endpoints.items()]
-        self._tasks.append(asyncio.create_task(self.watcher.run(), name="dirwatch"))
+        self._watch_task = asyncio.create_task(self.watcher.run(), name="dirwatch")
+        for name, socket_name, source in self._static:
+            await self.add_resource(name, source, socket_name)
+        for driver in self.drivers:
+            await driver.start()
+
+    async def add_resource(self, name: str, source: DeviceSource, socket_name: str | None = None) -> None:
+        if name in self.served:
+            logger.error("{} is already served; ignoring a second source for it", name)
+            return
+        service = ResourceService(name, source, prestart_timeout_s=self.settings.prestart_timeout_s)
+        endpoint = PluginEndpoint(
+            service,
+            V1BETA1,
+            plugin_dir=self.settings.device_plugins_dir,
+            socket_name=socket_name or default_socket_name(name),
+            backoff_max_s=self.settings.register_backoff_max_s,
+        )
+        endpoint.preflight()
+        await service.start()
+        self.watcher.subscribe(endpoint.check_files)
+        self.served[name] = Served(
+            service, endpoint, asyncio.create_task(endpoint.run(), name=f"endpoint:{name}")
+        )
+
+    async def remove_resource(self, name: str) -> None:
+        served = self.served.pop(name, None)
+        if served is None:
+            return
+        self.watcher.unsubscribe(served.endpoint.check_files)
+        served.task.cancel()
+        await asyncio.gather(served.task, return_exceptions=True)
+        await served.endpoint.close()
+        await served.service.stop()
+        logger.info("{}: no longer served", name)
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
-        for endpoint in self.endpoints.values():
-            await endpoint.close()
-        for service in self.resources:
-            await service.stop()
+        for driver in self.drivers:
+            await driver.stop()
+        for name in list(self.served):
+            await self.remove_resource(name)
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            await asyncio.gather(self._watch_task, return_exceptions=True)
 
     async def wait(self) -> None:
-        """Until stopped, or until a part fails (its exception is raised here)."""
-        done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_EXCEPTION)
-        for task in done:
-            task.result()
+        """Until cancelled, or until the directory watcher fails (raised here)."""
+        assert self._watch_task is not None
+        await self._watch_task
 
     async def __aenter__(self) -> Shim:
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
         return self
 
     async def __aexit__(
@@ -85,23 +117,21 @@ class Shim:
 
 
 async def run(settings: Settings) -> None:
-    """Serve until SIGTERM or SIGINT, then remove our sockets and return."""
+    """Serve until SIGTERM or SIGINT, then stop drivers, remove our sockets and return."""
     loop = asyncio.get_running_loop()
-    shim = Shim(settings)
-    await shim.start()
-    serving = asyncio.create_task(shim.wait())
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    stopping = asyncio.create_task(stop.wait())
-    try:
-        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        if serving.done():
-            serving.result()
-        logger.info("signal received; shutting down")
-    finally:
-        serving.cancel()
-        stopping.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await serving
-        await shim.stop()
+    async with Shim(settings) as shim:
+        serving = asyncio.create_task(shim.wait())
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if serving.done():
+                serving.result()
+            logger.info("signal received; shutting down")
+        finally:
+            serving.cancel()
+            stopping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving

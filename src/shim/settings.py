@@ -135,6 +135,37 @@ class ResourceSettings(_Strict):
         return self.socket_name or default_socket_name(self.name)
 
 
+class DriverTimeouts(_Strict):
+    """Per-method deadlines for driver calls (docs/driver-protocol.md, "Methods")."""
+
+    initialize_s: Annotated[float, Field(gt=0, le=600)] = 30.0
+    list_devices_s: Annotated[float, Field(gt=0, le=600)] = 30.0
+    allocate_s: Annotated[float, Field(gt=0, le=600)] = 20.0
+    preferred_allocation_s: Annotated[float, Field(gt=0, le=600)] = 5.0
+    # Inside the kubelet's 30 s PreStartContainer deadline (constants.go upstream).
+    prestart_s: Annotated[float, Field(gt=0, lt=30)] = 25.0
+    deallocate_s: Annotated[float, Field(gt=0, le=600)] = 10.0
+    post_stop_s: Annotated[float, Field(gt=0, le=600)] = 10.0
+    shutdown_s: Annotated[float, Field(gt=0, le=600)] = 5.0
+
+
+class DriverSettings(_Strict):
+    """A driver subprocess: started from ``command`` (an argv list, never a shell)
+    with exactly ``env`` as its environment."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$", max_length=63)]
+    command: Annotated[list[str], Field(min_length=1)]
+    env: dict[str, str] = {}
+    timeouts: DriverTimeouts = DriverTimeouts()
+
+    @field_validator("command")
+    @classmethod
+    def _program_given(cls, value: list[str]) -> list[str]:
+        if not value[0]:
+            raise ValueError("the program (first item) must not be empty")
+        return value
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="DEVSHIM_", env_nested_delimiter="__", extra="forbid", frozen=True
@@ -142,6 +173,7 @@ class Settings(BaseSettings):
 
     device_plugins_dir: Path = DEFAULT_DEVICE_PLUGINS_DIR
     resources: list[ResourceSettings] = []
+    drivers: list[DriverSettings] = []
     # How kubelet restarts are noticed: inotify where the kernel offers it, else polling.
     watch_mode: Literal["auto", "inotify", "poll"] = "auto"
     poll_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
@@ -157,6 +189,10 @@ class Settings(BaseSettings):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"resource(s) configured twice: {', '.join(dupes)}")
+        drivers = [d.name for d in self.drivers]
+        dupes = sorted({n for n in drivers if drivers.count(n) > 1})
+        if dupes:
+            raise ValueError(f"driver name(s) used twice: {', '.join(dupes)}")
         sockets = [r.socket for r in self.resources]
         if len(set(sockets)) != len(sockets):
             raise ValueError("two resources share one socket_name")

@@ -37,8 +37,11 @@ class DirWatcher:
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
+    def unsubscribe(self, listener: Listener) -> None:
+        self._listeners.remove(listener)
+
     def _notify(self, name: str | None) -> None:
-        for listener in self._listeners:
+        for listener in list(self._listeners):
             listener(name)
 
     async def run(self) -> None:

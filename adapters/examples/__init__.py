@@ -1,0 +1,1 @@
+"""Example drivers in Python and other languages."""

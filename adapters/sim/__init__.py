@@ -1,0 +1,1 @@
+"""The simulated driver: configurable devices, grants and run-time changes."""

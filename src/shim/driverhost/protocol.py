@@ -1,0 +1,204 @@
+"""The driver protocol's JSON <-> the neutral model (docs/driver-protocol.md).
+
+Pure functions, like the kubelet version modules; the host's hot path reads
+JSON straight into the model (no intermediate message objects). Every shape
+error becomes DriverProtocolError naming what was wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shim.errors import RequestError, ShimError, SourceFailed, SourceTimeout, SourceUnavailable
+from shim.jsonrpc import ConnectionClosed, ErrorCode, RemoteError
+from shim.model import (
+    Capabilities,
+    ContainerAllocateRequest,
+    ContainerGrant,
+    Device,
+    DeviceNode,
+    Health,
+    Mount,
+    PreferredAllocationRequest,
+)
+
+PROTOCOL_VERSION = "1.0.0"
+
+
+class DriverProtocolError(SourceFailed):
+    """The driver answered something the schema does not allow."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceInfo:
+    name: str
+    capabilities: Capabilities
+    deallocate: bool = False
+    post_stop: bool = False
+
+
+def field(obj: Any, snake: str, default: Any = None) -> Any:
+    """A field by its proto name or its lowerCamelCase JSON name (both are valid input)."""
+    if not isinstance(obj, dict):
+        raise DriverProtocolError(f"expected an object, got {type(obj).__name__}")
+    if snake in obj:
+        return obj[snake]
+    head, *rest = snake.split("_")
+    return obj.get(head + "".join(part.title() for part in rest), default)
+
+
+def _strings(value: Any, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise DriverProtocolError(f"{what} must be a list of strings")
+    return tuple(value)
+
+
+def _string_map(value: Any, what: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise DriverProtocolError(f"{what} must map strings to strings")
+    return value
+
+
+_HEALTH = {"HEALTHY": Health.HEALTHY, "UNHEALTHY": Health.UNHEALTHY, 1: Health.HEALTHY, 2: Health.UNHEALTHY}
+
+
+def health_from_json(value: Any) -> Health:
+    try:
+        return _HEALTH[value]
+    except (KeyError, TypeError):
+        raise DriverProtocolError(f"health must be HEALTHY or UNHEALTHY, not {value!r}") from None
+
+
+def grant_from_json(obj: Any) -> ContainerGrant:
+    return ContainerGrant(
+        envs=_string_map(field(obj, "envs"), "envs"),
+        mounts=tuple(
+            Mount(
+                str(field(m, "container_path", "")),
+                str(field(m, "host_path", "")),
+                bool(field(m, "read_only")),
+            )
+            for m in field(obj, "mounts") or ()
+        ),
+        device_nodes=tuple(
+            DeviceNode(
+                str(field(n, "container_path", "")),
+                str(field(n, "host_path", "")),
+                str(field(n, "permissions") or "rw"),
+            )
+            for n in field(obj, "device_nodes") or ()
+        ),
+        annotations=_string_map(field(obj, "annotations"), "annotations"),
+        cdi_devices=_strings(field(obj, "cdi_devices"), "cdi_devices"),
+    )
+
+
+def device_from_json(obj: Any) -> tuple[Device, ContainerGrant | None]:
+    device_id = field(obj, "id")
+    if not isinstance(device_id, str) or not device_id:
+        raise DriverProtocolError(f"a device needs a non-empty string id, got {device_id!r}")
+    numa = field(obj, "numa_nodes") or []
+    if not isinstance(numa, list) or not all(isinstance(n, int) and n >= 0 for n in numa):
+        raise DriverProtocolError(f"device {device_id!r}: numa_nodes must be non-negative integers")
+    grant = field(obj, "grant")
+    return (
+        Device(device_id, health_from_json(field(obj, "health")), tuple(numa)),
+        grant_from_json(grant) if grant is not None else None,
+    )
+
+
+def devices_from_json(result: Any) -> list[tuple[Device, ContainerGrant | None]]:
+    devices = field(result, "devices") or []
+    if not isinstance(devices, list):
+        raise DriverProtocolError("devices must be a list")
+    parsed = [device_from_json(d) for d in devices]
+    ids = [d.id for d, _ in parsed]
+    if len(set(ids)) != len(ids):
+        raise DriverProtocolError("a device ID appears twice in one list")
+    return parsed
+
+
+def resource_from_json(obj: Any) -> ResourceInfo:
+    name = field(obj, "name")
+    if not isinstance(name, str) or not name:
+        raise DriverProtocolError(f"a resource needs a name, got {name!r}")
+    return ResourceInfo(
+        name,
+        Capabilities(
+            preferred_allocation=bool(field(obj, "preferred_allocation")),
+            pre_start=bool(field(obj, "prestart")),
+        ),
+        deallocate=bool(field(obj, "deallocate")),
+        post_stop=bool(field(obj, "post_stop")),
+    )
+
+
+def resources_from_json(obj: Any) -> list[ResourceInfo]:
+    resources = field(obj, "resources") or []
+    if not isinstance(resources, list):
+        raise DriverProtocolError("resources must be a list")
+    return [resource_from_json(r) for r in resources]
+
+
+def check_protocol_version(theirs: Any) -> None:
+    if not isinstance(theirs, str) or theirs.split(".")[0] != PROTOCOL_VERSION.split(".")[0]:
+        raise DriverProtocolError(
+            f"driver speaks protocol version {theirs!r}; "
+            f"devshim speaks {PROTOCOL_VERSION} (majors must match)"
+        )
+
+
+def allocate_params(resource: str, requests: Sequence[ContainerAllocateRequest]) -> dict[str, Any]:
+    return {"resource": resource, "containers": [{"device_ids": list(r.device_ids)} for r in requests]}
+
+
+def grants_from_json(result: Any, expected: int) -> list[ContainerGrant]:
+    containers = field(result, "containers") or []
+    if not isinstance(containers, list) or len(containers) != expected:
+        raise DriverProtocolError(f"allocate answered {len(containers)} grants for {expected} containers")
+    return [grant_from_json(g) for g in containers]
+
+
+def preferred_params(resource: str, request: PreferredAllocationRequest) -> dict[str, Any]:
+    return {
+        "resource": resource,
+        "containers": [
+            {
+                "available": list(request.available),
+                "must_include": list(request.must_include),
+                "size": request.size,
+            }
+        ],
+    }
+
+
+def preference_from_json(result: Any) -> tuple[str, ...]:
+    containers = field(result, "containers") or []
+    if not isinstance(containers, list) or len(containers) != 1:
+        raise DriverProtocolError("preferred_allocation must answer one preference per container")
+    return _strings(field(containers[0], "device_ids"), "device_ids")
+
+
+def error_for(driver: str, method: str, exc: BaseException) -> ShimError:
+    """What a failed driver call means to the kubelet (docs/driver-protocol.md, "Errors")."""
+    prefix = f"driver {driver!r}: {method}"
+    if isinstance(exc, ShimError):
+        return type(exc)(f"{prefix}: {exc}")
+    if isinstance(exc, TimeoutError):
+        return SourceTimeout(f"{prefix}: no answer in time")
+    if isinstance(exc, ConnectionClosed):
+        return SourceUnavailable(f"{prefix}: the driver is not running ({exc})")
+    if isinstance(exc, RemoteError):
+        invalid = {ErrorCode.INVALID_PARAMS, ErrorCode.UNKNOWN_DEVICE, ErrorCode.DEVICE_UNHEALTHY}
+        if exc.code in invalid | {ErrorCode.UNKNOWN_RESOURCE}:
+            return RequestError(f"{prefix}: {exc}")
+        if exc.code == ErrorCode.UNAVAILABLE:
+            return SourceUnavailable(f"{prefix}: {exc}")
+        return SourceFailed(f"{prefix}: {exc}")
+    return SourceFailed(f"{prefix}: {type(exc).__name__}: {exc}")
