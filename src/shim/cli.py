@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -21,6 +22,16 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def parse_driver(spec: str) -> dict[str, object]:
+    """``sim=python -m devshim_adapters.sim --config sim.yaml`` -> a driver (argv split like a shell
+    would, but never run through one)."""
+    name, sep, command = spec.partition("=")
+    argv = shlex.split(command)
+    if not sep or not argv:
+        raise typer.BadParameter(f"{spec!r}: expected NAME=COMMAND, e.g. sim='devshim-sim --config sim.yaml'")
+    return {"name": name, "command": argv}
 
 
 def parse_resource(spec: str) -> dict[str, object]:
@@ -51,6 +62,15 @@ def run(
             help="Serve COUNT static devices as resource NAME (repeatable; adds to --config's).",
         ),
     ] = None,
+    driver: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--driver",
+            "-d",
+            metavar="NAME=COMMAND",
+            help="Run a driver subprocess and serve its resources (repeatable; adds to --config's).",
+        ),
+    ] = None,
     log_level: Annotated[
         str | None, typer.Option(help="TRACE, DEBUG, INFO, WARNING or ERROR. Default: INFO.")
     ] = None,
@@ -60,16 +80,15 @@ def run(
         settings = Settings.load(
             config,
             extra_resources=[parse_resource(spec) for spec in resource or []],
+            extra_drivers=[parse_driver(spec) for spec in driver or []],
             device_plugins_dir=device_plugins_dir,
             log_level=log_level,
         )
     except ConfigError as exc:
         typer.echo(f"devshim: {exc}", err=True)
         raise typer.Exit(2) from None
-    if not settings.resources:
-        typer.echo(
-            "devshim: no resources configured: pass --resource NAME=COUNT or a --config file", err=True
-        )
+    if not settings.resources and not settings.drivers:
+        typer.echo("devshim: nothing to serve: pass --resource, --driver or a --config file", err=True)
         raise typer.Exit(2)
     logger.remove()
     logger.add(sys.stderr, level=settings.log_level)
@@ -78,6 +97,19 @@ def run(
     except ShimError as exc:
         logger.error("{}", exc)
         raise typer.Exit(1) from None
+
+
+@app.command()
+def demo(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show devshim's log as well.")] = False,
+) -> None:
+    """Show register, list, health flip, allocate and pre-start against a built-in fake kubelet
+    and the simulated driver; needs no kubelet and changes nothing outside a temp directory."""
+    from shim.demo import demo as run_demo
+
+    logger.remove()
+    logger.add(sys.stderr, level="DEBUG" if verbose else "ERROR")
+    asyncio.run(run_demo())
 
 
 @app.command()

@@ -225,17 +225,20 @@ class Settings(BaseSettings):
         cls,
         config_file: Path | None = None,
         extra_resources: list[dict[str, Any]] | None = None,
+        extra_drivers: list[dict[str, Any]] | None = None,
         **overrides: Any,
     ) -> Settings:
         """Build settings from a config file, the environment and overrides, or raise ConfigError.
 
-        ``extra_resources`` are added to the file's resources; other overrides
+        ``extra_resources``/``extra_drivers`` are added to the file's; other overrides
         that are not None replace the file's values.
         """
         data: dict[str, Any] = read_config_file(config_file) if config_file else {}
         data.update({k: v for k, v in overrides.items() if v is not None})
         if extra_resources:
             data["resources"] = [*data.get("resources", []), *extra_resources]
+        if extra_drivers:
+            data["drivers"] = [*data.get("drivers", []), *extra_drivers]
         try:
             return cls(**data)
         except ValidationError as exc:

@@ -33,7 +33,7 @@ class DriverHost:
         self.name = settings.name
         self._registry = registry
         self._timeouts: DriverTimeouts = settings.timeouts
-        self._process: asyncio.subprocess.Process | None = None
+        self.process: asyncio.subprocess.Process | None = None
         self._peer: Peer | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.sources: dict[str, DriverSource] = {}
@@ -44,7 +44,7 @@ class DriverHost:
         """Start the driver, initialize it, list and serve every resource it declares."""
         argv = self.settings.command
         try:
-            self._process = await asyncio.create_subprocess_exec(
+            self.process = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -56,9 +56,9 @@ class DriverHost:
             raise SourceUnavailable(
                 f"driver {self.name!r}: cannot start {argv[0]!r}: {exc.strerror}"
             ) from None
-        assert self._process.stdout and self._process.stdin and self._process.stderr
+        assert self.process.stdout and self.process.stdin and self.process.stderr
         self._peer = Peer(
-            StreamTransport(self._process.stdout, self._process.stdin),
+            StreamTransport(self.process.stdout, self.process.stdin),
             name=f"driver {self.name!r}",
             notifications={
                 "devices_changed": self._on_devices_changed,
@@ -69,7 +69,7 @@ class DriverHost:
         )
         self._peer.on_close = self._on_connection_lost
         self._spawn(self._peer.run())
-        self._spawn(self._copy_log(self._process.stderr))
+        self._spawn(self._copy_log(self.process.stderr))
         result = await self.call(
             "initialize",
             {
@@ -175,7 +175,7 @@ class DriverHost:
             with contextlib.suppress(ShimError):
                 await self.call("shutdown", {})
             await self._peer.close()
-        process = self._process
+        process = self.process
         if process is not None and process.returncode is None:
             try:
                 await asyncio.wait_for(process.wait(), self._timeouts.shutdown_s)

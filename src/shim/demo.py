@@ -1,0 +1,147 @@
+"""`devshim demo`: the whole path on a machine with no kubelet.
+
+The fake kubelet (devshim_compat) and the simulated driver (devshim_adapters.sim,
+a real subprocess) meet devshim over real unix sockets in a temporary directory;
+each step prints what the kubelet saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from devshim_compat import FakeKubelet
+from shim.bootstrap import Shim
+from shim.settings import Settings
+
+GPU = "example.com/demo-gpu"
+NIC = "example.com/demo-nic"
+SIM_CONFIG: dict[str, Any] = {
+    "resources": [
+        {
+            "name": GPU,
+            "devices": [
+                {"id": "gpu-a", "numa_nodes": [0]},
+                {"id": "gpu-b", "numa_nodes": [0]},
+                {"id": "gpu-c", "numa_nodes": [1]},
+            ],
+            "grant_mode": "per_call",
+            "grant": {
+                "envs": {"DEMO_GPUS": "{ids}"},
+                "device_nodes": [{"container_path": "/dev/demo-{id}", "host_path": "/dev/demo-{id}"}],
+                "cdi_devices": ["example.com/demo-gpu={id}"],
+            },
+            "preferred_allocation": True,
+            "prestart": True,
+        },
+        {
+            "name": NIC,
+            "count": 2,
+            "id_prefix": "nic-",
+            "grant_mode": "declared",
+            "grant": {
+                "envs": {"DEMO_NICS": "{ids}"},
+                "mounts": [
+                    {"container_path": "/opt/demo-nic", "host_path": "/opt/demo-nic", "read_only": True}
+                ],
+            },
+        },
+    ],
+}
+
+
+def show_devices(devices: Sequence[Any]) -> str:
+    return "  ".join(
+        f"{d.id} {d.health}" + (f" (NUMA {','.join(map(str, d.numa_nodes))})" if d.numa_nodes else "")
+        for d in devices
+    )
+
+
+def show_grant(grant: Any) -> list[str]:
+    lines = [f"env {k}={v}" for k, v in grant.envs.items()]
+    lines += [f"device {host} -> {container} ({perms})" for container, host, perms in grant.device_nodes]
+    lines += [f"mount {host} -> {container}{' (ro)' if ro else ''}" for container, host, ro in grant.mounts]
+    lines += [f"CDI {name}" for name in grant.cdi_devices]
+    return lines
+
+
+class Steps:
+    def __init__(self, out: Callable[[str], None]) -> None:
+        self._out = out
+        self._n = 0
+
+    def step(self, title: str, *details: str) -> None:
+        self._n += 1
+        self._out(f"{self._n}. {title}")
+        for line in details:
+            self._out(f"     {line}")
+
+
+async def demo(out: Callable[[str], None] = print) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="devshim-demo-", dir="/tmp"))
+    plugin_dir = workdir / "device-plugins"
+    control = workdir / "sim-control"
+    control.touch()
+    config = workdir / "sim.yaml"
+    config.write_text(yaml.safe_dump({**SIM_CONFIG, "control_file": str(control)}))
+    settings = Settings.load(
+        device_plugins_dir=plugin_dir,
+        drivers=[
+            {
+                "name": "sim",
+                "command": [sys.executable, "-m", "devshim_adapters.sim", "--config", str(config)],
+            }
+        ],
+    )
+    steps = Steps(out)
+    out(f"devshim demo: fake kubelet + simulated driver in {workdir}")
+    try:
+        async with FakeKubelet(plugin_dir) as kubelet, Shim(settings):
+            for resource in (GPU, NIC):
+                record = await kubelet.wait_for_registration(resource)
+                session = await kubelet.wait_for_plugin(resource)
+                opts = session.options
+                steps.step(
+                    f"registered {resource} ({record.version}) on {record.endpoint}",
+                    f"preferred allocation: {'yes' if opts.get_preferred_allocation_available else 'no'}, "
+                    f"pre-start: {'yes' if opts.pre_start_required else 'no'}",
+                )
+            gpu, nic = kubelet.plugin(GPU), kubelet.plugin(NIC)
+            steps.step(f"ListAndWatch {GPU}", show_devices(await gpu.wait_for_list()))
+            steps.step(f"ListAndWatch {NIC}", show_devices(await nic.wait_for_list()))
+            with control.open("a") as commands:
+                commands.write(f"health {GPU} gpu-b Unhealthy\n")
+            flipped = await gpu.wait_for_list(lambda ds: any(d.id == "gpu-b" and not d.healthy for d in ds))
+            steps.step("driver flipped gpu-b to Unhealthy: a new full list arrived", show_devices(flipped))
+            chosen, grant = await gpu.admit(2)
+            steps.step(
+                f"admitted a pod needing 2 of {GPU} (preferred allocation + per-call Allocate)",
+                f"devices {', '.join(chosen)}",
+                *show_grant(grant),
+            )
+            chosen, grant = await nic.admit(2)
+            steps.step(
+                f"admitted a pod needing 2 of {NIC} (declared grants, no driver round trip)",
+                f"devices {', '.join(chosen)}",
+                *show_grant(grant),
+            )
+            start = time.perf_counter()
+            await gpu.prestart(["gpu-a"])
+            steps.step(
+                f"PreStartContainer for gpu-a answered in {(time.perf_counter() - start) * 1000:.1f} ms"
+            )
+        out("done: sockets removed, driver stopped.")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main() -> None:
+    asyncio.run(demo())

@@ -1,0 +1,103 @@
+"""The class a driver author subclasses: the driver protocol's methods as Python methods.
+
+Required: ``resources`` and ``list_devices``; ``allocate`` too unless every
+device of the driver declares its grant (devshim then never calls it). The
+other methods are optional: one the subclass leaves alone answers -32601,
+which devshim reads as "capability absent", so a Resource that declares it
+by mistake degrades instead of failing pods.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from shim.jsonrpc import ConnectionClosed, Peer
+from shim.sdk.codec import device_json, health_json, log_level_json, message_json
+from shim.sdk.errors import NotImplementedByResource
+from shim.sdk.generated.devshim.driver import v1 as types
+
+OPTIONAL_METHODS = ("preferred_allocation", "prestart", "deallocate", "post_stop")
+
+
+class Driver(abc.ABC):
+    # Reported to devshim in the initialize answer (DriverInfo); name defaults to the class name.
+    name: ClassVar[str] = ""
+    version: ClassVar[str] = "0.0.0"
+
+    # Set by serve(); a class default so a subclass __init__ need not call super().__init__().
+    _peer: Peer | None = None
+
+    # --- requests devshim sends ---------------------------------------------
+
+    @abc.abstractmethod
+    def resources(self) -> list[types.Resource]:
+        """The resources served now, with the optional methods each declares."""
+
+    @abc.abstractmethod
+    async def list_devices(self, resource: str) -> list[types.Device]:
+        """The full device list of ``resource``."""
+
+    async def allocate(self, resource: str, containers: list[list[str]]) -> list[types.Grant]:
+        """One grant per container request, in order."""
+        raise NotImplementedByResource(resource, "allocate")
+
+    async def preferred_allocation(self, resource: str, request: types.PreferenceRequest) -> list[str]:
+        """``request.size`` device IDs from ``available``, every one of ``must_include`` among them."""
+        raise NotImplementedByResource(resource, "preferred_allocation")
+
+    async def prestart(self, resource: str, device_ids: list[str]) -> None:
+        raise NotImplementedByResource(resource, "prestart")
+
+    async def deallocate(self, resource: str, device_ids: list[str]) -> None:
+        raise NotImplementedByResource(resource, "deallocate")
+
+    async def post_stop(self, resource: str, device_ids: list[str]) -> None:
+        raise NotImplementedByResource(resource, "post_stop")
+
+    async def on_initialize(self, params: types.InitializeParams) -> None:
+        """Before answering initialize: ``params.allocations`` lists the devices in use,
+        so a restarted driver can rebuild its state. Start background work here: devshim
+        accepts notifications from now on."""
+
+    async def on_shutdown(self) -> None:
+        """Once, on shutdown or when devshim goes away: stop background work, release hardware."""
+
+    def implements(self, method: str) -> bool:
+        """Whether this subclass overrides the optional ``method``."""
+        return getattr(type(self), method) is not getattr(Driver, method)
+
+    @property
+    def display_name(self) -> str:
+        return self.name or type(self).__name__
+
+    # --- notifications to devshim -------------------------------------------
+
+    async def devices_changed(self, resource: str, devices: Sequence[types.Device]) -> None:
+        """The full new device list of ``resource``."""
+        await self._notify("devices_changed", {"resource": resource, "devices": [device_json(d) for d in devices]})
+
+    async def health_changed(self, resource: str, changes: Sequence[tuple[str, types.Health]]) -> None:
+        """Only the devices whose health changed: cheaper than a full list for large inventories."""
+        await self._notify(
+            "health_changed",
+            {"resource": resource, "changes": [{"id": i, "health": health_json(h)} for i, h in changes]},
+        )
+
+    async def resources_changed(self) -> None:
+        """Sends the full current ``resources()``; devshim lists a new resource's devices next."""
+        await self._notify("resources_changed", {"resources": [message_json(r) for r in self.resources()]})
+
+    async def log(self, level: types.LogLevel | str, message: str) -> None:
+        """A line for devshim's log; ``level`` is a LogLevel or its name ("WARNING")."""
+        value = types.LogLevel[level.upper()] if isinstance(level, str) else level
+        await self._notify("log", {"level": log_level_json(value), "message": message})
+
+    async def _notify(self, method: str, params: dict[str, Any]) -> None:
+        if self._peer is None or self._peer.closed:
+            raise ConnectionClosed(f"{self.display_name}: not connected to devshim, cannot send {method}")
+        await self._peer.notify(method, params)
+
+    def _attach(self, peer: Peer | None) -> None:
+        self._peer = peer

@@ -1,0 +1,222 @@
+"""Serving a Driver: dispatch, params checks, the version check and a clean end.
+
+The Peer (shim.jsonrpc) does the framing and runs each request in its own
+task, so a slow preferred_allocation never holds up an allocate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from loguru import logger
+
+from shim.jsonrpc import ErrorCode, Peer, Transport
+from shim.jsonrpc.framing import stdio_transport
+from shim.jsonrpc.peer import Handler
+from shim.sdk.codec import decode, device_json, grant_json, message_json
+from shim.sdk.driver import OPTIONAL_METHODS, Driver
+from shim.sdk.errors import DriverError, InvalidParams, NotImplementedByResource, UnknownResource
+from shim.sdk.generated.devshim.driver import v1 as types
+
+PROTOCOL_VERSION = "1.0.0"
+_SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:[-+][0-9A-Za-z.+-]+)?$")
+
+
+def check_protocol_version(theirs: str) -> None:
+    """Majors must be equal (docs/driver-protocol.md, "Lifecycle"); minors may differ either way."""
+    match = _SEMVER.match(theirs)
+    if match is None:
+        raise InvalidParams("initialize", f"protocol_version {theirs!r} is not a semver version")
+    if match.group(1) != PROTOCOL_VERSION.split(".")[0]:
+        raise DriverError(
+            ErrorCode.INVALID_REQUEST,
+            f"devshim speaks driver protocol {theirs}, this driver {PROTOCOL_VERSION}: the majors must be equal",
+        )
+
+
+class _Dispatcher:
+    """One handler per method: params in, the driver called, its answer checked and encoded."""
+
+    def __init__(self, driver: Driver) -> None:
+        self._driver = driver
+        self.shut_down = asyncio.Event()
+        self._finished = False
+
+    def handlers(self) -> dict[str, Handler]:
+        devices_methods: dict[str, Callable[[str, list[str]], Awaitable[None]]] = {
+            "prestart": self._driver.prestart,
+            "deallocate": self._driver.deallocate,
+            "post_stop": self._driver.post_stop,
+        }
+        return {
+            "initialize": self._initialize,
+            "list_devices": self._list_devices,
+            "allocate": self._allocate,
+            "preferred_allocation": self._preferred_allocation,
+            **{name: self._devices_method(name, call) for name, call in devices_methods.items()},
+            "shutdown": self._shutdown,
+        }
+
+    def _resource(self, name: str, optional_method: str | None = None) -> None:
+        """Unknown resource: -32003; an optional method it does not declare: -32601."""
+        resource = next((r for r in self._driver.resources() if r.name == name), None)
+        if resource is None:
+            raise UnknownResource(name)
+        if optional_method is not None and not getattr(resource, optional_method):
+            raise NotImplementedByResource(name, optional_method)
+
+    async def _initialize(self, params: Any) -> dict[str, Any]:
+        request = decode(types.InitializeParams, "initialize", params)
+        check_protocol_version(request.protocol_version)
+        await self._driver.on_initialize(request)
+        resources = self._driver.resources()
+        for resource in resources:
+            for method in OPTIONAL_METHODS:
+                if getattr(resource, method) and not self._driver.implements(method):
+                    logger.warning("{} declares {} but the driver does not implement it", resource.name, method)
+        info = types.DriverInfo(name=self._driver.display_name, version=self._driver.version)
+        return message_json(
+            types.InitializeResult(protocol_version=PROTOCOL_VERSION, driver=info, resources=resources)
+        )
+
+    async def _list_devices(self, params: Any) -> dict[str, Any]:
+        request = decode(types.ListDevicesParams, "list_devices", params)
+        self._resource(request.resource)
+        devices = await self._driver.list_devices(request.resource)
+        return {"devices": [device_json(d) for d in devices]}
+
+    async def _allocate(self, params: Any) -> dict[str, Any]:
+        request = decode(types.AllocateParams, "allocate", params)
+        self._resource(request.resource)
+        containers = [list(c.device_ids) for c in request.containers]
+        grants = await self._driver.allocate(request.resource, containers)
+        if len(grants) != len(containers):
+            # devshim pairs grants with containers by position; a short list would misassign them.
+            raise DriverError(
+                ErrorCode.INTERNAL_ERROR,
+                f"allocate returned {len(grants)} grants for {len(containers)} container requests",
+            )
+        return {"containers": [grant_json(g) for g in grants]}
+
+    async def _preferred_allocation(self, params: Any) -> dict[str, Any]:
+        request = decode(types.PreferredAllocationParams, "preferred_allocation", params)
+        self._resource(request.resource, "preferred_allocation")
+        chosen = [await self._driver.preferred_allocation(request.resource, c) for c in request.containers]
+        return {"containers": [{"device_ids": list(ids)} if ids else {} for ids in chosen]}
+
+    def _devices_method(self, method: str, call: Callable[[str, list[str]], Awaitable[None]]) -> Handler:
+        async def handle(params: Any) -> dict[str, Any]:
+            request = decode(types.DevicesParams, method, params)
+            self._resource(request.resource, method)
+            await call(request.resource, list(request.device_ids))
+            return {}
+
+        return handle
+
+    async def _shutdown(self, params: Any) -> dict[str, Any]:
+        decode(types.ShutdownParams, "shutdown", params)
+        await self.finish()
+        self.shut_down.set()
+        return {}
+
+    async def finish(self) -> None:
+        """The driver's on_shutdown, once, whether devshim said shutdown or just went away."""
+        if not self._finished:
+            self._finished = True
+            await self._driver.on_shutdown()
+
+
+class _InFlight:
+    """Counts requests being handled, so serving ends only once each is answered."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def track(self, handler: Handler) -> Handler:
+        async def tracked(params: Any) -> Any:
+            self._count += 1
+            self.idle.clear()
+            try:
+                return await handler(params)
+            finally:
+                self._count -= 1
+                if self._count == 0:
+                    self.idle.set()
+
+        return tracked
+
+
+class _HoldEnd:
+    """Passes messages through, but keeps the end of the stream from the Peer.
+
+    The Peer cancels the requests it is handling as soon as it reads the end, and
+    devshim sends shutdown and closes stdin at once (docs/driver-protocol.md,
+    "Lifecycle"); a driver must still answer. serve() sees ``ended`` instead and
+    stops the Peer once every request read before the end is answered.
+    """
+
+    def __init__(self, inner: Transport) -> None:
+        self._inner = inner
+        self.ended = asyncio.Event()
+
+    async def read_message(self) -> bytes | None:
+        message = await self._inner.read_message()
+        if message is None:
+            self.ended.set()
+            await asyncio.get_running_loop().create_future()  # until serve() cancels the Peer
+        return message
+
+    async def write_message(self, data: bytes) -> None:
+        await self._inner.write_message(data)
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+async def serve(driver: Driver, transport: Transport) -> None:
+    """Answer devshim over ``transport`` until it says shutdown or the stream ends."""
+    dispatcher = _Dispatcher(driver)
+    in_flight = _InFlight()
+    stream = _HoldEnd(transport)
+    handlers = {method: in_flight.track(handler) for method, handler in dispatcher.handlers().items()}
+    # Not strict: a driver answers garbage with an error object rather than hanging up.
+    peer = Peer(stream, name=driver.display_name, requests=handlers, strict=False)
+    driver._attach(peer)
+    reading = asyncio.create_task(peer.run())
+    stops = [asyncio.create_task(stream.ended.wait()), asyncio.create_task(dispatcher.shut_down.wait())]
+    try:
+        await asyncio.wait([reading, *stops], return_when=asyncio.FIRST_COMPLETED)
+        # A request read just before the end has started by now: its task was scheduled
+        # before the end was signalled, and the loop runs callbacks in order.
+        await in_flight.idle.wait()
+    finally:
+        for task in (*stops, reading):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading
+        try:
+            await dispatcher.finish()
+        finally:
+            driver._attach(None)
+            await peer.close()
+
+
+def run(driver: Driver, *, log_level: str = "INFO") -> None:
+    """Serve ``driver`` over this process's stdin/stdout; log to stderr, which devshim copies."""
+    logger.remove()
+    logger.add(sys.stderr, level=log_level, format="{level}: {message}")
+    asyncio.run(_serve_stdio(driver))
+
+
+async def _serve_stdio(driver: Driver) -> None:
+    transport = await stdio_transport()
+    # stdout is the protocol now: a stray print() in driver code must not corrupt it.
+    sys.stdout = sys.stderr
+    await serve(driver, transport)
