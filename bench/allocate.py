@@ -1,13 +1,15 @@
 """Allocate latency through devshim beside a bare grpc.aio echo, in one run.
 
-Both servers run in their own processes on unix sockets in one temp dir; one
-client measures them in alternating rounds so machine noise hits both alike.
-Rows:
-  echo (raw client)      the floor: a grpc.aio server returning fixed bytes
-  devshim (raw client)   the same client, calling devshim's real Allocate
-  devshim (fake kubelet) the fake kubelet's admission call (its own translation included)
+devshim and the echo run in their own processes on unix sockets in one temp
+dir; every row is measured in alternating rounds so machine noise hits all
+alike. Rows:
+  echo (raw client)           the floor: a grpc.aio server returning fixed bytes
+  static (raw client)         the same client against devshim's static source
+  static (fake kubelet)       the fake kubelet's Allocate call (its own translation included)
+  sim declared (fake kubelet) a sim driver resource with declared grants: no driver round trip
+  sim per-call (fake kubelet) a sim driver resource answering allocate over the JSON-RPC pipe
 
-Usage: python bench/allocate.py [--calls N] [--rounds R]
+Usage: python -m bench.allocate [--calls N] [--rounds R]
 """
 
 from __future__ import annotations
@@ -19,85 +21,124 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
+import yaml
 
 from bench.common import percentile, start_devshim, stop, summary_ms
 from shim.generated.v1beta1 import api_pb2 as pb
 from tests.compat.kubelet import FakeKubelet, PluginSession
 
-RESOURCE = "example.com/bench"
+STATIC = "example.com/bench"
+DECLARED = "example.com/sim-declared"
+PER_CALL = "example.com/sim-call"
+GRANT = {
+    "envs": {"BENCH": "{ids}"},
+    "device_nodes": [{"container_path": "/dev/b{id}", "host_path": "/dev/b{id}"}],
+}
 
 
-async def timed_raw(channel: grpc.aio.Channel, request: bytes, calls: int) -> list[float]:
-    call = channel.unary_unary("/v1beta1.DevicePlugin/Allocate", None, None)
+def devshim_config(workdir: Path) -> Path:
+    sim = workdir / "sim.yaml"
+    sim.write_text(
+        yaml.safe_dump(
+            {
+                "resources": [
+                    {
+                        "name": DECLARED,
+                        "count": 8,
+                        "id_prefix": "dev",
+                        "grant_mode": "declared",
+                        "grant": GRANT,
+                    },
+                    {
+                        "name": PER_CALL,
+                        "count": 8,
+                        "id_prefix": "dev",
+                        "grant_mode": "per_call",
+                        "grant": GRANT,
+                    },
+                ]
+            }
+        )
+    )
+    config = workdir / "devshim.yaml"
+    command = [sys.executable, "-m", "devshim_adapters.sim", "--config", str(sim)]
+    config.write_text(yaml.safe_dump({"drivers": [{"name": "sim", "command": command}]}))
+    return config
+
+
+Call = Callable[[], Awaitable[object]]
+
+
+async def timed(call: Call, calls: int) -> list[float]:
     samples = []
     for _ in range(calls):
         start = time.perf_counter()
-        await call(request, timeout=10)
+        await call()
         samples.append(time.perf_counter() - start)
     return samples
 
 
-async def timed_kubelet(session: PluginSession, calls: int) -> list[float]:
-    samples = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        await session.allocate(["dev1"])
-        samples.append(time.perf_counter() - start)
-    return samples
+def kubelet_call(session: PluginSession) -> Call:
+    return lambda: session.allocate(["dev1"])
 
 
 async def main(calls: int, rounds: int) -> None:
-    plugin_dir = Path(tempfile.mkdtemp(prefix="ds-bench-", dir="/tmp"))
+    workdir = Path(tempfile.mkdtemp(prefix="ds-bench-", dir="/tmp"))
+    plugin_dir = workdir / "dp"
     request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=["dev1"])])
-    echo_path = plugin_dir / "echo.sock"
+    payload = request.SerializeToString()
     kubelet = FakeKubelet(plugin_dir)
     await kubelet.start()
-    devshim = await start_devshim(plugin_dir, f"{RESOURCE}=8")
+    devshim = await start_devshim(plugin_dir, f"{STATIC}=8", config=devshim_config(workdir))
+    echo = None
     try:
-        session = await kubelet.wait_for_plugin(RESOURCE, timeout=30)
-        await session.wait_for_list()
+        sessions = {r: await kubelet.wait_for_plugin(r, timeout=60) for r in (STATIC, DECLARED, PER_CALL)}
+        for session in sessions.values():
+            await session.wait_for_list()
+        raw_devshim = grpc.aio.insecure_channel(f"unix:{plugin_dir / sessions[STATIC].endpoint}")
+        raw_allocate = raw_devshim.unary_unary("/v1beta1.DevicePlugin/Allocate", None, None)
+        reply = await raw_allocate(payload)
         # The echo answers with devshim's own reply bytes, so both move the same payload.
-        raw_devshim = grpc.aio.insecure_channel(f"unix:{plugin_dir / session.endpoint}")
-        reply = await raw_devshim.unary_unary("/v1beta1.DevicePlugin/Allocate", None, None)(
-            request.SerializeToString()
-        )
+        echo_path = workdir / "echo.sock"
         echo = await asyncio.create_subprocess_exec(
             sys.executable, str(Path(__file__).with_name("echo_server.py")), str(echo_path), reply.hex()
         )
         raw_echo = grpc.aio.insecure_channel(f"unix:{echo_path}")
         await asyncio.wait_for(raw_echo.channel_ready(), 10)
-        payload = request.SerializeToString()
-        results: dict[str, list[float]] = {
-            "echo (raw client)": [],
-            "devshim (raw client)": [],
-            "devshim (fake kubelet)": [],
+        echo_allocate = raw_echo.unary_unary("/v1beta1.DevicePlugin/Allocate", None, None)
+        rows: dict[str, Call] = {
+            "echo (raw client)": lambda: echo_allocate(payload, timeout=10),
+            "static (raw client)": lambda: raw_allocate(payload, timeout=10),
+            "static (fake kubelet)": kubelet_call(sessions[STATIC]),
+            "sim declared (fake kubelet)": kubelet_call(sessions[DECLARED]),
+            "sim per-call (fake kubelet)": kubelet_call(sessions[PER_CALL]),
         }
-        for warm in (raw_echo, raw_devshim):
-            await timed_raw(warm, payload, 200)
-        await timed_kubelet(session, 200)
+        results: dict[str, list[float]] = {name: [] for name in rows}
+        for call in rows.values():
+            await timed(call, 200)
         for _ in range(rounds):
-            results["echo (raw client)"] += await timed_raw(raw_echo, payload, calls // rounds)
-            results["devshim (raw client)"] += await timed_raw(raw_devshim, payload, calls // rounds)
-            results["devshim (fake kubelet)"] += await timed_kubelet(session, calls // rounds)
+            for name, call in rows.items():
+                results[name] += await timed(call, calls // rounds)
         await raw_echo.close(None)
         await raw_devshim.close(None)
-        echo.terminate()
-        await echo.wait()
     finally:
+        if echo is not None:
+            await stop(echo)
         await stop(devshim)
         await kubelet.stop()
-        shutil.rmtree(plugin_dir, ignore_errors=True)
+        shutil.rmtree(workdir, ignore_errors=True)
     print(f"Allocate of 1 device, {calls} calls per row in {rounds} alternating rounds, unix sockets")
     for name, samples in results.items():
-        print(f"  {name:24s} {summary_ms(samples)}")
+        print(f"  {name:28s} {summary_ms(samples)}")
     floor = results["echo (raw client)"]
-    for name in ("devshim (raw client)", "devshim (fake kubelet)"):
+    for name in list(rows)[1:]:
         p50 = statistics.median(results[name]) / statistics.median(floor)
         p99 = percentile(results[name], 99) / percentile(floor, 99)
-        print(f"  {name} / echo: p50 {p50:.2f}x, p99 {p99:.2f}x")
+        print(f"  {name:28s} / echo: p50 {p50:.2f}x, p99 {p99:.2f}x")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,9 @@ def summary_ms(samples: Sequence[float]) -> str:
     )
 
 
-async def start_devshim(plugin_dir: Path, *resources: str) -> asyncio.subprocess.Process:
+async def start_devshim(
+    plugin_dir: Path, *resources: str, config: Path | None = None
+) -> asyncio.subprocess.Process:
     args = [
         sys.executable,
         "-m",
@@ -36,6 +38,8 @@ async def start_devshim(plugin_dir: Path, *resources: str) -> asyncio.subprocess
     ]
     for resource in resources:
         args += ["-r", resource]
+    if config is not None:
+        args += ["--config", str(config)]
     return await asyncio.create_subprocess_exec(*args)
 
 
