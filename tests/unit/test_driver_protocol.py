@@ -1,0 +1,126 @@
+"""The driver protocol's JSON <-> model translation, and driver errors -> what the kubelet sees."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import pytest
+
+from shim.driverhost import protocol
+from shim.errors import grpc_status
+from shim.jsonrpc import ConnectionClosed, ErrorCode, RemoteError
+from shim.model import ContainerGrant, Device, DeviceNode, Health, Mount
+
+
+def test_a_device_with_a_declared_grant_translates_fully() -> None:
+    """Every field of Device and Grant reaches the model; permissions default to rw."""
+    device, grant = protocol.device_from_json(
+        {
+            "id": "a",
+            "health": "UNHEALTHY",
+            "numa_nodes": [1],
+            "grant": {
+                "envs": {"A": "1"},
+                "mounts": [{"container_path": "/c", "host_path": "/h", "read_only": True}],
+                "device_nodes": [{"container_path": "/dev/c", "host_path": "/dev/h"}],
+                "annotations": {"k": "v"},
+                "cdi_devices": ["x.com/y=a"],
+            },
+        }
+    )
+    assert device == Device("a", Health.UNHEALTHY, (1,))
+    assert grant == ContainerGrant(
+        envs={"A": "1"},
+        mounts=(Mount("/c", "/h", True),),
+        device_nodes=(DeviceNode("/dev/c", "/dev/h", "rw"),),
+        annotations={"k": "v"},
+        cdi_devices=("x.com/y=a",),
+    )
+
+
+def test_lower_camel_case_names_are_accepted_as_the_proto3_json_mapping_requires() -> None:
+    """numaNodes, readOnly and friends mean the same as their snake_case names."""
+    device, grant = protocol.device_from_json(
+        {
+            "id": "b",
+            "health": 1,
+            "numaNodes": [0],
+            "grant": {"deviceNodes": [{"containerPath": "/d", "hostPath": "/e"}]},
+        }
+    )
+    assert device == Device("b", Health.HEALTHY, (0,))
+    assert grant is not None and grant.device_nodes == (DeviceNode("/d", "/e", "rw"),)
+
+
+@pytest.mark.parametrize(
+    ("payload", "fragment"),
+    [
+        pytest.param({"devices": [{"health": "HEALTHY"}]}, "non-empty string id", id="no-id"),
+        pytest.param({"devices": [{"id": "a", "health": "OK"}]}, "HEALTHY or UNHEALTHY", id="bad-health"),
+        pytest.param(
+            {"devices": [{"id": "a", "health": 1, "numa_nodes": [-1]}]}, "numa_nodes", id="neg-numa"
+        ),
+        pytest.param({"devices": [{"id": "a", "health": 1}, {"id": "a", "health": 1}]}, "twice", id="dup"),
+        pytest.param({"devices": "all"}, "must be a list", id="not-a-list"),
+        pytest.param(
+            {"devices": [{"id": "a", "health": 1, "grant": {"envs": {"A": 1}}}]}, "envs", id="env-int"
+        ),
+    ],
+)
+def test_a_malformed_device_list_is_refused_naming_the_problem(payload: Any, fragment: str) -> None:
+    """Garbage from a driver never becomes a device; the error says what was wrong."""
+    with pytest.raises(protocol.DriverProtocolError, match=fragment):
+        protocol.devices_from_json(payload)
+
+
+@pytest.mark.parametrize(
+    ("version", "ok"), [("1.0.0", True), ("1.7.2", True), ("2.0.0", False), ("0.9", False), (None, False)]
+)
+def test_protocol_versions_must_share_the_major(version: Any, ok: bool) -> None:
+    """semver: a driver of another major is refused with both versions named."""
+    if ok:
+        protocol.check_protocol_version(version)
+    else:
+        with pytest.raises(protocol.DriverProtocolError, match="majors must match"):
+            protocol.check_protocol_version(version)
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (RemoteError(ErrorCode.UNKNOWN_DEVICE, "x"), grpc.StatusCode.INVALID_ARGUMENT),
+        (RemoteError(ErrorCode.DEVICE_UNHEALTHY, "x"), grpc.StatusCode.INVALID_ARGUMENT),
+        (RemoteError(ErrorCode.INVALID_PARAMS, "x"), grpc.StatusCode.INVALID_ARGUMENT),
+        (RemoteError(ErrorCode.UNKNOWN_RESOURCE, "x"), grpc.StatusCode.INVALID_ARGUMENT),
+        (RemoteError(ErrorCode.UNAVAILABLE, "x"), grpc.StatusCode.UNAVAILABLE),
+        (RemoteError(ErrorCode.INTERNAL_ERROR, "x"), grpc.StatusCode.INTERNAL),
+        (RemoteError(-1, "vendor specific"), grpc.StatusCode.INTERNAL),
+        (TimeoutError(), grpc.StatusCode.DEADLINE_EXCEEDED),
+        (ConnectionClosed("gone"), grpc.StatusCode.UNAVAILABLE),
+    ],
+    ids=[
+        "unknown-device",
+        "unhealthy",
+        "params",
+        "resource",
+        "busy",
+        "internal",
+        "other",
+        "timeout",
+        "exited",
+    ],
+)
+def test_driver_errors_map_to_the_documented_grpc_status(
+    error: BaseException, status: grpc.StatusCode
+) -> None:
+    """The table in docs/driver-protocol.md "Errors", and the message names driver and method."""
+    code, message = grpc_status(protocol.error_for("sim", "allocate", error))
+    assert code is status
+    assert message.startswith("driver 'sim': allocate")
+
+
+def test_allocate_must_answer_one_grant_per_container() -> None:
+    """A short answer is a protocol error, never a silently misaligned grant."""
+    with pytest.raises(protocol.DriverProtocolError, match="1 grants for 2 containers"):
+        protocol.grants_from_json({"containers": [{}]}, 2)
