@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import shlex
 import signal
 import socket
 import subprocess
@@ -53,6 +55,38 @@ async def test_a_signal_stops_devshim_cleanly_removing_only_its_sockets(plugin_d
             assert names == ["kubelet.sock", "vendor-other.sock"]
 
 
+def children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found |= {int(child) for child in (task / "children").read_text().split()}
+    return found
+
+
+async def test_sigterm_stops_the_drivers_too(plugin_dir: Path) -> None:
+    """A driver given with --driver serves its resource; on SIGTERM devshim stops it before
+    exiting, so no driver process outlives devshim."""
+    sim = json.dumps({"resources": [{"name": "example.com/cli", "count": 2}]})
+    command = f"{shlex.quote(sys.executable)} -m devshim_adapters.sim --config-json {shlex.quote(sim)}"
+    async with FakeKubelet(plugin_dir) as kubelet:
+        proc = await start_devshim(
+            "run", "--device-plugins-dir", str(plugin_dir), "--driver", f"sim={command}"
+        )
+        try:
+            session = await kubelet.wait_for_plugin("example.com/cli", timeout=30)
+            assert [d.id for d in await session.wait_for_list()] == ["cli-0", "cli-1"]
+            drivers = children(proc.pid)
+            assert drivers, "the driver should be a child process of devshim"
+            proc.send_signal(signal.SIGTERM)
+            _, stderr = await asyncio.wait_for(proc.communicate(), 15)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert proc.returncode == 0, stderr.decode()
+    for pid in drivers:
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+
 def run_devshim(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*DEVSHIM, *args], capture_output=True, text=True, timeout=60)
 
@@ -62,8 +96,10 @@ def run_devshim(*args: str) -> subprocess.CompletedProcess[str]:
     [
         pytest.param(["-r", "foo=2"], "not an extended resource name", id="bad-name"),
         pytest.param(["-r", "example.com/foo"], "expected NAME=COUNT", id="bad-spec"),
-        pytest.param([], "no resources configured", id="nothing"),
+        pytest.param([], "nothing to serve", id="nothing"),
         pytest.param(["-c", "/nonexistent/devshim.yaml"], "cannot read config file", id="no-file"),
+        pytest.param(["--driver", "sim"], "expected NAME=COMMAND", id="bad-driver-spec"),
+        pytest.param(["--driver", "Sim=x"], "drivers.0.name", id="bad-driver-name"),
     ],
 )
 def test_bad_settings_exit_2_with_a_clear_message(plugin_dir: Path, args: list[str], message: str) -> None:
@@ -89,3 +125,14 @@ def test_help_describes_run_and_its_options() -> None:
     assert result.returncode == 0
     for option in ("--config", "--device-plugins-dir", "--resource", "--log-level"):
         assert option in result.stdout
+
+
+def test_a_driver_that_cannot_start_is_a_clear_error(plugin_dir: Path) -> None:
+    """A missing driver program stops devshim at start with the driver and program named, and
+    leaves no socket behind."""
+    result = run_devshim(
+        "run", "--device-plugins-dir", str(plugin_dir), "--driver", "gone=/nonexistent/driver"
+    )
+    assert result.returncode == 1
+    assert "driver 'gone': cannot start '/nonexistent/driver'" in result.stderr
+    assert list(plugin_dir.iterdir()) == []

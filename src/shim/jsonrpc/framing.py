@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from typing import Protocol
 
 from shim.jsonrpc.errors import ProtocolError
 
 # The agreed maximum size of one message, newline excluded (docs/driver-protocol.md).
-# A 50,000-device list with declared grants is a few MiB; asyncio's default is 64 KiB.
+# A 50,000-device list with declared grants is about 10 MiB; asyncio's default is 64 KiB.
 MAX_LINE_BYTES = 32 * 1024 * 1024
 
 
@@ -59,12 +60,16 @@ class StreamTransport:
 
 
 async def stdio_transport() -> StreamTransport:
-    """This process's stdin/stdout as a transport (a driver's side of the pipe)."""
-    import sys
+    """This process's stdin/stdout as a transport (a driver's side of the pipe).
 
+    The writer gets a StreamReaderProtocol, not FlowControlMixin: only the former
+    has the close waiter that StreamWriter.wait_closed needs (CPython 3.11), so
+    close() returns once the last answer (shutdown's) is written.
+    """
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
-    transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, sys.stdout.buffer)
-    writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-    return StreamTransport(reader, writer)
+    transport, protocol = await loop.connect_write_pipe(
+        lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), sys.stdout.buffer
+    )
+    return StreamTransport(reader, asyncio.StreamWriter(transport, protocol, reader, loop))

@@ -85,6 +85,9 @@ class Peer:
             while (line := await self._transport.read_message()) is not None:
                 if line.strip():
                     await self._receive(line)
+            # The other side closed its half (devshim sends shutdown, then closes stdin):
+            # what it asked before that still gets answered.
+            await self.wait_idle()
         except ProtocolError as exc:
             reason = exc
             logger.error("{}: protocol error: {}", self.name, exc)
@@ -93,6 +96,12 @@ class Peer:
             raise
         finally:
             self._close(reason)
+
+    async def wait_idle(self) -> None:
+        """Until every request received so far has been answered."""
+        others = [t for t in self._handling if t is not asyncio.current_task()]
+        if others:
+            await asyncio.gather(*others, return_exceptions=True)
 
     def _close(self, reason: BaseException) -> None:
         if self._closed is not None:

@@ -33,7 +33,9 @@ class Driver(abc.ABC):
 
     @abc.abstractmethod
     def resources(self) -> list[types.Resource]:
-        """The resources served now, with the optional methods each declares."""
+        """The resources served now, with the optional methods each declares.
+
+        Called for every request (to check its resource), so keep it cheap."""
 
     @abc.abstractmethod
     async def list_devices(self, resource: str) -> list[types.Device]:
@@ -56,12 +58,13 @@ class Driver(abc.ABC):
     async def post_stop(self, resource: str, device_ids: list[str]) -> None:
         raise NotImplementedByResource(resource, "post_stop")
 
-    async def on_initialize(self, params: types.InitializeParams) -> None:
+    # The two hooks do nothing unless overridden: optional, so not abstract.
+    async def on_initialize(self, params: types.InitializeParams) -> None:  # noqa: B027
         """Before answering initialize: ``params.allocations`` lists the devices in use,
         so a restarted driver can rebuild its state. Start background work here: devshim
         accepts notifications from now on."""
 
-    async def on_shutdown(self) -> None:
+    async def on_shutdown(self) -> None:  # noqa: B027
         """Once, on shutdown or when devshim goes away: stop background work, release hardware."""
 
     def implements(self, method: str) -> bool:
@@ -76,7 +79,9 @@ class Driver(abc.ABC):
 
     async def devices_changed(self, resource: str, devices: Sequence[types.Device]) -> None:
         """The full new device list of ``resource``."""
-        await self._notify("devices_changed", {"resource": resource, "devices": [device_json(d) for d in devices]})
+        await self._notify(
+            "devices_changed", {"resource": resource, "devices": [device_json(d) for d in devices]}
+        )
 
     async def health_changed(self, resource: str, changes: Sequence[tuple[str, types.Health]]) -> None:
         """Only the devices whose health changed: cheaper than a full list for large inventories."""
@@ -91,8 +96,11 @@ class Driver(abc.ABC):
 
     async def log(self, level: types.LogLevel | str, message: str) -> None:
         """A line for devshim's log; ``level`` is a LogLevel or its name ("WARNING")."""
-        value = types.LogLevel[level.upper()] if isinstance(level, str) else level
-        await self._notify("log", {"level": log_level_json(value), "message": message})
+        if isinstance(level, str):
+            if level.upper() not in types.LogLevel.__members__:
+                raise ValueError(f"unknown log level {level!r}")
+            level = types.LogLevel[level.upper()]
+        await self._notify("log", {"level": log_level_json(level), "message": message})
 
     async def _notify(self, method: str, params: dict[str, Any]) -> None:
         if self._peer is None or self._peer.closed:

@@ -7,16 +7,13 @@ task, so a slow preferred_allocation never holds up an allocate.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from loguru import logger
 
 from shim.jsonrpc import ErrorCode, Peer, Transport
-from shim.jsonrpc.framing import stdio_transport
 from shim.jsonrpc.peer import Handler
 from shim.sdk.codec import decode, device_json, grant_json, message_json
 from shim.sdk.driver import OPTIONAL_METHODS, Driver
@@ -35,7 +32,7 @@ def check_protocol_version(theirs: str) -> None:
     if match.group(1) != PROTOCOL_VERSION.split(".")[0]:
         raise DriverError(
             ErrorCode.INVALID_REQUEST,
-            f"devshim speaks driver protocol {theirs}, this driver {PROTOCOL_VERSION}: the majors must be equal",
+            f"devshim speaks driver protocol {theirs}, this driver {PROTOCOL_VERSION}: majors must be equal",
         )
 
 
@@ -78,7 +75,9 @@ class _Dispatcher:
         for resource in resources:
             for method in OPTIONAL_METHODS:
                 if getattr(resource, method) and not self._driver.implements(method):
-                    logger.warning("{} declares {} but the driver does not implement it", resource.name, method)
+                    logger.warning(
+                        "{} declares {} but the driver does not implement it", resource.name, method
+                    )
         info = types.DriverInfo(name=self._driver.display_name, version=self._driver.version)
         return message_json(
             types.InitializeResult(protocol_version=PROTOCOL_VERSION, driver=info, resources=resources)
@@ -131,92 +130,25 @@ class _Dispatcher:
             await self._driver.on_shutdown()
 
 
-class _InFlight:
-    """Counts requests being handled, so serving ends only once each is answered."""
-
-    def __init__(self) -> None:
-        self._count = 0
-        self.idle = asyncio.Event()
-        self.idle.set()
-
-    def track(self, handler: Handler) -> Handler:
-        async def tracked(params: Any) -> Any:
-            self._count += 1
-            self.idle.clear()
-            try:
-                return await handler(params)
-            finally:
-                self._count -= 1
-                if self._count == 0:
-                    self.idle.set()
-
-        return tracked
-
-
-class _HoldEnd:
-    """Passes messages through, but keeps the end of the stream from the Peer.
-
-    The Peer cancels the requests it is handling as soon as it reads the end, and
-    devshim sends shutdown and closes stdin at once (docs/driver-protocol.md,
-    "Lifecycle"); a driver must still answer. serve() sees ``ended`` instead and
-    stops the Peer once every request read before the end is answered.
-    """
-
-    def __init__(self, inner: Transport) -> None:
-        self._inner = inner
-        self.ended = asyncio.Event()
-
-    async def read_message(self) -> bytes | None:
-        message = await self._inner.read_message()
-        if message is None:
-            self.ended.set()
-            await asyncio.get_running_loop().create_future()  # until serve() cancels the Peer
-        return message
-
-    async def write_message(self, data: bytes) -> None:
-        await self._inner.write_message(data)
-
-    async def close(self) -> None:
-        await self._inner.close()
-
-
 async def serve(driver: Driver, transport: Transport) -> None:
     """Answer devshim over ``transport`` until it says shutdown or the stream ends."""
     dispatcher = _Dispatcher(driver)
-    in_flight = _InFlight()
-    stream = _HoldEnd(transport)
-    handlers = {method: in_flight.track(handler) for method, handler in dispatcher.handlers().items()}
     # Not strict: a driver answers garbage with an error object rather than hanging up.
-    peer = Peer(stream, name=driver.display_name, requests=handlers, strict=False)
+    peer = Peer(transport, name=driver.display_name, requests=dispatcher.handlers(), strict=False)
     driver._attach(peer)
     reading = asyncio.create_task(peer.run())
-    stops = [asyncio.create_task(stream.ended.wait()), asyncio.create_task(dispatcher.shut_down.wait())]
+    shut_down = asyncio.create_task(dispatcher.shut_down.wait())
     try:
-        await asyncio.wait([reading, *stops], return_when=asyncio.FIRST_COMPLETED)
-        # A request read just before the end has started by now: its task was scheduled
-        # before the end was signalled, and the loop runs callbacks in order.
-        await in_flight.idle.wait()
+        await asyncio.wait([reading, shut_down], return_when=asyncio.FIRST_COMPLETED)
+        # Every request read so far, shutdown's own included, is answered before we go.
+        await peer.wait_idle()
     finally:
-        for task in (*stops, reading):
-            task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reading
+        shut_down.cancel()
+        reading.cancel()
+        # wait() rather than await: the Peer's own failure is logged by it, not raised here.
+        await asyncio.wait([reading])
         try:
             await dispatcher.finish()
         finally:
             driver._attach(None)
             await peer.close()
-
-
-def run(driver: Driver, *, log_level: str = "INFO") -> None:
-    """Serve ``driver`` over this process's stdin/stdout; log to stderr, which devshim copies."""
-    logger.remove()
-    logger.add(sys.stderr, level=log_level, format="{level}: {message}")
-    asyncio.run(_serve_stdio(driver))
-
-
-async def _serve_stdio(driver: Driver) -> None:
-    transport = await stdio_transport()
-    # stdout is the protocol now: a stray print() in driver code must not corrupt it.
-    sys.stdout = sys.stderr
-    await serve(driver, transport)

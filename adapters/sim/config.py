@@ -1,0 +1,125 @@
+"""The simulator's configuration: a YAML or JSON file, or an inline JSON string.
+
+Grants reuse devshim's own template settings (``{ids}`` joins the IDs, ``{id}``
+repeats a device node or CDI name per device), so the simulator and the static
+source expand a template the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from shim.settings import GrantSettings, check_extended_resource_name
+
+DeviceId = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[^\s,]+$")]
+Delay = Annotated[float, Field(ge=0, le=600)]
+
+
+class ConfigError(Exception):
+    """A configuration the simulator cannot use; the message names the field."""
+
+
+class _Strict(BaseModel):
+    # A misspelt key is an error, not a silently ignored option.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DeviceConfig(_Strict):
+    id: DeviceId
+    numa_nodes: list[Annotated[int, Field(ge=0)]] = []
+    healthy: bool = True
+
+
+class Delays(_Strict):
+    """Seconds to wait before answering, to exercise devshim's concurrency and timeouts."""
+
+    allocate_s: Delay = 0.0
+    preferred_allocation_s: Delay = 0.0
+    prestart_s: Delay = 0.0
+
+
+class ResourceConfig(_Strict):
+    """Either ``count`` devices named ``<id_prefix><n>``, or an explicit ``devices`` list."""
+
+    name: str
+    count: Annotated[int, Field(ge=0, le=100_000)] | None = None
+    devices: list[DeviceConfig] | None = None
+    id_prefix: Annotated[str, Field(min_length=1, max_length=40, pattern=r"^[^\s,]+$")] | None = None
+    # declared: every device carries its grant in the list; per_call: allocate answers.
+    grant_mode: Literal["declared", "per_call"] = "per_call"
+    grant: GrantSettings = GrantSettings()
+    preferred_allocation: bool = False
+    prestart: bool = False
+    deallocate: bool = False
+    post_stop: bool = False
+    delays: Delays = Delays()
+
+    @field_validator("name")
+    @classmethod
+    def _extended_name(cls, value: str) -> str:
+        return check_extended_resource_name(value)
+
+    @model_validator(mode="after")
+    def _one_way_to_name_devices(self) -> Self:
+        if (self.count is None) == (self.devices is None):
+            raise ValueError("give exactly one of 'count' or 'devices'")
+        ids = [d.id for d in self.devices or ()]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"device ID(s) listed twice: {', '.join(dupes)}")
+        return self
+
+    @property
+    def prefix(self) -> str:
+        """``id_prefix``, by default the resource's short name and a dash (example.com/gpu: "gpu-")."""
+        return self.id_prefix or self.name.partition("/")[2] + "-"
+
+    def initial_devices(self) -> list[DeviceConfig]:
+        if self.devices is not None:
+            return self.devices
+        return [DeviceConfig(id=f"{self.prefix}{n}") for n in range(self.count or 0)]
+
+
+class SimConfig(_Strict):
+    resources: list[ResourceConfig] = []
+    # Appended lines are commands (adapters/sim/control.py); None: no run-time changes.
+    control_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Self:
+        names = [r.name for r in self.resources]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"resource(s) configured twice: {', '.join(dupes)}")
+        return self
+
+
+def load_config(path: Path | None = None, inline_json: str | None = None) -> SimConfig:
+    """The configuration from a file (YAML, or JSON, which YAML reads too) or an inline JSON string."""
+    source = str(path) if path is not None else "--config-json"
+    try:
+        if path is not None:
+            data: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
+        else:
+            data = json.loads(inline_json or "{}")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {source}: {exc.strerror}") from None
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{source} does not parse: {exc}") from None
+    if data is None:  # an empty file: no resources yet (they can be added at run time)
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source} must hold a mapping at the top, not {type(data).__name__}")
+    try:
+        return SimConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"invalid simulator config in {source}:"]
+        for err in exc.errors():
+            where = ".".join(str(part) for part in err["loc"]) or "(top level)"
+            lines.append(f"  {where}: {err['msg']}")
+        raise ConfigError("\n".join(lines)) from None

@@ -1,0 +1,115 @@
+"""One simulated resource: its devices, its grants, its preference rule."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from shim.grants import expand, merge
+from shim.model import ContainerGrant
+from shim.sdk import UnknownDevice, types
+
+from .config import ResourceConfig
+
+
+@dataclass(slots=True)
+class SimDevice:
+    id: str
+    numa_nodes: tuple[int, ...]
+    health: types.Health
+
+
+def grant_message(grant: ContainerGrant) -> types.Grant:
+    return types.Grant(
+        envs=dict(grant.envs),
+        mounts=[
+            types.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+            for m in grant.mounts
+        ],
+        device_nodes=[
+            types.DeviceNode(
+                container_path=n.container_path, host_path=n.host_path, permissions=n.permissions
+            )
+            for n in grant.device_nodes
+        ],
+        annotations=dict(grant.annotations),
+        cdi_devices=list(grant.cdi_devices),
+    )
+
+
+class SimResource:
+    def __init__(self, config: ResourceConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self.devices: dict[str, SimDevice] = {
+            d.id: SimDevice(
+                d.id, tuple(d.numa_nodes), types.Health.HEALTHY if d.healthy else types.Health.UNHEALTHY
+            )
+            for d in config.initial_devices()
+        }
+        # A device's declared grant depends on its ID alone: build its message once, as
+        # building 50,000 of them for every list would take about a second.
+        self._declared: dict[str, types.Grant] = {}
+
+    def message(self) -> types.Resource:
+        c = self.config
+        return types.Resource(
+            name=c.name,
+            preferred_allocation=c.preferred_allocation,
+            prestart=c.prestart,
+            deallocate=c.deallocate,
+            post_stop=c.post_stop,
+        )
+
+    def device_messages(self) -> list[types.Device]:
+        declared = self.config.grant_mode == "declared"
+        return [
+            types.Device(
+                id=d.id,
+                health=d.health,
+                numa_nodes=list(d.numa_nodes),
+                grant=self._declared_grant(d.id) if declared else None,
+            )
+            for d in self.devices.values()
+        ]
+
+    def _declared_grant(self, device_id: str) -> types.Grant:
+        grant = self._declared.get(device_id)
+        if grant is None:
+            grant = self._declared[device_id] = grant_message(expand(self.config.grant, [device_id]))
+        return grant
+
+    def check(self, ids: Iterable[str]) -> None:
+        for device_id in ids:
+            if device_id not in self.devices:
+                raise UnknownDevice(self.name, device_id)
+
+    def grant(self, ids: list[str]) -> types.Grant:
+        """What one container gets: in declared mode the merge devshim would compute itself."""
+        self.check(ids)
+        if self.config.grant_mode == "declared":
+            return grant_message(merge(expand(self.config.grant, [i]) for i in ids))
+        return grant_message(expand(self.config.grant, ids))
+
+    def prefer(self, request: types.PreferenceRequest) -> list[str]:
+        """must_include first, then available devices sharing a NUMA node with them, then
+        the rest, each in the order given; ``size`` of them."""
+        self.check([*request.must_include, *request.available])
+        chosen = list(dict.fromkeys(request.must_include))
+        nodes = {n for i in chosen for n in self.devices[i].numa_nodes}
+        taken = set(chosen)
+        rest = [i for i in dict.fromkeys(request.available) if i not in taken]
+        near = [i for i in rest if nodes.intersection(self.devices[i].numa_nodes)]
+        far = [i for i in rest if not nodes.intersection(self.devices[i].numa_nodes)]
+        return (chosen + near + far)[: request.size]
+
+    def resize(self, count: int) -> None:
+        """Keep the first ``count`` devices; new ones are named ``<prefix><n>`` with the lowest free n."""
+        for device_id in list(self.devices)[count:]:
+            del self.devices[device_id]
+        n = 0
+        while len(self.devices) < count:
+            device_id = f"{self.config.prefix}{n}"
+            if device_id not in self.devices:
+                self.devices[device_id] = SimDevice(device_id, (), types.Health.HEALTHY)
+            n += 1

@@ -1,0 +1,181 @@
+"""The simulated driver (adapters/sim) behind devshim, seen from the fake kubelet."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from shim.bootstrap import Shim
+from shim.settings import Settings
+from tests.compat.kubelet import FakeKubelet, PluginSession
+
+GPU = "example.com/tgpu"
+NIC = "example.com/tnic"
+GRANT = {
+    "envs": {"T": "{ids}"},
+    "device_nodes": [{"container_path": "/dev/t-{id}", "host_path": "/dev/t-{id}"}],
+}
+
+
+@dataclass
+class Running:
+    kubelet: FakeKubelet
+    shim: Shim
+    control: Path
+
+    def command(self, line: str) -> None:
+        with self.control.open("a") as control:
+            control.write(line + "\n")
+
+
+@asynccontextmanager
+async def start(plugin_dir: Path, resources: list[dict[str, Any]]) -> AsyncIterator[Running]:
+    control = plugin_dir.parent / f"{plugin_dir.name}-control"
+    control.touch()
+    config = plugin_dir.parent / f"{plugin_dir.name}-sim.yaml"
+    config.write_text(yaml.safe_dump({"resources": resources, "control_file": str(control)}))
+    settings = Settings.load(
+        device_plugins_dir=plugin_dir,
+        register_backoff_max_s=0.5,
+        drivers=[
+            {
+                "name": "sim",
+                "command": [sys.executable, "-m", "devshim_adapters.sim", "--config", str(config)],
+            }
+        ],
+    )
+    try:
+        async with FakeKubelet(plugin_dir) as kubelet, Shim(settings) as shim:
+            yield Running(kubelet, shim, control)
+    finally:
+        control.unlink(missing_ok=True)
+        config.unlink(missing_ok=True)
+
+
+TWO_RESOURCES = [
+    {
+        "name": GPU,
+        "devices": [
+            {"id": "g-a", "numa_nodes": [0]},
+            {"id": "g-b", "numa_nodes": [0]},
+            {"id": "g-c", "numa_nodes": [1]},
+        ],
+        "grant": GRANT,
+        "preferred_allocation": True,
+        "prestart": True,
+        "delays": {"preferred_allocation_s": 1.5},
+    },
+    {
+        "name": NIC,
+        "count": 2,
+        "id_prefix": "n-",
+        "grant_mode": "declared",
+        "grant": GRANT,
+        "delays": {"allocate_s": 5},
+    },
+]
+
+
+@pytest.fixture
+async def sim(plugin_dir: Path) -> AsyncIterator[Running]:
+    async with start(plugin_dir, TWO_RESOURCES) as running:
+        yield running
+
+
+async def session(running: Running, resource: str) -> PluginSession:
+    found = await running.kubelet.wait_for_plugin(resource, timeout=20)
+    await found.wait_for_list()
+    return found
+
+
+async def test_one_driver_serves_two_resources_each_on_its_own_socket(sim: Running) -> None:
+    """Both resources the sim declares are registered and listed with their own devices."""
+    gpu, nic = await session(sim, GPU), await session(sim, NIC)
+    assert [(d.id, d.numa_nodes) for d in gpu.latest] == [("g-a", (0,)), ("g-b", (0,)), ("g-c", (1,))]
+    assert [d.id for d in nic.latest] == ["n-0", "n-1"]
+    assert gpu.endpoint != nic.endpoint
+    assert gpu.options.pre_start_required and gpu.options.get_preferred_allocation_available
+    assert not nic.options.pre_start_required
+
+
+async def test_per_call_allocate_returns_the_drivers_grant(sim: Running) -> None:
+    """The sim expands its grant template for exactly the requested IDs."""
+    grant = await (await session(sim, GPU)).allocate(["g-a", "g-c"])
+    assert grant.envs == {"T": "g-a,g-c"}
+    assert grant.device_nodes == (("/dev/t-g-a", "/dev/t-g-a", "rw"), ("/dev/t-g-c", "/dev/t-g-c", "rw"))
+
+
+async def test_declared_grants_are_answered_without_asking_the_driver(sim: Running) -> None:
+    """The sim would take 5 s to answer allocate for this resource; devshim answers from the
+    grants declared at list time, merged per the protocol, well before that."""
+    nic = await session(sim, NIC)
+    start = time.perf_counter()
+    grant = await nic.allocate(["n-0", "n-1"])
+    assert time.perf_counter() - start < 2.5
+    assert grant.envs == {"T": "n-0,n-1"}
+    assert grant.device_nodes == (("/dev/t-n-0", "/dev/t-n-0", "rw"), ("/dev/t-n-1", "/dev/t-n-1", "rw"))
+
+
+async def test_a_slow_preferred_allocation_does_not_stall_allocate(sim: Running) -> None:
+    """While the sim spends 1.5 s on a preference, an Allocate sent after it finishes first."""
+    gpu = await session(sim, GPU)
+    order: list[str] = []
+
+    async def prefer() -> None:
+        assert await gpu.preferred_allocation(["g-a", "g-b", "g-c"], ["g-c"], 2) == ["g-c", "g-a"]
+        order.append("preferred")
+
+    async def allocate() -> None:
+        await asyncio.sleep(0.2)
+        await gpu.allocate(["g-b"])
+        order.append("allocate")
+
+    await asyncio.wait_for(asyncio.gather(prefer(), allocate()), 15)
+    assert order == ["allocate", "preferred"]
+
+
+async def test_a_health_flip_in_the_driver_reaches_the_kubelet(sim: Running) -> None:
+    """health_changed from the driver becomes a full list with that device Unhealthy, and
+    Allocate of it is refused while the others still work."""
+    gpu = await session(sim, GPU)
+    sim.command(f"health {GPU} g-b Unhealthy")
+    listed = await gpu.wait_for_list(lambda ds: not ds[1].healthy)
+    assert [(d.id, d.health) for d in listed] == [
+        ("g-a", "Healthy"),
+        ("g-b", "Unhealthy"),
+        ("g-c", "Healthy"),
+    ]
+    assert (await gpu.allocate(["g-a"])).envs == {"T": "g-a"}
+
+
+async def test_a_resource_added_and_removed_at_run_time(sim: Running, plugin_dir: Path) -> None:
+    """resources_changed adding a resource makes devshim list, serve and register it; removing
+    it stops serving and removes its socket."""
+    await session(sim, GPU)
+    sim.command("add example.com/textra 3")
+    extra = await session(sim, "example.com/textra")
+    assert [d.id for d in extra.latest] == ["textra-0", "textra-1", "textra-2"]
+    socket = plugin_dir / extra.endpoint
+    assert socket.exists()
+    sim.command("remove example.com/textra")
+    await asyncio.wait_for(extra.stream_ended.wait(), 10)
+    assert not socket.exists()
+
+
+async def test_a_50000_device_list_reaches_the_kubelet_whole(plugin_dir: Path) -> None:
+    """A large inventory crosses the pipe (megabytes on one line) and ListAndWatch intact."""
+    async with start(plugin_dir, [{"name": GPU, "count": 50_000, "id_prefix": "big-"}]) as running:
+        gpu = await running.kubelet.wait_for_plugin(GPU, timeout=60)
+        listed = await gpu.wait_for_list(timeout=60)
+        assert len(listed) == 50_000
+        assert listed[0].id == "big-0" and listed[-1].id == "big-49999"
+        assert (await gpu.allocate(["big-49999"])).envs == {}

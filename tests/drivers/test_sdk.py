@@ -1,0 +1,251 @@
+"""The driver SDK (shim.sdk) through the real simulator process: concurrency, the protocol's
+errors, the version check, a 50,000-device list, and the simulator's config errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.drivers.process import ROOT, SIM, DriverProcess, running_sim
+
+SIM_RESOURCE = {"name": "example.com/sim", "devices": [{"id": "sim-a", "numa_nodes": [0]}, {"id": "sim-b"}]}
+
+
+async def test_a_slow_preferred_allocation_does_not_hold_up_an_allocate(tmp_path: Path) -> None:
+    """Requests run concurrently (docs/driver-protocol.md, "Transport"): an allocate sent after a
+    preferred_allocation that takes a second is answered first, and both are answered."""
+    resource = {**SIM_RESOURCE, "preferred_allocation": True, "delays": {"preferred_allocation_s": 1.0}}
+    async with running_sim({"resources": [resource]}, tmp_path) as sim:
+        await sim.initialize()
+        preference = {"available": ["sim-a", "sim-b"], "size": 1}
+        await sim.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "preferred_allocation",
+                "params": {"resource": "example.com/sim", "containers": [preference]},
+            }
+        )
+        await sim.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "allocate",
+                "params": {"resource": "example.com/sim", "containers": [{"device_ids": ["sim-a"]}]},
+            }
+        )
+        first, second = await sim.receive(), await sim.receive()
+        assert (first["id"], second["id"]) == (2, 1)
+        assert "result" in first and "result" in second
+
+
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        ("list_devices", {"resource": 5}),
+        ("list_devices", {"resource": "example.com/sim", "colour": "red"}),
+        ("list_devices", ["example.com/sim"]),
+        ("allocate", {"resource": "example.com/sim", "containers": "sim-a"}),
+        ("preferred_allocation", {"resource": "example.com/sim", "containers": [{"size": "two"}]}),
+    ],
+    ids=["wrong-type", "unknown-field", "positional", "not-a-list", "not-a-number"],
+)
+async def test_params_that_do_not_fit_the_schema_are_invalid_params(
+    tmp_path: Path, method: str, params: Any
+) -> None:
+    """Params are checked against the schema before the driver sees them: -32602 naming the method."""
+    async with running_sim({"resources": [SIM_RESOURCE]}, tmp_path) as sim:
+        await sim.initialize()
+        response = await sim.request(1, method, params)
+        assert response["error"]["code"] == -32602
+        assert response["error"]["message"].startswith(f"invalid {method} params: ")
+
+
+async def test_an_unknown_method_is_method_not_found(tmp_path: Path) -> None:
+    """A method the protocol does not have is -32601, and the driver keeps serving."""
+    async with running_sim({"resources": [SIM_RESOURCE]}, tmp_path) as sim:
+        await sim.initialize()
+        response = await sim.request(1, "reboot", {})
+        assert response["error"] == {"code": -32601, "message": "unknown method 'reboot'"}
+        assert "result" in await sim.request(2, "list_devices", {"resource": "example.com/sim"})
+
+
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        ("list_devices", {}),
+        ("allocate", {"containers": [{"device_ids": ["sim-a"]}]}),
+        ("prestart", {"device_ids": ["sim-a"]}),
+    ],
+    ids=["list_devices", "allocate", "prestart"],
+)
+async def test_an_unknown_resource_is_error_32003(
+    tmp_path: Path, method: str, params: dict[str, Any]
+) -> None:
+    """A resource the driver does not serve is -32003 for every method, before any other check."""
+    async with running_sim({"resources": [SIM_RESOURCE]}, tmp_path) as sim:
+        await sim.initialize()
+        response = await sim.request(1, method, {"resource": "example.com/other", **params})
+        assert response["error"] == {"code": -32003, "message": "unknown resource 'example.com/other'"}
+
+
+@pytest.mark.parametrize(
+    ("version", "code"),
+    [("2.0.0", -32600), ("0.9.0", -32600), ("one", -32602), ("1.4.2", None)],
+    ids=["newer-major", "older-major", "not-semver", "same-major-other-minor"],
+)
+async def test_only_the_same_protocol_major_is_accepted_at_initialize(
+    tmp_path: Path, version: str, code: int | None
+) -> None:
+    """Majors must be equal (docs/driver-protocol.md, "Lifecycle"): another major is -32600 with
+    both versions in the message; a malformed version is -32602; another minor is fine."""
+    async with running_sim({"resources": [SIM_RESOURCE]}, tmp_path) as sim:
+        response = await sim.request(1, "initialize", {"protocol_version": version})
+        if code is None:
+            assert response["result"]["protocol_version"] == "1.0.0"
+        else:
+            assert response["error"]["code"] == code
+            assert version in response["error"]["message"]
+        if code == -32600:
+            assert "1.0.0" in response["error"]["message"]
+
+
+async def test_fifty_thousand_devices_with_declared_grants_are_listed_in_time(tmp_path: Path) -> None:
+    """The SDK's fast encoding: 50,000 devices with declared grants come back, all of them, well
+    inside devshim's 30 s list_devices deadline (about a second here; betterproto2's to_dict alone
+    would take far longer)."""
+    grant = {"envs": {"BIG": "{ids}"}, "mounts": [{"container_path": "/opt/big", "host_path": "/opt/big"}]}
+    resource = {"name": "example.com/big", "count": 50_000, "grant_mode": "declared", "grant": grant}
+    async with running_sim({"resources": [resource]}, tmp_path) as sim:
+        await sim.initialize()
+        start = time.perf_counter()
+        response = await sim.request(1, "list_devices", {"resource": "example.com/big"})
+        elapsed = time.perf_counter() - start
+        devices = response["result"]["devices"]
+        assert len(devices) == 50_000
+        assert devices[-1] == {
+            "id": "big-49999",
+            "health": "HEALTHY",
+            "grant": {
+                "envs": {"BIG": "big-49999"},
+                "mounts": [{"container_path": "/opt/big", "host_path": "/opt/big"}],
+            },
+        }
+        assert elapsed < 10, f"listing took {elapsed:.1f} s"
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        (
+            {"resources": [{"name": "example.com/x", "count": 1, "grant_mode": "sometimes"}]},
+            "resources.0.grant_mode",
+        ),
+        ({"resources": [{"name": "example.com/x"}]}, "'count' or 'devices'"),
+        ({"resources": [{"name": "x", "count": 1}]}, "resources.0.name"),
+        ({"resources": [{"name": "example.com/x", "count": 1, "colour": "red"}]}, "resources.0.colour"),
+        ({"resources": [{"name": "example.com/x", "count": 1, "delays": {"allocate_s": -1}}]}, "allocate_s"),
+    ],
+    ids=["bad-grant-mode", "no-devices", "bad-name", "unknown-key", "negative-delay"],
+)
+def test_an_invalid_simulator_config_exits_2_naming_the_field(config: dict[str, Any], field: str) -> None:
+    """A config the simulator cannot use stops it at once with status 2 and a message naming
+    the offending field, instead of a traceback or a driver that half works."""
+    result = subprocess.run(
+        [*SIM, "--config-json", json.dumps(config)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
+    assert result.returncode == 2, result.stderr
+    assert field in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_unreadable_simulator_config_file_exits_2(tmp_path: Path) -> None:
+    """A config file that is missing or not YAML is the same clean exit 2 naming the file."""
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("resources: [\n")
+    for path in (broken, tmp_path / "missing.yaml"):
+        result = subprocess.run(
+            [*SIM, "--config", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            stdin=subprocess.DEVNULL,
+            cwd=ROOT,
+        )
+        assert result.returncode == 2, result.stderr
+        assert str(path) in result.stderr and "Traceback" not in result.stderr
+
+
+async def test_the_driver_exits_0_when_devshim_closes_its_stdin(tmp_path: Path) -> None:
+    """devshim going away (stdin closed without shutdown) ends the driver cleanly, not with an error."""
+    async with running_sim({"resources": [SIM_RESOURCE]}, tmp_path) as sim:
+        await sim.initialize()
+        assert await asyncio.wait_for(sim.finish(), 10) == 0, sim.stderr
+
+
+def test_the_python_example_is_the_one_in_the_doc() -> None:
+    """adapters/examples/python_minimal.py is the code the doc shows, character for character."""
+    doc = (ROOT / "docs" / "driver-protocol.md").read_text(encoding="utf-8")
+    shown = doc.split("```python\n", 1)[1].split("```", 1)[0]
+    assert (ROOT / "adapters" / "examples" / "python_minimal.py").read_text(encoding="utf-8") == shown
+
+
+async def test_the_python_example_serves_its_fans() -> None:
+    """The doc's minimal driver is a working program: it initializes, lists four fans and
+    allocates them per container."""
+    fans = await DriverProcess.start(
+        sys.executable, str(ROOT / "adapters" / "examples" / "python_minimal.py")
+    )
+    try:
+        result = (await fans.initialize())["result"]
+        assert result["driver"]["name"] == "fans" and result["resources"] == [{"name": "example.com/fan"}]
+        listed = await fans.request(1, "list_devices", {"resource": "example.com/fan"})
+        assert [d["id"] for d in listed["result"]["devices"]] == ["fan0", "fan1", "fan2", "fan3"]
+        containers = [{"device_ids": ["fan0", "fan2"]}, {"device_ids": ["fan1"]}]
+        granted = await fans.request(2, "allocate", {"resource": "example.com/fan", "containers": containers})
+        assert granted["result"] == {
+            "containers": [{"envs": {"FANS": "fan0,fan2"}}, {"envs": {"FANS": "fan1"}}]
+        }
+        assert await fans.finish() == 0, fans.stderr
+    finally:
+        await fans.kill()
+
+
+PRINTING_DRIVER = """
+from shim.sdk import Driver, run, types
+
+class Chatty(Driver):
+    def resources(self):
+        return [types.Resource(name="example.com/chatty")]
+
+    async def list_devices(self, resource):
+        print("listing devices now")
+        return [types.Device(id="c0")]
+
+run(Chatty())
+"""
+
+
+async def test_a_print_in_driver_code_goes_to_stderr_not_into_the_protocol() -> None:
+    """stdout is the protocol: run() sends a stray print() to stderr, so the answer stays valid."""
+    chatty = await DriverProcess.start(sys.executable, "-c", PRINTING_DRIVER)
+    try:
+        await chatty.initialize()
+        listed = await chatty.request(1, "list_devices", {"resource": "example.com/chatty"})
+        assert listed["result"] == {"devices": [{"id": "c0"}]}
+        assert await chatty.finish() == 0
+        assert "listing devices now" in chatty.stderr
+    finally:
+        await chatty.kill()
