@@ -31,6 +31,10 @@ class DriverProtocolError(SourceFailed):
     """The driver answered something the schema does not allow."""
 
 
+class CapabilityAbsent(SourceFailed):
+    """The driver answered -32601: it does not implement an (optional) method after all."""
+
+
 @dataclass(frozen=True, slots=True)
 class ResourceInfo:
     name: str
@@ -200,5 +204,7 @@ def error_for(driver: str, method: str, exc: BaseException) -> ShimError:
             return RequestError(f"{prefix}: {exc}")
         if exc.code == ErrorCode.UNAVAILABLE:
             return SourceUnavailable(f"{prefix}: {exc}")
+        if exc.code == ErrorCode.METHOD_NOT_FOUND:
+            return CapabilityAbsent(f"{prefix}: {exc}")
         return SourceFailed(f"{prefix}: {exc}")
     return SourceFailed(f"{prefix}: {type(exc).__name__}: {exc}")

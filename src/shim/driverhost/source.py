@@ -89,4 +89,8 @@ class DriverSource(DeviceSource):
             return ()
 
     async def prestart(self, device_ids: Sequence[str]) -> None:
-        await self._call("prestart", {"resource": self.name, "device_ids": list(device_ids)})
+        try:
+            await self._call("prestart", {"resource": self.name, "device_ids": list(device_ids)})
+        except protocol.CapabilityAbsent as exc:
+            # Declared but not implemented: nothing to prepare, so the container may start.
+            logger.warning("{}; treating pre-start as not needed", exc)

@@ -1,0 +1,1 @@
+"""Tiny scripted drivers for end-to-end tests, each a program of its own."""
