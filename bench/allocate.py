@@ -66,7 +66,8 @@ def devshim_config(workdir: Path) -> Path:
     )
     config = workdir / "devshim.yaml"
     command = [sys.executable, "-m", "devshim_adapters.sim", "--config", str(sim)]
-    config.write_text(yaml.safe_dump({"drivers": [{"name": "sim", "command": command}]}))
+    drivers = [{"name": "sim", "command": command}]
+    config.write_text(yaml.safe_dump({"state_dir": str(workdir / "state"), "drivers": drivers}))
     return config
 
 

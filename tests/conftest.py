@@ -22,3 +22,13 @@ def plugin_dir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def state_dir() -> Iterator[Path]:
+    """devshim's own state directory for one test (never the real /var/lib/devshim)."""
+    path = Path(tempfile.mkdtemp(prefix="ds-state-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

@@ -16,6 +16,7 @@ from shim.driverhost import DriverHost
 from shim.frontend.dirwatch import DirWatcher
 from shim.frontend.endpoint import PluginEndpoint
 from shim.frontend.v1beta1 import API as V1BETA1
+from shim.inventory import InventoryStore
 from shim.settings import Settings, default_socket_name
 from shim.sources import DeviceSource, StaticSource
 
@@ -45,7 +46,10 @@ class Shim:
         ]
         if given:
             raise ValueError(f"sources given for unconfigured resources: {', '.join(given)}")
-        self.drivers = [DriverHost(d, self) for d in settings.drivers]
+        self.drivers = [
+            DriverHost(d, self, InventoryStore(settings.state_dir / "drivers" / d.name))
+            for d in settings.drivers
+        ]
         self.watcher = DirWatcher(settings.device_plugins_dir, settings.watch_mode, settings.poll_interval_s)
         self.served: dict[str, Served] = {}
         self._watch_task: asyncio.Task[None] | None = None

@@ -53,6 +53,10 @@ def run(
             help="Where kubelet.sock and plugin sockets live. Default: /var/lib/kubelet/device-plugins."
         ),
     ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(help="devshim's own state (last known devices). Default: /var/lib/devshim."),
+    ] = None,
     resource: Annotated[
         list[str] | None,
         typer.Option(
@@ -82,6 +86,7 @@ def run(
             extra_resources=[parse_resource(spec) for spec in resource or []],
             extra_drivers=[parse_driver(spec) for spec in driver or []],
             device_plugins_dir=device_plugins_dir,
+            state_dir=state_dir,
             log_level=log_level,
         )
     except ConfigError as exc:

@@ -94,6 +94,7 @@ async def demo(out: Callable[[str], None] = print) -> None:
     config.write_text(yaml.safe_dump({**SIM_CONFIG, "control_file": str(control)}))
     settings = Settings.load(
         device_plugins_dir=plugin_dir,
+        state_dir=workdir / "state",
         drivers=[
             {
                 "name": "sim",

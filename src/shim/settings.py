@@ -149,6 +149,21 @@ class DriverTimeouts(_Strict):
     shutdown_s: Annotated[float, Field(gt=0, le=600)] = 5.0
 
 
+class RestartPolicy(_Strict):
+    """How a failed driver is restarted (docs/driver-protocol.md, "Failures")."""
+
+    # Consecutive failed starts after which the driver stays down (devices Unhealthy).
+    max_start_failures: Annotated[int, Field(ge=1, le=1000)] = 5
+    backoff_initial_s: Annotated[float, Field(gt=0, le=60)] = 0.1
+    backoff_max_s: Annotated[float, Field(gt=0, le=600)] = 30.0
+    # A driver that ran this long before failing is restarted without delay.
+    stable_after_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    # How long allocate and prestart wait for a restarting driver before failing.
+    call_wait_s: Annotated[float, Field(ge=0, le=25)] = 10.0
+    # More notifications than this within one second is a flood: the driver is restarted.
+    max_notifications_per_s: Annotated[int, Field(ge=1)] = 1000
+
+
 class DriverSettings(_Strict):
     """A driver subprocess: started from ``command`` (an argv list, never a shell)
     with exactly ``env`` as its environment."""
@@ -157,6 +172,7 @@ class DriverSettings(_Strict):
     command: Annotated[list[str], Field(min_length=1)]
     env: dict[str, str] = {}
     timeouts: DriverTimeouts = DriverTimeouts()
+    restart: RestartPolicy = RestartPolicy()
 
     @field_validator("command")
     @classmethod
@@ -172,6 +188,9 @@ class Settings(BaseSettings):
     )
 
     device_plugins_dir: Path = DEFAULT_DEVICE_PLUGINS_DIR
+    # devshim's own state (last known device lists, allocations in use). Never under
+    # device_plugins_dir: kubelets up to ~1.32 delete every regular file there on start.
+    state_dir: Path = Path("/var/lib/devshim")
     resources: list[ResourceSettings] = []
     drivers: list[DriverSettings] = []
     # How kubelet restarts are noticed: inotify where the kernel offers it, else polling.
@@ -189,6 +208,11 @@ class Settings(BaseSettings):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"resource(s) configured twice: {', '.join(dupes)}")
+        plugins, state = self.device_plugins_dir.resolve(), self.state_dir.resolve()
+        if state == plugins or state.is_relative_to(plugins):
+            raise ValueError(
+                f"state_dir {self.state_dir} must not be inside device_plugins_dir (the kubelet cleans it)"
+            )
         drivers = [d.name for d in self.drivers]
         dupes = sorted({n for n in drivers if drivers.count(n) > 1})
         if dupes:

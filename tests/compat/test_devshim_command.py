@@ -62,14 +62,15 @@ def children(pid: int) -> set[int]:
     return found
 
 
-async def test_sigterm_stops_the_drivers_too(plugin_dir: Path) -> None:
+async def test_sigterm_stops_the_drivers_too(plugin_dir: Path, state_dir: Path) -> None:
     """A driver given with --driver serves its resource; on SIGTERM devshim stops it before
     exiting, so no driver process outlives devshim."""
     sim = json.dumps({"resources": [{"name": "example.com/cli", "count": 2}]})
     command = f"{shlex.quote(sys.executable)} -m devshim_adapters.sim --config-json {shlex.quote(sim)}"
     async with FakeKubelet(plugin_dir) as kubelet:
         proc = await start_devshim(
-            "run", "--device-plugins-dir", str(plugin_dir), "--driver", f"sim={command}"
+            *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
+            *("--driver", f"sim={command}"),
         )
         try:
             session = await kubelet.wait_for_plugin("example.com/cli", timeout=30)
@@ -127,12 +128,30 @@ def test_help_describes_run_and_its_options() -> None:
         assert option in result.stdout
 
 
-def test_a_driver_that_cannot_start_is_a_clear_error(plugin_dir: Path) -> None:
-    """A missing driver program stops devshim at start with the driver and program named, and
-    leaves no socket behind."""
-    result = run_devshim(
-        "run", "--device-plugins-dir", str(plugin_dir), "--driver", "gone=/nonexistent/driver"
-    )
-    assert result.returncode == 1
-    assert "driver 'gone': cannot start '/nonexistent/driver'" in result.stderr
-    assert list(plugin_dir.iterdir()) == []
+async def test_a_driver_that_cannot_start_stays_down_while_others_are_served(
+    plugin_dir: Path, state_dir: Path
+) -> None:
+    """A missing driver program is retried with backoff, then given up with a log line naming
+    the driver and the cause, while devshim keeps serving its other resources."""
+    async with FakeKubelet(plugin_dir) as kubelet:
+        proc = await start_devshim(
+            *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
+            *("-r", "example.com/ok=1"),
+            *("--driver", "gone=/nonexistent/driver"),
+        )
+        try:
+            await kubelet.wait_for_registration("example.com/ok", timeout=30)
+            assert proc.stderr is not None
+            lines: list[str] = []
+            while not any("stays down" in line for line in lines):
+                line = await asyncio.wait_for(proc.stderr.readline(), 30)
+                assert line, "devshim exited: " + "".join(lines)
+                lines.append(line.decode())
+            assert proc.returncode is None
+            assert any(
+                "cannot run '/nonexistent/driver': No such file or directory" in line for line in lines
+            )
+            assert (await kubelet.plugin("example.com/ok").allocate(["dev0"])) is not None
+        finally:
+            proc.terminate()
+            await proc.wait()

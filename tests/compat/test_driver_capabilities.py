@@ -12,12 +12,15 @@ from tests.compat.kubelet import FakeKubelet
 DRIVER = Path(__file__).with_name("drivers") / "overpromising.py"
 
 
-async def test_declared_but_unimplemented_methods_do_not_fail_admission(plugin_dir: Path) -> None:
+async def test_declared_but_unimplemented_methods_do_not_fail_admission(
+    plugin_dir: Path, state_dir: Path
+) -> None:
     """The driver declares preferred allocation and pre-start, then answers -32601 for both:
     the kubelet still gets exactly allocation_size IDs and a successful PreStartContainer, so
     pods are admitted instead of failing on an optional call."""
     settings = Settings.load(
         device_plugins_dir=plugin_dir,
+        state_dir=state_dir,
         drivers=[{"name": "over", "command": [sys.executable, str(DRIVER)]}],
     )
     async with FakeKubelet(plugin_dir) as kubelet, Shim(settings):

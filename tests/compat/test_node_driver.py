@@ -22,19 +22,20 @@ RESOURCE = "example.com/node"
 pytestmark = pytest.mark.skipif(NODE is None, reason="Node.js is not installed (.ci/run installs it)")
 
 
-def node_settings(plugin_dir: Path, **env: str) -> Settings:
+def node_settings(plugin_dir: Path, state_dir: Path, **env: str) -> Settings:
     assert NODE is not None
     return Settings.load(
         device_plugins_dir=plugin_dir,
+        state_dir=state_dir,
         register_backoff_max_s=0.5,
         drivers=[{"name": "node-example", "command": [NODE, str(DRIVER)], "env": env}],
     )
 
 
 @pytest.fixture
-async def node(plugin_dir: Path) -> AsyncIterator[PluginSession]:
+async def node(plugin_dir: Path, state_dir: Path) -> AsyncIterator[PluginSession]:
     settings = node_settings(
-        plugin_dir, NODE_DRIVER_DEVICES="n-a,n-b,n-c,n-d", NODE_DRIVER_PREFERRED_DELAY_MS="1500"
+        plugin_dir, state_dir, NODE_DRIVER_DEVICES="n-a,n-b,n-c,n-d", NODE_DRIVER_PREFERRED_DELAY_MS="1500"
     )
     async with FakeKubelet(plugin_dir) as kubelet, Shim(settings):
         session = await kubelet.wait_for_plugin(RESOURCE)
@@ -93,27 +94,32 @@ async def test_an_unknown_device_is_refused_before_the_driver_is_asked(node: Plu
     assert "'n-z'" in (info.value.details() or "")
 
 
-async def test_a_health_change_from_the_driver_arrives_as_a_full_list(plugin_dir: Path) -> None:
+async def test_a_health_change_from_the_driver_arrives_as_a_full_list(
+    plugin_dir: Path, state_dir: Path
+) -> None:
     """The driver's health_changed delta becomes a complete new list with that device Unhealthy."""
-    settings = node_settings(plugin_dir, NODE_DRIVER_DEVICES="h-0,h-1", NODE_DRIVER_UNHEALTHY_AFTER_MS="300")
+    settings = node_settings(
+        plugin_dir, state_dir, NODE_DRIVER_DEVICES="h-0,h-1", NODE_DRIVER_UNHEALTHY_AFTER_MS="300"
+    )
     async with FakeKubelet(plugin_dir) as kubelet, Shim(settings):
         session = await kubelet.wait_for_plugin(RESOURCE)
         listed = await session.wait_for_list(lambda ds: any(not d.healthy for d in ds))
     assert [(d.id, d.health) for d in listed] == [("h-0", "Healthy"), ("h-1", "Unhealthy")]
 
 
-async def test_a_driver_that_dies_leaves_its_devices_listed_unhealthy(plugin_dir: Path) -> None:
-    """Killing the driver never drops a device: the next list has every one, all Unhealthy, and
-    Allocate fails instead of granting a device nobody manages."""
-    settings = node_settings(plugin_dir, NODE_DRIVER_DEVICES="k-0,k-1")
+async def test_a_killed_driver_is_restarted_and_its_devices_return(plugin_dir: Path, state_dir: Path) -> None:
+    """Killing the driver never drops a device: the next list has every one Unhealthy; the
+    supervisor restarts it and the devices come back Healthy and allocatable."""
+    settings = node_settings(plugin_dir, state_dir, NODE_DRIVER_DEVICES="k-0,k-1")
     async with FakeKubelet(plugin_dir) as kubelet, Shim(settings) as shim:
         session = await kubelet.wait_for_plugin(RESOURCE)
         await session.wait_for_list()
         process = shim.drivers[0].process
         assert process is not None
         process.kill()
-        listed = await session.wait_for_list(lambda ds: all(not d.healthy for d in ds))
-        assert [d.id for d in listed] == ["k-0", "k-1"]
-        with pytest.raises(grpc.aio.AioRpcError) as info:
-            await session.allocate(["k-0"])
-        assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        down = await session.wait_for_list(lambda ds: all(not d.healthy for d in ds))
+        assert [d.id for d in down] == ["k-0", "k-1"]
+        back = await session.wait_for_list(lambda ds: all(d.healthy for d in ds))
+        assert [d.id for d in back] == ["k-0", "k-1"]
+        assert shim.drivers[0].process is not process
+        assert (await session.allocate(["k-0"])).envs == {"NODE_DEVICES": "k-0"}

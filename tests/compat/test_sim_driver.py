@@ -38,13 +38,14 @@ class Running:
 
 
 @asynccontextmanager
-async def start(plugin_dir: Path, resources: list[dict[str, Any]]) -> AsyncIterator[Running]:
+async def start(plugin_dir: Path, state_dir: Path, resources: list[dict[str, Any]]) -> AsyncIterator[Running]:
     control = plugin_dir.parent / f"{plugin_dir.name}-control"
     control.touch()
     config = plugin_dir.parent / f"{plugin_dir.name}-sim.yaml"
     config.write_text(yaml.safe_dump({"resources": resources, "control_file": str(control)}))
     settings = Settings.load(
         device_plugins_dir=plugin_dir,
+        state_dir=state_dir,
         register_backoff_max_s=0.5,
         drivers=[
             {
@@ -86,8 +87,8 @@ TWO_RESOURCES = [
 
 
 @pytest.fixture
-async def sim(plugin_dir: Path) -> AsyncIterator[Running]:
-    async with start(plugin_dir, TWO_RESOURCES) as running:
+async def sim(plugin_dir: Path, state_dir: Path) -> AsyncIterator[Running]:
+    async with start(plugin_dir, state_dir, TWO_RESOURCES) as running:
         yield running
 
 
@@ -171,9 +172,9 @@ async def test_a_resource_added_and_removed_at_run_time(sim: Running, plugin_dir
     assert not socket.exists()
 
 
-async def test_a_50000_device_list_reaches_the_kubelet_whole(plugin_dir: Path) -> None:
+async def test_a_50000_device_list_reaches_the_kubelet_whole(plugin_dir: Path, state_dir: Path) -> None:
     """A large inventory crosses the pipe (megabytes on one line) and ListAndWatch intact."""
-    async with start(plugin_dir, [{"name": GPU, "count": 50_000, "id_prefix": "big-"}]) as running:
+    async with start(plugin_dir, state_dir, [{"name": GPU, "count": 50_000, "id_prefix": "big-"}]) as running:
         gpu = await running.kubelet.wait_for_plugin(GPU, timeout=60)
         listed = await gpu.wait_for_list(timeout=60)
         assert len(listed) == 50_000

@@ -166,5 +166,8 @@ class ResourceService:
             device = self._by_id.get(device_id)
             if device is None:
                 raise UnknownDevice(self.name, device_id)
-            if device.health is not Health.HEALTHY:
+            if (
+                device.health is not Health.HEALTHY
+                and self.source.recovering_health(device_id) is not Health.HEALTHY
+            ):
                 raise UnhealthyDevice(self.name, device_id)

@@ -1,22 +1,41 @@
-"""One driver subprocess: start it, initialize it, follow its notifications, stop it."""
+"""Supervises one driver: start it, serve its resources, restart it when it fails.
+
+A failure of any kind (docs/driver-protocol.md, "Failures") marks the driver's
+devices Unhealthy at once, fails its in-flight calls with the reason, and
+restarts it with capped exponential backoff. After ``max_start_failures``
+failed starts in a row it stays down, its devices Unhealthy, until devshim
+restarts; every other resource keeps being served.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import time
 from typing import Any, Protocol
 
 from loguru import logger
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 from shim import __version__
 from shim.driverhost import protocol
+from shim.driverhost.process import DriverFailed, DriverProcess
 from shim.driverhost.source import DriverSource
 from shim.errors import ShimError, SourceUnavailable
-from shim.jsonrpc import MAX_LINE_BYTES, Peer, StreamTransport
-from shim.settings import DriverSettings, DriverTimeouts
+from shim.inventory import InventoryStore
+from shim.model import Capabilities
+from shim.settings import DriverSettings
 from shim.sources.base import DeviceSource
 
-_LOG_LEVELS = {"DEBUG": "DEBUG", "INFO": "INFO", "WARNING": "WARNING", "ERROR": "ERROR"}
+# Calls worth waiting for while the driver restarts (the kubelet chose a device that was
+# Healthy a moment ago); others fail at once or, like preferred_allocation, are optional.
+WAIT_FOR_RESTART = frozenset({"allocate", "prestart"})
+_LOG_LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR"}
 
 
 class ResourceRegistry(Protocol):
@@ -28,93 +47,199 @@ class ResourceRegistry(Protocol):
 
 
 class DriverHost:
-    def __init__(self, settings: DriverSettings, registry: ResourceRegistry) -> None:
+    def __init__(self, settings: DriverSettings, registry: ResourceRegistry, store: InventoryStore) -> None:
         self.settings = settings
         self.name = settings.name
         self._registry = registry
-        self._timeouts: DriverTimeouts = settings.timeouts
-        self.process: asyncio.subprocess.Process | None = None
-        self._peer: Peer | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._store = store
+        self._policy = settings.restart
         self.sources: dict[str, DriverSource] = {}
+        self.status = "not started"
+        self._run: DriverProcess | None = None
+        self._ready = asyncio.Event()
+        self._supervisor: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
 
-    # --- start -----------------------------------------------------------
+    @property
+    def process(self) -> asyncio.subprocess.Process | None:
+        return self._run.process if self._run else None
+
+    # --- life cycle --------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the driver, initialize it, list and serve every resource it declares."""
-        argv = self.settings.command
+        """Serve what the last run knew (Unhealthy until the driver confirms), then supervise."""
+        for resource in self._store.resources():
+            saved = self._store.load(resource)
+            if saved is not None:
+                source = self._source_for(protocol.ResourceInfo(resource, Capabilities()))
+                await source.restore(saved)
+                await self._registry.add_resource(resource, source)
+        self._supervisor = asyncio.create_task(self._supervise(), name=f"driver:{self.name}")
+
+    async def started(self, timeout: float) -> None:
+        """Until the driver's first start succeeded (for callers that need it)."""
+        await asyncio.wait_for(self._ready.wait(), timeout)
+
+    async def _supervise(self) -> None:
+        quick_failures = 0
+        while True:
+            try:
+                await self._start_with_retries()
+            except DriverFailed as exc:
+                self.status = f"down: {exc}"
+                logger.error(
+                    "driver {!r} failed to start {} times in a row; it stays down, its devices Unhealthy: {}",
+                    self.name, self._policy.max_start_failures, exc,
+                )  # fmt: skip
+                return
+            assert self._run is not None
+            up_since = time.monotonic()
+            reason = await self._run.failed
+            await self._after_failure(reason)
+            stable = time.monotonic() - up_since >= self._policy.stable_after_s
+            quick_failures = 0 if stable else quick_failures + 1
+            await asyncio.sleep(self._backoff(quick_failures))
+
+    def _backoff(self, attempt: int) -> float:
+        if attempt == 0:
+            return 0.0
+        return float(min(self._policy.backoff_max_s, self._policy.backoff_initial_s * 2 ** (attempt - 1)))
+
+    async def _start_with_retries(self) -> None:
+        def log_retry(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome else None
+            delay = state.next_action.sleep if state.next_action else 0
+            logger.warning("driver {!r} failed to start ({}); retrying in {:.1f} s", self.name, error, delay)
+
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(DriverFailed),
+            stop=stop_after_attempt(self._policy.max_start_failures),
+            wait=wait_exponential(multiplier=self._policy.backoff_initial_s, max=self._policy.backoff_max_s),
+            before_sleep=log_retry,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                await self._start_once()
+
+    async def _start_once(self) -> None:
+        self.status = "starting"
+        run = DriverProcess(self.settings, self._notification_handlers())
+        self._run = run
         try:
-            self.process = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=dict(self.settings.env),
-                limit=MAX_LINE_BYTES,
+            await run.start()
+            result = await run.request(
+                "initialize", self._initialize_params(), self.settings.timeouts.initialize_s
             )
-        except OSError as exc:
-            raise SourceUnavailable(
-                f"driver {self.name!r}: cannot start {argv[0]!r}: {exc.strerror}"
-            ) from None
-        assert self.process.stdout and self.process.stdin and self.process.stderr
-        self._peer = Peer(
-            StreamTransport(self.process.stdout, self.process.stdin),
-            name=f"driver {self.name!r}",
-            notifications={
-                "devices_changed": self._on_devices_changed,
-                "health_changed": self._on_health_changed,
-                "resources_changed": self._on_resources_changed,
-                "log": self._on_log,
-            },
-        )
-        self._peer.on_close = self._on_connection_lost
-        self._spawn(self._peer.run())
-        self._spawn(self._copy_log(self.process.stderr))
-        result = await self.call(
-            "initialize",
-            {
-                "protocol_version": protocol.PROTOCOL_VERSION,
-                "devshim_version": __version__,
-                "allocations": [],
-            },
-        )
-        try:
             protocol.check_protocol_version(protocol.field(result, "protocol_version"))
             resources = protocol.resources_from_json(result)
-        except ShimError as exc:
-            raise protocol.error_for(self.name, "initialize", exc) from None
+            self._ready.set()  # list_devices goes through call(), like every later request
+            await self._reconcile(resources)
+        except Exception as exc:
+            self._ready.clear()
+            reason = run.failed.result() if run.failed.done() else str(exc)
+            await run.stop(graceful=False)
+            raise DriverFailed(reason) from None
+        self.status = "up"
+        logger.info("driver {!r}: serving {}", self.name, ", ".join(self.sources) or "no resources")
+
+    def _initialize_params(self) -> dict[str, Any]:
+        return {
+            "protocol_version": protocol.PROTOCOL_VERSION,
+            "devshim_version": __version__,
+            # What devshim knows to be in use, so a restarted driver can rebuild its state.
+            "allocations": [
+                {"resource": name, "device_ids": list(group)}
+                for name, source in self.sources.items()
+                for group in source.in_use
+            ],
+        }
+
+    async def _after_failure(self, reason: str) -> None:
+        self._ready.clear()
+        self.status = f"restarting: {reason}"
+        logger.error("driver {!r} failed: {}; its devices are Unhealthy until it is back", self.name, reason)
+        for source in self.sources.values():
+            await source.outage()
+        if self._run is not None:
+            await self._run.stop(graceful=False)
+
+    async def stop(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            await asyncio.gather(self._supervisor, return_exceptions=True)
+        if self._run is not None:
+            await self._run.stop(graceful=True)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for source in self.sources.values():
+            await source.close()
+
+    # --- resources ---------------------------------------------------------
+
+    def _source_for(self, info: protocol.ResourceInfo) -> DriverSource:
+        source = self.sources.get(info.name)
+        if source is None:
+            source = self.sources[info.name] = DriverSource(info, self.call, self._store)
+        else:
+            source.info = info
+        return source
+
+    async def _reconcile(self, resources: list[protocol.ResourceInfo]) -> None:
+        """Make the served resources those the driver declares now; list each one's devices."""
+        wanted = {r.name: r for r in resources}
+        for name in [n for n in self.sources if n not in wanted]:
+            del self.sources[name]
+            self._store.forget(name)
+            await self._registry.remove_resource(name)
         for info in resources:
-            await self._add(info)
-        logger.info(
-            "driver {!r}: serving {}", self.name, ", ".join(r.name for r in resources) or "no resources"
-        )
+            known = info.name in self.sources
+            source = self._source_for(info)
+            await source.refresh()
+            if not known:
+                await self._registry.add_resource(info.name, source)
+
+    # --- calls -------------------------------------------------------------
+
+    async def call(self, method: str, params: Any) -> Any:
+        """One request to the driver, its failure mapped to what the kubelet should see."""
+        if not self._ready.is_set():
+            await self._wait_until_back(method)
+        run = self._run
+        assert run is not None
+        timeout = getattr(self.settings.timeouts, f"{method}_s")
+        try:
+            return await run.request(method, params, timeout)
+        except Exception as exc:
+            raise protocol.error_for(self.name, method, exc) from None
+
+    async def _wait_until_back(self, method: str) -> None:
+        wait_s = self._policy.call_wait_s if method in WAIT_FOR_RESTART else 0
+        try:
+            await asyncio.wait_for(self._ready.wait(), wait_s)
+        except TimeoutError:
+            raise SourceUnavailable(
+                f"driver {self.name!r}: {method}: the driver is not running ({self.status})"
+                + (f"; waited {wait_s:g} s for it" if wait_s else "")
+            ) from None
+
+    # --- notifications -------------------------------------------------------
+
+    def _notification_handlers(self) -> dict[str, Any]:
+        return {
+            "devices_changed": self._on_devices_changed,
+            "health_changed": self._on_health_changed,
+            "resources_changed": self._on_resources_changed,
+            "log": self._on_log,
+        }
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _add(self, info: protocol.ResourceInfo) -> None:
-        source = DriverSource(info, self.call)
-        await source.refresh()
-        self.sources[info.name] = source
-        await self._registry.add_resource(info.name, source)
-
-    # --- calls -----------------------------------------------------------
-
-    async def call(self, method: str, params: Any) -> Any:
-        """One request to the driver, its failure mapped to what the kubelet should see."""
-        if self._peer is None:
-            raise SourceUnavailable(f"driver {self.name!r}: {method}: not started")
-        timeout = getattr(self._timeouts, f"{method}_s")
-        try:
-            return await self._peer.request(method, params, timeout)
-        except Exception as exc:
-            raise protocol.error_for(self.name, method, exc) from None
-
-    # --- notifications ---------------------------------------------------
-
-    def _source(self, params: Any) -> DriverSource | None:
+    def _notified_source(self, params: Any) -> DriverSource | None:
         name = protocol.field(params, "resource")
         source = self.sources.get(name) if isinstance(name, str) else None
         if source is None:
@@ -122,11 +247,11 @@ class DriverHost:
         return source
 
     def _on_devices_changed(self, params: Any) -> None:
-        if source := self._source(params):
+        if source := self._notified_source(params):
             self._spawn(source.set_devices(protocol.devices_from_json(params)))
 
     def _on_health_changed(self, params: Any) -> None:
-        if source := self._source(params):
+        if source := self._notified_source(params):
             changes = {
                 str(protocol.field(c, "id")): protocol.health_from_json(protocol.field(c, "health"))
                 for c in protocol.field(params, "changes") or ()
@@ -134,58 +259,15 @@ class DriverHost:
             self._spawn(source.set_health(changes))
 
     def _on_resources_changed(self, params: Any) -> None:
-        self._spawn(self._apply_resources(protocol.resources_from_json(params)))
+        self._spawn(self._reconcile_logged(protocol.resources_from_json(params)))
 
-    async def _apply_resources(self, resources: list[protocol.ResourceInfo]) -> None:
-        wanted = {r.name: r for r in resources}
-        for name in [n for n in self.sources if n not in wanted]:
-            del self.sources[name]
-            await self._registry.remove_resource(name)
-        for name, info in wanted.items():
-            if name not in self.sources:
-                try:
-                    await self._add(info)
-                except ShimError as exc:
-                    logger.error("driver {!r}: cannot add resource {}: {}", self.name, name, exc)
+    async def _reconcile_logged(self, resources: list[protocol.ResourceInfo]) -> None:
+        try:
+            await self._reconcile(resources)
+        except ShimError as exc:
+            logger.error("driver {!r}: cannot apply its new resources: {}", self.name, exc)
 
     def _on_log(self, params: Any) -> None:
-        level = _LOG_LEVELS.get(str(protocol.field(params, "level")), "INFO")
-        logger.log(level, "driver {!r}: {}", self.name, protocol.field(params, "message", ""))
-
-    async def _copy_log(self, stderr: asyncio.StreamReader) -> None:
-        with contextlib.suppress(ValueError, ConnectionError):
-            async for line in stderr:
-                logger.info("driver {!r}: {}", self.name, line.decode(errors="replace").rstrip())
-
-    def _on_connection_lost(self, reason: BaseException) -> None:
-        if self._stopping:
-            return
-        logger.error("driver {!r} stopped answering ({}); its devices are Unhealthy", self.name, reason)
-        for source in self.sources.values():
-            self._spawn(source.all_unhealthy())
-
-    # --- stop ------------------------------------------------------------
-
-    _stopping = False
-
-    async def stop(self) -> None:
-        """shutdown, then close stdin, then SIGTERM, then SIGKILL, each bounded."""
-        self._stopping = True
-        if self._peer is not None and not self._peer.closed:
-            with contextlib.suppress(ShimError):
-                await self.call("shutdown", {})
-            await self._peer.close()
-        process = self.process
-        if process is not None and process.returncode is None:
-            try:
-                await asyncio.wait_for(process.wait(), self._timeouts.shutdown_s)
-            except TimeoutError:
-                process.terminate()
-                try:
-                    await asyncio.wait_for(process.wait(), self._timeouts.shutdown_s)
-                except TimeoutError:
-                    process.kill()
-                    await process.wait()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        level = str(protocol.field(params, "level"))
+        logger.log(level if level in _LOG_LEVELS else "INFO", "driver {!r}: {}", self.name,
+                   protocol.field(params, "message", ""))  # fmt: skip

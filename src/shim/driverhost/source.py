@@ -1,7 +1,13 @@
-"""One resource of a driver, as a device source for the core."""
+"""One resource of a driver, as a device source for the core.
+
+It remembers the driver's real device list through outages: while the driver
+is down every device is listed as Unhealthy (never dropped), and a device that
+was Healthy before may still be allocated, waiting for the driver to return.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -11,6 +17,7 @@ from loguru import logger
 from shim import grants
 from shim.driverhost import protocol
 from shim.errors import ShimError
+from shim.inventory import InventoryStore, SavedResource
 from shim.latest import Latest
 from shim.model import (
     Capabilities,
@@ -23,14 +30,20 @@ from shim.model import (
 from shim.sources.base import DeviceSource
 
 Call = Callable[[str, Any], Awaitable[Any]]
+SAVE_DELAY_S = 0.2  # coalesce bursts of changes into one write
 
 
 class DriverSource(DeviceSource):
-    def __init__(self, info: protocol.ResourceInfo, call: Call) -> None:
+    def __init__(self, info: protocol.ResourceInfo, call: Call, store: InventoryStore | None = None) -> None:
         self.info = info
         self._call = call
+        self._store = store
         self._latest: Latest[tuple[Device, ...]] = Latest()
+        self._real: tuple[Device, ...] = ()
         self._declared: dict[str, ContainerGrant] = {}
+        self._down = False
+        self.in_use: tuple[tuple[str, ...], ...] = ()
+        self._saving: asyncio.Task[None] | None = None
 
     @property
     def name(self) -> str:
@@ -46,7 +59,17 @@ class DriverSource(DeviceSource):
         async for devices in self._latest.follow():
             yield devices
 
-    # --- updates from the driver ----------------------------------------
+    def recovering_health(self, device_id: str) -> Health | None:
+        if not self._down:
+            return None
+        return next((d.health for d in self._real if d.id == device_id), None)
+
+    # --- state from the driver, or from the last run -----------------------
+
+    async def restore(self, saved: SavedResource) -> None:
+        """Devices known from before devshim started; Unhealthy until the driver lists them."""
+        self._real, self.in_use, self._down = saved.devices, saved.in_use, True
+        await self._publish()
 
     async def refresh(self) -> None:
         result = await self._call("list_devices", {"resource": self.name})
@@ -54,29 +77,61 @@ class DriverSource(DeviceSource):
 
     async def set_devices(self, devices: Sequence[tuple[Device, ContainerGrant | None]]) -> None:
         self._declared = {d.id: g for d, g in devices if g is not None}
-        await self._latest.publish(tuple(d for d, _ in devices))
+        self._real, self._down = tuple(d for d, _ in devices), False
+        await self._publish()
 
     async def set_health(self, changes: dict[str, Health]) -> None:
-        current = self._latest.value or ()
-        unknown = set(changes) - {d.id for d in current}
+        unknown = set(changes) - {d.id for d in self._real}
         if unknown:
             logger.warning("{}: health_changed names unknown devices {}", self.name, sorted(unknown))
-        await self._latest.publish(tuple(replace(d, health=changes.get(d.id, d.health)) for d in current))
+        self._real = tuple(replace(d, health=changes.get(d.id, d.health)) for d in self._real)
+        await self._publish()
 
-    async def all_unhealthy(self) -> None:
-        """The driver is gone: keep every device listed, as Unhealthy (never dropped)."""
-        current = self._latest.value or ()
-        await self._latest.publish(tuple(replace(d, health=Health.UNHEALTHY) for d in current))
+    async def outage(self) -> None:
+        """The driver is gone: every device stays listed, as Unhealthy."""
+        self._down = True
+        await self._publish()
+
+    async def _publish(self) -> None:
+        shown = tuple(replace(d, health=Health.UNHEALTHY) for d in self._real) if self._down else self._real
+        await self._latest.publish(shown)
+        self._save_soon()
+
+    def _save_soon(self) -> None:
+        if self._store is not None and (self._saving is None or self._saving.done()):
+            self._saving = asyncio.create_task(self._save())
+
+    async def _save(self) -> None:
+        await asyncio.sleep(SAVE_DELAY_S)
+        assert self._store is not None
+        await asyncio.to_thread(self._store.save, self.name, SavedResource(self._real, self.in_use))
+
+    async def close(self) -> None:
+        if self._saving is not None and not self._saving.done():
+            self._saving.cancel()
+            if self._store is not None:
+                self._store.save(self.name, SavedResource(self._real, self.in_use))
 
     # --- calls from the core ---------------------------------------------
 
     async def allocate(self, requests: Sequence[ContainerAllocateRequest]) -> list[ContainerGrant]:
         declared = self._declared
         if all(i in declared for r in requests for i in r.device_ids):
-            # Every device declared its grant at list time: no round trip.
-            return [grants.merge(declared[i] for i in r.device_ids) for r in requests]
-        result = await self._call("allocate", protocol.allocate_params(self.name, requests))
-        return protocol.grants_from_json(result, len(requests))
+            # Every device declared its grant at list time: no round trip, even mid-restart.
+            answer = [grants.merge(declared[i] for i in r.device_ids) for r in requests]
+        else:
+            result = await self._call("allocate", protocol.allocate_params(self.name, requests))
+            answer = protocol.grants_from_json(result, len(requests))
+        self._mark_in_use(requests)
+        return answer
+
+    def _mark_in_use(self, requests: Sequence[ContainerAllocateRequest]) -> None:
+        # v1beta1 never says when devices are freed; a device is in one container at a
+        # time, so a new allocation of it replaces the older group that held it.
+        taken = {i for r in requests for i in r.device_ids}
+        kept = tuple(g for g in self.in_use if not taken & set(g))
+        self.in_use = kept + tuple(tuple(r.device_ids) for r in requests if r.device_ids)
+        self._save_soon()
 
     async def preferred_allocation(self, request: PreferredAllocationRequest) -> Sequence[str]:
         try:
@@ -84,7 +139,7 @@ class DriverSource(DeviceSource):
             return protocol.preference_from_json(result)
         except ShimError as exc:
             # Optional advice: without it the kubelet (and the core) choose themselves,
-            # which beats failing pod admission because one driver is slow.
+            # which beats failing pod admission because one driver is slow or down.
             logger.warning("{}; choosing without the driver's preference", exc)
             return ()
 

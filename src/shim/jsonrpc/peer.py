@@ -115,6 +115,10 @@ class Peer:
         if self.on_close is not None:
             self.on_close(reason)
 
+    def abort(self, reason: BaseException) -> None:
+        """Fail every pending request with ``reason`` and stop answering; the owner closes."""
+        self._close(reason)
+
     async def close(self) -> None:
         self._close(ConnectionClosed(f"{self.name}: closed"))
         await self._transport.close()

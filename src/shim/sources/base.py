@@ -10,6 +10,7 @@ from shim.model import (
     ContainerAllocateRequest,
     ContainerGrant,
     Device,
+    Health,
     PreferredAllocationRequest,
 )
 
@@ -37,6 +38,12 @@ class DeviceSource(ABC):
     @abstractmethod
     async def allocate(self, requests: Sequence[ContainerAllocateRequest]) -> Sequence[ContainerGrant]:
         """One grant per container request, in order."""
+
+    def recovering_health(self, device_id: str) -> Health | None:
+        """While the source is briefly down (a driver restarting) its devices are listed as
+        Unhealthy; this is a device's health from before, so the core can still let a
+        container have a device that was Healthy a moment ago. None when the source is up."""
+        return None
 
     async def preferred_allocation(self, request: PreferredAllocationRequest) -> Sequence[str]:
         """IDs this source prefers; the core enforces size and must-include."""

@@ -1,0 +1,215 @@
+"""devshim's persisted inventory: the last device list and the allocations in use, per resource.
+
+A devshim restarted while a driver is down must still list that driver's devices (as Unhealthy):
+the kubelet removes from the node any device missing from a list. A restarted driver is told which
+allocations are in use. Both need what devshim knew before the restart, kept here as one JSON file
+per resource in a state directory of devshim's own (never the device-plugins directory, whose
+regular files older kubelets delete on start).
+
+Nothing here raises on I/O or bad data: a lost inventory costs a short Unhealthy gap, while an
+exception would stop devshim serving every resource. Invalid resource names are a caller's bug and
+are refused with ValueError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+from loguru import logger
+
+from shim.model import Device, Health
+
+VERSION = 1
+
+_T = TypeVar("_T")
+
+# Both parts start and end alphanumerically, so a file name is never hidden (temp files are) and
+# never "." or "..". The domain (a DNS subdomain for the kubelet) has no "_", which makes the
+# first "_" of a file name the "/" of the resource: the mapping is reversible and collision-free.
+_DOMAIN = r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?"
+_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+_RESOURCE = re.compile(rf"({_DOMAIN})/({_NAME})")
+_FILE = re.compile(rf"({_DOMAIN})_({_NAME})\.json")
+
+
+@dataclass(frozen=True)
+class SavedResource:
+    devices: tuple[Device, ...]
+    """The last known device list: ids, health and NUMA nodes."""
+    in_use: tuple[tuple[str, ...], ...]
+    """Device-id groups allocated together (one per container), in allocation order."""
+
+
+class _Invalid(ValueError):
+    """A saved file that parses as JSON but is not an inventory we wrote."""
+
+
+def _file_name(resource: str) -> str:
+    if not _RESOURCE.fullmatch(resource):
+        raise ValueError(
+            f"invalid resource name {resource!r}: expected domain/name, the domain of [A-Za-z0-9.-] and"
+            " the name of [A-Za-z0-9._-], each starting and ending with a letter or digit"
+        )
+    return resource.replace("/", "_", 1) + ".json"
+
+
+def _encode(resource: str, saved: SavedResource) -> str:
+    return json.dumps(
+        {
+            "version": VERSION,
+            "resource": resource,
+            "devices": [
+                {"id": d.id, "health": str(d.health), "numa_nodes": list(d.numa_nodes)} for d in saved.devices
+            ],
+            "in_use": [list(group) for group in saved.in_use],
+            "saved_at": datetime.now(UTC).isoformat(),
+        },
+        indent=1,
+    )
+
+
+def _field(obj: dict[str, object], key: str, kind: type[_T], where: str) -> _T:
+    if key not in obj:
+        raise _Invalid(f"{where}{key!r} missing")
+    value = obj[key]
+    # bool is an int subclass; a JSON true is never a valid number here.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise _Invalid(f"{where}{key!r} is {type(value).__name__}, expected {kind.__name__}")
+    return value
+
+
+def _strings(value: object, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
+        raise _Invalid(f"{where} is not a list of non-empty strings")
+    return tuple(value)
+
+
+def _device(raw: object, index: int) -> Device:
+    where = f"devices[{index}]: "
+    if not isinstance(raw, dict):
+        raise _Invalid(f"{where}not an object")
+    device_id = _field(raw, "id", str, where)
+    health = _field(raw, "health", str, where)
+    numa = _field(raw, "numa_nodes", list, where)
+    if not device_id:
+        raise _Invalid(f"{where}empty id")
+    if health not in (Health.HEALTHY, Health.UNHEALTHY):
+        raise _Invalid(f"{where}health {health!r} is neither Healthy nor Unhealthy")
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numa):
+        raise _Invalid(f"{where}numa_nodes is not a list of non-negative integers")
+    return Device(device_id, Health(health), tuple(numa))
+
+
+def _decode(text: str, resource: str) -> SavedResource:
+    raw = json.loads(text)
+    if not isinstance(raw, dict):
+        raise _Invalid("not a JSON object")
+    version = _field(raw, "version", int, "")
+    if version != VERSION:
+        raise _Invalid(f"unknown version {version} (this devshim reads {VERSION})")
+    if (saved_for := _field(raw, "resource", str, "")) != resource:
+        raise _Invalid(f"saved for resource {saved_for!r}, not {resource!r}")
+    saved_at = _field(raw, "saved_at", str, "")
+    try:
+        datetime.fromisoformat(saved_at)
+    except ValueError:
+        raise _Invalid(f"saved_at {saved_at!r} is not an ISO 8601 time") from None
+    raw_devices = _field(raw, "devices", list, "")
+    devices = tuple(_device(d, i) for i, d in enumerate(raw_devices))
+    seen: set[str] = set()
+    for device in devices:
+        if device.id in seen:
+            raise _Invalid(f"duplicate device id {device.id!r}")
+        seen.add(device.id)
+    raw_in_use = _field(raw, "in_use", list, "")
+    in_use = tuple(_strings(group, f"in_use[{i}]") for i, group in enumerate(raw_in_use))
+    return SavedResource(devices, in_use)
+
+
+class InventoryStore:
+    """One JSON file per resource in ``state_dir``, replaced atomically on every save."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self._dir = state_dir
+
+    def _path(self, resource: str) -> Path:
+        return self._dir / _file_name(resource)
+
+    def load(self, resource: str) -> SavedResource | None:
+        """The saved inventory, or None when there is none or it cannot be trusted (logged)."""
+        path = self._path(resource)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            logger.warning("inventory: cannot read {}: {}; starting {} without it", path, exc, resource)
+            return None
+        try:
+            return _decode(text, resource)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError and _Invalid are ValueErrors
+            logger.warning("inventory: ignoring {}: {}; starting {} without it", path, exc, resource)
+            return None
+
+    def save(self, resource: str, saved: SavedResource) -> None:
+        """Replace the saved inventory; on failure log an error and keep the previous file whole."""
+        path = self._path(resource)
+        text = _encode(resource, saved)
+        tmp: str | None = None
+        try:
+            if not self._dir.is_dir():
+                self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+                # mkdir's mode is filtered by the umask; the inventory names devices and pods'
+                # allocations, which is nobody else's business.
+                self._dir.chmod(0o700)
+            # Same directory, so os.replace is a rename within one file system: readers see the
+            # old file or the new one, never a partial write.
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=self._dir)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            tmp = None
+            self._sync_dir()
+        except OSError as exc:
+            logger.error("inventory: cannot save {}: {}; a restart now loses its devices", path, exc)
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+
+    def _sync_dir(self) -> None:
+        # The rename itself lives in the directory; without this a power cut may undo it.
+        fd = os.open(self._dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def forget(self, resource: str) -> None:
+        """Remove the saved inventory, if any (a resource that is gone for good)."""
+        path = self._path(resource)
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            logger.error("inventory: cannot remove {}: {}", path, exc)
+
+    def resources(self) -> list[str]:
+        """Names of the resources with a saved inventory, sorted; temp and foreign files are skipped."""
+        try:
+            names = [entry.name for entry in self._dir.iterdir()]
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            logger.error("inventory: cannot list {}: {}", self._dir, exc)
+            return []
+        return sorted(f"{m[1]}/{m[2]}" for name in names if (m := _FILE.fullmatch(name)))
