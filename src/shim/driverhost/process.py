@@ -125,7 +125,7 @@ class DriverProcess:
         elif code == 70:
             how = "its launcher found devshim gone"
         elif code < 0:
-            how = f"killed by {signal.Signals(-code).name}"
+            how = f"was killed by {signal.Signals(-code).name}"
         else:
             how = f"exited with code {code}"
         self.fail(how if code == 127 and how.startswith("cannot run") else f"it {how}")
