@@ -108,8 +108,9 @@ class DriverProcess:
             return await self._peer.request(method, params, timeout)
         except TimeoutError:
             # A driver that stops answering is hung: restart it rather than wait forever.
-            self.fail(f"it did not answer {method} within {timeout:g} s")
-            raise
+            reason = f"it did not answer {method} within {timeout:g} s"
+            self.fail(reason)
+            raise TimeoutError(reason) from None
         except ConnectionClosed as exc:
             # The stream ended before the exit status is known: wait briefly for the real reason.
             with contextlib.suppress(TimeoutError):

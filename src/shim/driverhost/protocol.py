@@ -195,7 +195,7 @@ def error_for(driver: str, method: str, exc: BaseException) -> ShimError:
     if isinstance(exc, ShimError):
         return type(exc)(f"{prefix}: {exc}")
     if isinstance(exc, TimeoutError):
-        return SourceTimeout(f"{prefix}: no answer in time")
+        return SourceTimeout(f"{prefix}: {exc or 'no answer in time'}")
     if isinstance(exc, ConnectionClosed):
         return SourceUnavailable(f"{prefix}: the driver is not running ({exc})")
     if isinstance(exc, RemoteError):
