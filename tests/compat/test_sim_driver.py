@@ -38,7 +38,9 @@ class Running:
 
 
 @asynccontextmanager
-async def start(plugin_dir: Path, state_dir: Path, resources: list[dict[str, Any]]) -> AsyncIterator[Running]:
+async def start(
+    plugin_dir: Path, state_dir: Path, resources: list[dict[str, Any]], **timeouts: float
+) -> AsyncIterator[Running]:
     control = plugin_dir.parent / f"{plugin_dir.name}-control"
     control.touch()
     config = plugin_dir.parent / f"{plugin_dir.name}-sim.yaml"
@@ -51,6 +53,7 @@ async def start(plugin_dir: Path, state_dir: Path, resources: list[dict[str, Any
             {
                 "name": "sim",
                 "command": [sys.executable, "-m", "devshim_adapters.sim", "--config", str(config)],
+                "timeouts": timeouts,
             }
         ],
     )
@@ -180,3 +183,29 @@ async def test_a_50000_device_list_reaches_the_kubelet_whole(plugin_dir: Path, s
         assert len(listed) == 50_000
         assert listed[0].id == "big-0" and listed[-1].id == "big-49999"
         assert (await gpu.allocate(["big-49999"])).envs == {}
+
+
+async def test_a_preference_past_its_deadline_is_dropped_without_restarting_the_driver(
+    plugin_dir: Path, state_dir: Path
+) -> None:
+    """A driver slower than preferred_allocation's deadline gives no preference (the kubelet
+    still gets a valid answer) and is not treated as hung: it keeps serving Allocate."""
+    devices = [
+        {"id": "p-0", "numa_nodes": [0]},
+        {"id": "p-1", "numa_nodes": [1]},
+        {"id": "p-2", "numa_nodes": [1]},
+    ]
+    slow = {"preferred_allocation_s": 3}
+    resources = [{"name": GPU, "devices": devices, "preferred_allocation": True, "delays": slow}]
+    async with start(plugin_dir, state_dir, resources, preferred_allocation_s=0.5) as running:
+        gpu = await session(running, GPU)
+        process = running.shim.drivers[0].process
+        started = time.perf_counter()
+        chosen = await gpu.preferred_allocation(["p-0", "p-1", "p-2"], ["p-2"], 2)
+        # The sim would have chosen p-2 and p-1 (one NUMA node) after 3 s; devshim gave up
+        # at 0.5 s and filled in order instead.
+        assert chosen == ["p-2", "p-0"]
+        assert time.perf_counter() - started < 2.5
+        assert running.shim.drivers[0].process is process
+        assert running.shim.drivers[0].status == "up"
+        assert (await gpu.allocate(["p-1"])).envs == {}

@@ -35,6 +35,8 @@ from shim.sources.base import DeviceSource
 # Calls worth waiting for while the driver restarts (the kubelet chose a device that was
 # Healthy a moment ago); others fail at once or, like preferred_allocation, are optional.
 WAIT_FOR_RESTART = frozenset({"allocate", "prestart"})
+# Advice the kubelet can do without: a slow answer is dropped, the driver is not restarted.
+ADVISORY = frozenset({"preferred_allocation"})
 _LOG_LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR"}
 
 
@@ -210,7 +212,7 @@ class DriverHost:
         assert run is not None
         timeout = getattr(self.settings.timeouts, f"{method}_s")
         try:
-            return await run.request(method, params, timeout)
+            return await run.request(method, params, timeout, hang_is_failure=method not in ADVISORY)
         except Exception as exc:
             raise protocol.error_for(self.name, method, exc) from None
 

@@ -101,15 +101,16 @@ class DriverProcess:
         if self._peer is not None:
             self._peer.abort(ConnectionClosed(reason))
 
-    async def request(self, method: str, params: Any, timeout: float) -> Any:
+    async def request(self, method: str, params: Any, timeout: float, *, hang_is_failure: bool = True) -> Any:
         if self._peer is None or self.failed.done():
             raise ConnectionClosed(self.failed.result() if self.failed.done() else "not started")
         try:
             return await self._peer.request(method, params, timeout)
         except TimeoutError:
-            # A driver that stops answering is hung: restart it rather than wait forever.
             reason = f"it did not answer {method} within {timeout:g} s"
-            self.fail(reason)
+            if hang_is_failure:
+                # A driver that stops answering is hung: restart it rather than wait forever.
+                self.fail(reason)
             raise TimeoutError(reason) from None
         except ConnectionClosed as exc:
             # The stream ended before the exit status is known: wait briefly for the real reason.
