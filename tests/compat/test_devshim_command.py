@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
 import signal
 import socket
@@ -155,3 +156,44 @@ async def test_a_driver_that_cannot_start_stays_down_while_others_are_served(
         finally:
             proc.terminate()
             await proc.wait()
+
+
+async def exited(pid: int, timeout: float) -> bool:
+    """Whether process ``pid`` (not our child) exits within ``timeout``: waits on a pidfd."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    loop = asyncio.get_running_loop()
+    gone = loop.create_future()
+    loop.add_reader(fd, gone.set_result, None)
+    try:
+        await asyncio.wait_for(gone, timeout)
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+async def test_a_killed_devshim_leaves_no_driver_running(plugin_dir: Path, state_dir: Path) -> None:
+    """SIGKILL gives devshim no chance to stop its drivers; the parent-death signal armed at
+    their start makes the kernel kill them too, even one that ignores EOF and SIGTERM."""
+    stubborn = Path(__file__).with_name("drivers") / "stubborn.py"
+    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(stubborn))}"
+    async with FakeKubelet(plugin_dir) as kubelet:
+        proc = await start_devshim(
+            *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
+            *("--driver", f"sim={command}"),
+        )
+        try:
+            await kubelet.wait_for_plugin("example.com/orphan", timeout=30)
+            (driver,) = children(proc.pid)
+            proc.kill()
+            await proc.wait()
+            assert await exited(driver, 10), f"driver {driver} outlived a SIGKILLed devshim"
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
