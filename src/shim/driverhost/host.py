@@ -78,10 +78,6 @@ class DriverHost:
                 await self._registry.add_resource(resource, source)
         self._supervisor = asyncio.create_task(self._supervise(), name=f"driver:{self.name}")
 
-    async def started(self, timeout: float) -> None:
-        """Until the driver's first start succeeded (for callers that need it)."""
-        await asyncio.wait_for(self._ready.wait(), timeout)
-
     async def _supervise(self) -> None:
         quick_failures = 0
         while True:
