@@ -59,6 +59,7 @@ class DriverHost:
         self.status = "not started"
         self._run: DriverProcess | None = None
         self._ready = asyncio.Event()
+        self.gave_up = asyncio.Event()  # set once the driver stays down for good
         self._supervisor: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -85,6 +86,7 @@ class DriverHost:
                 await self._start_with_retries()
             except DriverFailed as exc:
                 self.status = f"down: {exc}"
+                self.gave_up.set()
                 logger.error(
                     "driver {!r} failed to start {} times in a row; it stays down, its devices Unhealthy: {}",
                     self.name, self._policy.max_start_failures, exc,
@@ -92,7 +94,9 @@ class DriverHost:
                 return
             assert self._run is not None
             up_since = time.monotonic()
-            reason = await self._run.failed
+            # shield: cancelling the supervisor (devshim stopping) must not cancel the run's
+            # failure future, or the run would look failed and never get its shutdown.
+            reason = await asyncio.shield(self._run.failed)
             await self._after_failure(reason)
             stable = time.monotonic() - up_since >= self._policy.stable_after_s
             quick_failures = 0 if stable else quick_failures + 1
@@ -213,7 +217,8 @@ class DriverHost:
             raise protocol.error_for(self.name, method, exc) from None
 
     async def _wait_until_back(self, method: str) -> None:
-        wait_s = self._policy.call_wait_s if method in WAIT_FOR_RESTART else 0
+        restarting = method in WAIT_FOR_RESTART and not self.gave_up.is_set()
+        wait_s = self._policy.call_wait_s if restarting else 0
         try:
             await asyncio.wait_for(self._ready.wait(), wait_s)
         except TimeoutError:

@@ -136,6 +136,8 @@ class DriverProcess:
         limit = self.settings.restart.max_notifications_per_s
 
         def handle(params: Any) -> None:
+            if self.failed.done():
+                return  # from a run devshim already gave up on: its word no longer counts
             start, count = self._window
             now = time.monotonic()
             if now - start >= 1.0:

@@ -10,6 +10,7 @@ crash is one code path (as in pygls' client).
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import json
 from collections.abc import Awaitable, Callable
@@ -48,6 +49,8 @@ class Peer:
         self._strict = strict
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
+        # Ids of requests we stopped waiting for: a late answer to one is not a protocol error.
+        self._expired: collections.deque[int] = collections.deque(maxlen=1024)
         self._handling: set[asyncio.Task[None]] = set()
         self._closed: BaseException | None = None
         self.on_close: Callable[[BaseException], None] | None = None
@@ -67,6 +70,9 @@ class Peer:
         try:
             await self._send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
             return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            self._expired.append(request_id)
+            raise
         finally:
             self._pending.pop(request_id, None)
 
@@ -124,6 +130,8 @@ class Peer:
         await self._transport.close()
 
     async def _receive(self, line: bytes) -> None:
+        if self._closed is not None:
+            return  # aborted: whatever the other side still says is ignored
         try:
             message = json.loads(line)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -152,6 +160,9 @@ class Peer:
     def _on_response(self, message: dict[str, Any]) -> None:
         future = self._pending.get(message["id"]) if isinstance(message["id"], int) else None
         if future is None:
+            if message["id"] in self._expired:
+                logger.debug("{}: dropping a late answer to request {}", self.name, message["id"])
+                return
             if self._strict:
                 raise ProtocolError(f"a response to unknown request id {message['id']!r}")
             return
