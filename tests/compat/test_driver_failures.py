@@ -10,6 +10,7 @@ and details, the health in each list, registrations.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -532,3 +533,38 @@ async def test_a_driver_ignoring_shutdown_and_sigterm_is_killed_within_the_shutd
     assert process.returncode == -signal.SIGKILL
     assert f"sigterm {process.pid}" in run_file.read_text().splitlines()
     assert not Path(f"/proc/{process.pid}").exists()
+
+
+async def test_a_restarted_driver_is_told_which_allocations_are_in_use(
+    plugin_dir: Path, state_dir: Path, run_file: Path
+) -> None:
+    """initialize after a crash carries the devices devshim allocated before it, so the new run
+    can rebuild its state; the first run was told nothing was in use."""
+    async with devshim(plugin_dir, state_dir, run_file, FLAKY_MISBEHAVE="exit_on_signal") as running:
+        flaky = await healthy_session(running)
+        await flaky.allocate(["f-1"])
+        since = len(flaky.lists)
+        running.signal_driver(signal.SIGUSR1)
+        await outage_and_recovery(flaky, since, time.perf_counter())
+        told = [json.loads(line.split(" ", 1)[1]) for line in run_file.read_text().splitlines()
+                if line.startswith("initialize ")]  # fmt: skip
+    assert told == [[], [{"resource": FLAKY, "device_ids": ["f-1"]}]]
+
+
+async def test_declared_grants_are_answered_while_the_driver_restarts(
+    plugin_dir: Path, state_dir: Path, run_file: Path
+) -> None:
+    """A device that declared its grant and was Healthy a moment ago is allocated at once during
+    the outage, without waiting for the (slow, 3 s) restart."""
+    async with devshim(
+        plugin_dir, state_dir, run_file,
+        FLAKY_MISBEHAVE="exit_on_signal", FLAKY_DECLARED="1", FLAKY_LATER_INIT_DELAY_S="3",
+    ) as running:  # fmt: skip
+        flaky = await healthy_session(running)
+        running.signal_driver(signal.SIGUSR1)
+        await flaky.wait_for_list(listed(DEVICES, UNHEALTHY), timeout=WAIT_S)
+        started = time.perf_counter()
+        grant = await flaky.allocate(["f-0", "f-1"])
+        assert time.perf_counter() - started < 1.5
+        assert grant.envs == {"FLAKY": "f-0,f-1"}
+        assert listed(DEVICES, UNHEALTHY)(flaky.latest), "answered before the driver was back"

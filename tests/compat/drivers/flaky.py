@@ -21,6 +21,11 @@ FLAKY_DEVICES, FLAKY_LATER_DEVICES
     behaving run after it (default: the same).
 FLAKY_LATER_INIT_DELAY_S
     Seconds a behaving run after a misbehaving one waits before answering initialize.
+FLAKY_DECLARED
+    ``1``: every device declares its grant at list time (``{"FLAKY": "<id>"}``).
+
+Every run also appends ``initialize <allocations as JSON>`` when initialize arrives, so a
+test can see what devshim told a restarted driver was in use.
 
 The test sends SIGUSR1 only once the kubelet has seen this run's devices, so the
 misbehaviour happens at a known moment rather than racing the first list.
@@ -29,6 +34,7 @@ misbehaviour happens at a known moment rather than racing the first list.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -66,12 +72,17 @@ class Flaky(Driver):
         self.device_ids = (env.get("FLAKY_LATER_DEVICES", first) if self.later else first).split(",")
         self.init_delay_s = float(env.get("FLAKY_LATER_INIT_DELAY_S", "0")) if self.later else 0.0
         self.flood = int(env.get("FLAKY_FLOOD", "5000"))
+        self.declared = env.get("FLAKY_DECLARED") == "1"
+        self.run_file = Path(env["RUN_FILE"])
         self._flooding: asyncio.Task[None] | None = None
 
     def resources(self) -> list[types.Resource]:
         return [types.Resource(name=RESOURCE)]
 
     async def on_initialize(self, params: types.InitializeParams) -> None:
+        in_use = [{"resource": a.resource, "device_ids": list(a.device_ids)} for a in params.allocations]
+        with self.run_file.open("a") as runs:
+            runs.write(f"initialize {json.dumps(in_use)}\n")
         if self.mode == "exit_on_initialize":
             exit_now(3, f"run {self.run_number} got initialize")
         if self.mode == "exit_on_signal":
@@ -91,7 +102,14 @@ class Flaky(Driver):
             await self.log("INFO", f"flood {i}")
 
     async def list_devices(self, resource: str) -> list[types.Device]:
-        return [types.Device(id=i, health=types.Health.HEALTHY) for i in self.device_ids]
+        return [
+            types.Device(
+                id=i,
+                health=types.Health.HEALTHY,
+                grant=types.Grant(envs={"FLAKY": i}) if self.declared else None,
+            )
+            for i in self.device_ids
+        ]
 
     async def allocate(self, resource: str, containers: list[list[str]]) -> list[types.Grant]:
         if self.mode == "exit_on_allocate":
