@@ -13,6 +13,7 @@ from loguru import logger
 
 from shim.core.resource import ResourceService
 from shim.driverhost import DriverHost
+from shim.frontend.deallocation import DeallocationEmulator
 from shim.frontend.dirwatch import DirWatcher
 from shim.frontend.endpoint import PluginEndpoint
 from shim.frontend.v1beta1 import API as V1BETA1
@@ -52,11 +53,15 @@ class Shim:
         ]
         self.watcher = DirWatcher(settings.device_plugins_dir, settings.watch_mode, settings.poll_interval_s)
         self.served: dict[str, Served] = {}
-        self._watch_task: asyncio.Task[None] | None = None
+        self.deallocation = DeallocationEmulator(settings.deallocation, lambda: self.services)
+        self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         self.settings.device_plugins_dir.mkdir(parents=True, exist_ok=True)
-        self._watch_task = asyncio.create_task(self.watcher.run(), name="dirwatch")
+        self._tasks.append(asyncio.create_task(self.watcher.run(), name="dirwatch"))
+        if self.settings.deallocation.enabled and self.drivers:
+            # Only drivers can act on deallocate; static devices need no release.
+            self._tasks.append(asyncio.create_task(self.deallocation.run(), name="deallocation"))
         for name, socket_name, source in self._static:
             await self.add_resource(name, source, socket_name)
         for driver in self.drivers:
@@ -66,7 +71,12 @@ class Shim:
         if name in self.served:
             logger.error("{} is already served; ignoring a second source for it", name)
             return
-        service = ResourceService(name, source, prestart_timeout_s=self.settings.prestart_timeout_s)
+        service = ResourceService(
+            name,
+            source,
+            prestart_timeout_s=self.settings.prestart_timeout_s,
+            on_allocated=self.deallocation.allocated,
+        )
         endpoint = PluginEndpoint(
             service,
             V1BETA1,
@@ -97,14 +107,20 @@ class Shim:
             await driver.stop()
         for name in list(self.served):
             await self.remove_resource(name)
-        if self._watch_task is not None:
-            self._watch_task.cancel()
-            await asyncio.gather(self._watch_task, return_exceptions=True)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    @property
+    def services(self) -> dict[str, ResourceService]:
+        return {name: served.service for name, served in self.served.items()}
 
     async def wait(self) -> None:
-        """Until cancelled, or until the directory watcher fails (raised here)."""
-        assert self._watch_task is not None
-        await self._watch_task
+        """Until cancelled, or until a background part fails (raised here)."""
+        done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            task.result()
 
     async def __aenter__(self) -> Shim:
         try:

@@ -149,6 +149,18 @@ class DriverTimeouts(_Strict):
     shutdown_s: Annotated[float, Field(gt=0, le=600)] = 5.0
 
 
+class DeallocationSettings(_Strict):
+    """Deallocate emulation for drivers on v1beta1, through the kubelet's PodResources List."""
+
+    enabled: bool = True
+    # Follows the kubelet's root dir, like plugins_registry (upstream default below).
+    pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    # The kubelet allows 100 qps (burst 10) across all clients: poll gently.
+    poll_interval_s: Annotated[float, Field(gt=0, le=3600)] = 10.0
+    # How long a device group must be held by no listed container before it is released.
+    grace_s: Annotated[float, Field(ge=0, le=3600)] = 30.0
+
+
 class RestartPolicy(_Strict):
     """How a failed driver is restarted (docs/driver-protocol.md, "Failures")."""
 
@@ -193,6 +205,7 @@ class Settings(BaseSettings):
     state_dir: Path = Path("/var/lib/devshim")
     resources: list[ResourceSettings] = []
     drivers: list[DriverSettings] = []
+    deallocation: DeallocationSettings = DeallocationSettings()
     # How kubelet restarts are noticed: inotify where the kernel offers it, else polling.
     watch_mode: Literal["auto", "inotify", "poll"] = "auto"
     poll_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0

@@ -8,7 +8,7 @@ that list before the source sees it, so every source gets the same guard.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import replace
 
 from loguru import logger
@@ -34,9 +34,17 @@ from shim.sources.base import DeviceSource
 
 
 class ResourceService:
-    def __init__(self, name: str, source: DeviceSource, *, prestart_timeout_s: float = 25.0) -> None:
+    def __init__(
+        self,
+        name: str,
+        source: DeviceSource,
+        *,
+        prestart_timeout_s: float = 25.0,
+        on_allocated: Callable[[str, list[str]], None] | None = None,
+    ) -> None:
         self.name = name
         self.source = source
+        self._on_allocated = on_allocated
         self._prestart_timeout_s = prestart_timeout_s
         self.source_retry_s = 1.0
         self._devices: tuple[Device, ...] = ()
@@ -111,7 +119,17 @@ class ResourceService:
             raise SourceFailed(
                 f"{self.name}: device source answered {len(grants)} grants for {len(requests)} containers"
             )
+        if self._on_allocated is not None:
+            for request in requests:
+                self._on_allocated(self.name, list(request.device_ids))
         return grants
+
+    async def deallocate(self, device_ids: Sequence[str]) -> None:
+        """Tell the source a device group is free again; never raises (background work)."""
+        try:
+            await self.source.deallocate(device_ids)
+        except Exception as exc:
+            logger.warning("{}: deallocate of {} failed: {}", self.name, ", ".join(device_ids), exc)
 
     async def preferred_allocation(self, request: PreferredAllocationRequest) -> tuple[str, ...]:
         """Exactly ``request.size`` IDs, every must-include ID among them (the contract

@@ -143,6 +143,10 @@ class DriverSource(DeviceSource):
             logger.warning("{}; choosing without the driver's preference", exc)
             return ()
 
+    async def deallocate(self, device_ids: Sequence[str]) -> None:
+        if self.info.deallocate:
+            await self._call("deallocate", {"resource": self.name, "device_ids": list(device_ids)})
+
     async def prestart(self, device_ids: Sequence[str]) -> None:
         try:
             await self._call("prestart", {"resource": self.name, "device_ids": list(device_ids)})

@@ -49,6 +49,9 @@ class DeviceSource(ABC):
         """IDs this source prefers; the core enforces size and must-include."""
         return ()
 
+    async def deallocate(self, device_ids: Sequence[str]) -> None:  # noqa: B027 - optional hook
+        """These devices, allocated together, are free again (no container holds them)."""
+
     async def prestart(self, device_ids: Sequence[str]) -> None:  # noqa: B027 - optional hook
         """Prepare devices before a container starts (only if capabilities say so)."""
 

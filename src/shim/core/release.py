@@ -1,0 +1,56 @@
+"""When devices devshim allocated are free again: Deallocate emulated for v1beta1.
+
+v1beta1 never tells a plugin that a container is gone. The kubelet's PodResources
+List shows which devices listed containers hold; a device group devshim allocated
+is released once none of its devices is held and ``grace_s`` has passed since
+that was first seen. The grace period matters: finished init containers never
+appear in List, and an app container may be given its init container's devices
+again (the same IDs, through a new Allocate, which renews the group).
+
+Sans-I/O: the poller feeds observations in and acts on what comes out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+Group = tuple[str, ...]
+
+
+@dataclass
+class _Held:
+    groups: dict[Group, float | None] = field(default_factory=dict)  # group -> first seen free at
+
+
+class ReleaseTracker:
+    def __init__(self, grace_s: float) -> None:
+        self.grace_s = grace_s
+        self._held: dict[str, _Held] = {}
+
+    def allocated(self, resource: str, device_ids: Sequence[str]) -> None:
+        """A container got these devices; any older group holding one of them is superseded."""
+        held = self._held.setdefault(resource, _Held())
+        new = tuple(device_ids)
+        for group in [g for g in held.groups if set(g) & set(new)]:
+            del held.groups[group]
+        if new:
+            held.groups[new] = None
+
+    def held(self, resource: str) -> list[Group]:
+        return list(self._held.get(resource, _Held()).groups)
+
+    def observe(self, in_use: Mapping[str, set[str]], now: float) -> dict[str, list[Group]]:
+        """Record what PodResources listed at ``now``; return the groups to deallocate now."""
+        released: dict[str, list[Group]] = {}
+        for resource, held in self._held.items():
+            busy = in_use.get(resource, set())
+            for group, free_since in list(held.groups.items()):
+                if busy & set(group):
+                    held.groups[group] = None
+                elif free_since is None:
+                    held.groups[group] = now
+                elif now - free_since >= self.grace_s:
+                    del held.groups[group]
+                    released.setdefault(resource, []).append(group)
+        return released
