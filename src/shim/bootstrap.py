@@ -51,13 +51,18 @@ class Shim:
             DriverHost(d, self, InventoryStore(settings.state_dir / "drivers" / d.name))
             for d in settings.drivers
         ]
-        self.watcher = DirWatcher(settings.device_plugins_dir, settings.watch_mode, settings.poll_interval_s)
+        self.watcher_mode = settings.registration == "watcher"
+        # The directory our sockets live in: a deleted one is re-created.
+        socket_dir = settings.plugins_registry_dir if self.watcher_mode else settings.device_plugins_dir
+        self.watcher = DirWatcher(socket_dir, settings.watch_mode, settings.poll_interval_s)
         self.served: dict[str, Served] = {}
         self.deallocation = DeallocationEmulator(settings.deallocation, lambda: self.services)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         self.settings.device_plugins_dir.mkdir(parents=True, exist_ok=True)
+        if self.watcher_mode:
+            self.settings.plugins_registry_dir.mkdir(parents=True, exist_ok=True)
         self._tasks.append(asyncio.create_task(self.watcher.run(), name="dirwatch"))
         if self.settings.deallocation.enabled and self.drivers:
             # Only drivers can act on deallocate; static devices need no release.
@@ -83,6 +88,7 @@ class Shim:
             plugin_dir=self.settings.device_plugins_dir,
             socket_name=socket_name or default_socket_name(name),
             backoff_max_s=self.settings.register_backoff_max_s,
+            plugins_registry=self.settings.plugins_registry_dir if self.watcher_mode else None,
         )
         endpoint.preflight()
         await service.start()

@@ -206,6 +206,12 @@ class Settings(BaseSettings):
     resources: list[ResourceSettings] = []
     drivers: list[DriverSettings] = []
     deallocation: DeallocationSettings = DeallocationSettings()
+    # classic: Register on kubelet.sock (every kubelet). watcher: a registration socket in
+    # plugins_registry, found by the kubelet's plugin watcher (docs/architecture.md says why
+    # classic stays the default).
+    registration: Literal["classic", "watcher"] = "classic"
+    # Follows the kubelet's root dir (--root-dir), unlike device-plugins.
+    plugins_registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
     # How kubelet restarts are noticed: inotify where the kernel offers it, else polling.
     watch_mode: Literal["auto", "inotify", "poll"] = "auto"
     poll_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
@@ -233,8 +239,9 @@ class Settings(BaseSettings):
         sockets = [r.socket for r in self.resources]
         if len(set(sockets)) != len(sockets):
             raise ValueError("two resources share one socket_name")
+        socket_dir = self.plugins_registry_dir if self.registration == "watcher" else self.device_plugins_dir
         for socket in sockets:
-            path = self.device_plugins_dir / socket
+            path = socket_dir / socket
             if len(str(path).encode()) > MAX_SOCKET_PATH:
                 raise ValueError(
                     f"socket path {path} is longer than the {MAX_SOCKET_PATH} bytes a unix socket allows"

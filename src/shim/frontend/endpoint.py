@@ -27,6 +27,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 from shim.core.resource import ResourceService
 from shim.frontend import sockets
 from shim.frontend.api import ApiVersion, ServedVersion
+from shim.frontend.pluginregistration import add_registration_service
 from shim.settings import KUBELET_SOCKET_NAME
 
 # The kubelet dials the plugin inside Register and gives up after 10 s
@@ -51,10 +52,14 @@ class PluginEndpoint:
         plugin_dir: Path,
         socket_name: str,
         backoff_max_s: float = 5.0,
+        plugins_registry: Path | None = None,
     ) -> None:
+        """``plugins_registry`` given: register through the kubelet's plugin watcher (a
+        registration socket there) instead of calling Register on kubelet.sock."""
         self.resource = resource
         self.api = api
-        self.socket_path = plugin_dir / socket_name
+        self.watcher_mode = plugins_registry is not None
+        self.socket_path = (plugins_registry or plugin_dir) / socket_name
         self.kubelet_socket = plugin_dir / KUBELET_SOCKET_NAME
         self._backoff_max_s = backoff_max_s
         self._server: grpc.aio.Server | None = None
@@ -66,6 +71,8 @@ class PluginEndpoint:
         self._restart = asyncio.Event()
         self._kubelet_seen = asyncio.Event()
         self.registrations = 0
+        self.watcher_status = ""  # the plugin watcher's last word, in watcher mode
+        self._pause_before_serving = False
 
     @property
     def registered(self) -> bool:
@@ -79,6 +86,8 @@ class PluginEndpoint:
             return
         if sockets.identity(self.socket_path) != self._socket_identity:
             self._request_restart("our socket was deleted or replaced")
+        if self.watcher_mode:
+            return
         kubelet = sockets.identity(self.kubelet_socket)
         if kubelet is not None:
             if kubelet != self._attempted_with:
@@ -87,12 +96,25 @@ class PluginEndpoint:
                 self._request_restart("kubelet.sock was re-created")
 
     def _on_stream_end(self) -> None:
-        if self._registered_with is not None:
+        if self.watcher_mode:
+            # The kubelet finds our registration socket again itself (it re-walks
+            # plugins_registry after a restart); keep serving for its next connection.
+            logger.info("{}: the kubelet ended ListAndWatch; serving on for its return", self.resource.name)
+        elif self._registered_with is not None:
             self._request_restart("the kubelet ended ListAndWatch")
 
-    def _request_restart(self, reason: str) -> None:
+    def _on_watcher_status(self, registered: bool, error: str) -> None:
+        self.watcher_status = "registered" if registered else f"refused: {error}"
+        if registered:
+            self.registrations += 1
+        else:
+            # The watcher only acts on new sockets: offer a fresh one after a pause.
+            self._request_restart(f"the plugin watcher refused it ({error})", pause=True)
+
+    def _request_restart(self, reason: str, pause: bool = False) -> None:
         if not self._restart.is_set():
             logger.info("{}: {}; registering again", self.resource.name, reason)
+            self._pause_before_serving = pause
             self._restart.set()
 
     # --- the cycle -------------------------------------------------------
@@ -106,9 +128,13 @@ class PluginEndpoint:
         while True:
             self._restart.clear()
             self._registered_with = None
+            if self._pause_before_serving:
+                self._pause_before_serving = False
+                await asyncio.sleep(self._backoff_max_s)
             try:
                 await self._serve_fresh()
-                await self._register_with_retry()
+                if not self.watcher_mode:
+                    await self._register_with_retry()
             except SocketGone:
                 # A restarting kubelet cleaned the directory under us: serve again at once.
                 continue
@@ -130,9 +156,14 @@ class PluginEndpoint:
         self._served = self.api.add_services(server, self.resource, self._on_stream_end)
         health_servicer = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        reflection.enable_server_reflection(
-            (*self.api.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-        )
+        services = [*self.api.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME]
+        if self.watcher_mode:
+            services.append(
+                add_registration_service(
+                    server, self.resource.name, (self.api.name,), self._on_watcher_status
+                )
+            )
+        reflection.enable_server_reflection(services, server)
         server.add_insecure_port(f"unix:{self.socket_path}")
         await server.start()
         self._server = server

@@ -1,0 +1,59 @@
+"""The kubelet's plugin-watcher registration API, served on a plugin's registration socket.
+
+The only serving-path module that imports the pluginregistration stubs. The kubelet
+calls GetInfo with a 1 s deadline (pluginmanager operation_generator.go), so the
+answer is built once, from memory, never from a driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from loguru import logger
+
+from shim.generated.pluginregistration.v1 import api_pb2 as pb
+from shim.generated.pluginregistration.v1 import api_pb2_grpc as pb_grpc
+
+SERVICE_NAME = "pluginregistration.Registration"
+DEVICE_PLUGIN_TYPE = "DevicePlugin"
+
+
+class RegistrationServicer(pb_grpc.RegistrationServicer):
+    def __init__(
+        self, resource: str, versions: tuple[str, ...], on_status: Callable[[bool, str], None]
+    ) -> None:
+        # An empty endpoint tells the kubelet the DevicePlugin service is on this same socket,
+        # which lives in plugins_registry, out of reach of the device-plugins cleanup.
+        self._info = pb.PluginInfo(
+            type=DEVICE_PLUGIN_TYPE, name=resource, endpoint="", supported_versions=versions
+        )
+        self._resource = resource
+        self._on_status = on_status
+
+    async def GetInfo(
+        self, request: pb.InfoRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.PluginInfo:
+        return self._info
+
+    async def NotifyRegistrationStatus(
+        self, request: pb.RegistrationStatus, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.RegistrationStatusResponse:
+        logger.log(
+            "INFO" if request.plugin_registered else "ERROR",
+            "{}: the kubelet's plugin watcher {}",
+            self._resource,
+            "registered it" if request.plugin_registered else f"refused it: {request.error}",
+        )
+        self._on_status(request.plugin_registered, request.error)
+        return pb.RegistrationStatusResponse()
+
+
+def add_registration_service(
+    server: grpc.aio.Server, resource: str, versions: tuple[str, ...], on_status: Callable[[bool, str], None]
+) -> str:
+    pb_grpc.add_RegistrationServicer_to_server(  # type: ignore[no-untyped-call]
+        RegistrationServicer(resource, versions, on_status), server
+    )
+    return SERVICE_NAME
