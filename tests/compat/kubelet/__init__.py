@@ -5,8 +5,12 @@
         devices = await session.wait_for_list(lambda devices: len(devices) == 4)
         ids, grant = await session.admit(2)
 
-Only v1beta1.py (and later one module per API version) touches generated stubs; everything a test
-sees is a record from records.py.
+With `pod_resources_socket=` it also serves the PodResources API for the pods it runs
+(`await kubelet.run_pod("default", "job", [ContainerSpec("main", "example.com/widget", 2)])`),
+and with `plugins_registry=` it registers the plugins whose sockets appear there.
+
+Only the wire modules (v1beta1.py, pluginregistration.py, podresources.py) touch generated stubs;
+everything a test sees is a record from records.py.
 """
 
 from . import records
@@ -19,24 +23,47 @@ from .errors import (
     RegistrationRejected,
 )
 from .fake_kubelet import KUBELET_SOCKET, FakeKubelet
-from .records import DeviceState, Grant, PluginOptions, RegistrationRecord
+from .records import (
+    CLASSIC,
+    WATCHER,
+    AssignedDevice,
+    ContainerSpec,
+    DeviceState,
+    Grant,
+    Notification,
+    PluginInfo,
+    PluginOptions,
+    PodContainer,
+    RegistrationRecord,
+    RunningPod,
+)
 from .session import PRESTART_TIMEOUT_S, PluginSession
+from .watcher import WatchMode
 
 __all__ = [
     "CHECKPOINT_FILE",
+    "CLASSIC",
     "KUBELET_SOCKET",
     "PRESTART_TIMEOUT_S",
+    "WATCHER",
     "AdmissionRejected",
+    "AssignedDevice",
     "CleanupMode",
+    "ContainerSpec",
     "DeviceState",
     "EndpointStopped",
     "FakeKubelet",
     "FakeKubeletError",
     "Grant",
+    "Notification",
+    "PluginInfo",
     "PluginOptions",
     "PluginSession",
+    "PodContainer",
     "ProtocolViolation",
     "RegistrationRecord",
     "RegistrationRejected",
+    "RunningPod",
+    "WatchMode",
     "records",
 ]

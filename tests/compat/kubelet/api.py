@@ -2,17 +2,18 @@
 
 Like the kubelet's plugin/v1beta1/api.go, this is only interfaces: a version module (v1beta1.py,
 later v1beta2.py) provides a PluginClient that speaks its version of the DevicePlugin service and
-a way to serve its Registration service; fake_kubelet.py and session.py never see a stub.
+a way to serve its Registration service; fake_kubelet.py and session.py never see a stub. The
+PodResources service (podresources.py) likewise reads the kubelet's state through a provider.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .records import DeviceState, Grant, PluginOptions, RegisterRequest
+from .records import DeviceState, Grant, PluginOptions, RegisterRequest, RunningPod
 
 
 @dataclass(frozen=True)
@@ -58,3 +59,17 @@ ClientFactory = Callable[[Path], PluginClient]
 
 RegisterHandler = Callable[[RegisterRequest, float], Awaitable[None]]
 """Handles one Register call (request, received_at); raises RegistrationRejected to refuse it."""
+
+
+class PodResourcesProvider(Protocol):
+    """What the PodResources service asks the kubelet (server_v1.go's pods and devices providers)."""
+
+    def admit_call(self) -> bool:
+        """Count one call; False when the rate limit rejects it."""
+        ...
+
+    def running_pods(self) -> Sequence[RunningPod]: ...
+
+    def allocatable_devices(self) -> Mapping[str, Sequence[DeviceState]]:
+        """resource name -> its devices that are allocatable now (Healthy)."""
+        ...

@@ -3,6 +3,9 @@
 It behaves like pkg/kubelet/cm/devicemanager (manager.go, plugin/v1beta1/{server,handler,
 client}.go) of kubelets >= 1.25, over real unix sockets, so a device plugin (the shim, an
 adapter) can be tested without a node. It records what it saw as version-neutral records.
+Optionally it also finds plugins in plugins_registry, as pkg/kubelet/pluginmanager does
+(watcher.py, registrar.py), and runs pods whose devices it serves over PodResources (pods.py,
+podresources.py).
 """
 
 from __future__ import annotations
@@ -11,19 +14,23 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
 import grpc
 
-from . import v1beta1
-from .api import ClientFactory, PluginClient
+from . import podresources, v1beta1
+from .api import ClientFactory
 from .dirs import CleanupMode, clean_plugin_dir
 from .errors import RegistrationRejected
 from .names import is_extended_resource_name
-from .records import RegisterRequest, RegistrationRecord
-from .session import PluginSession
+from .pods import PodTable
+from .ratelimit import DEFAULT_BURST, DEFAULT_QPS
+from .records import ContainerSpec, Notification, RegisterRequest, RegistrationRecord, RunningPod
+from .registrar import Registrar
+from .session import PluginSession, connect_session
+from .watcher import PluginWatcher, WatchMode
 
 KUBELET_SOCKET = "kubelet.sock"  # k8s.io/kubelet deviceplugin/v1beta1 constants.go KubeletSocket
 
@@ -32,18 +39,41 @@ _CLIENTS: dict[str, ClientFactory] = {v1beta1.VERSION: v1beta1.PluginClientV1Bet
 
 
 class FakeKubelet:
-    """The kubelet's device manager, faked. Use `async with FakeKubelet(dir) as kubelet:`."""
+    """The kubelet's device manager, faked. Use `async with FakeKubelet(dir) as kubelet:`.
+
+    With `pod_resources_socket` it serves PodResourcesLister v1 there, rate limited like the
+    kubelet (`pod_resources_rate` = (qps, burst); None: no limit). With `plugins_registry` it
+    also registers the device plugins whose sockets appear in that directory (`watch_mode`:
+    inotify, polling, or "auto" for inotify when available).
+    """
 
     def __init__(
-        self, plugin_dir: Path, *, dial_timeout_s: float = 10.0, rpc_timeout_s: float = 10.0
+        self,
+        plugin_dir: Path,
+        *,
+        dial_timeout_s: float = 10.0,
+        rpc_timeout_s: float = 10.0,
+        pod_resources_socket: Path | None = None,
+        pod_resources_rate: tuple[float, int] | None = (DEFAULT_QPS, DEFAULT_BURST),
+        plugins_registry: Path | None = None,
+        watch_mode: WatchMode = "auto",
     ) -> None:
         self.plugin_dir = plugin_dir
         self.dial_timeout_s = dial_timeout_s
         self.rpc_timeout_s = rpc_timeout_s
+        self.pod_resources_socket = pod_resources_socket
+        self.plugins_registry = plugins_registry
+        self.watch_mode: WatchMode = watch_mode
         self.registrations: list[RegistrationRecord] = []
+        self.notifications: list[Notification] = []
         self.restarts: list[float] = []
         self._sessions: dict[str, PluginSession] = {}
+        # manager.go allocatedDevices: per resource, shared by its sessions, kept across restarts.
+        self._allocated: dict[str, set[str]] = {}
+        self._pods = PodTable(lambda: self._sessions, pod_resources_rate)
         self._server: grpc.aio.Server | None = None
+        self._pod_resources_server: grpc.aio.Server | None = None
+        self._watcher: PluginWatcher | None = None
         self._changed = asyncio.Condition()
 
     @property
@@ -69,6 +99,23 @@ class FakeKubelet:
         created_at = time.monotonic()
         await server.start()
         self._server = server
+        if self.pod_resources_socket is not None:
+            self._pods.restarted()
+            self._pod_resources_server = await podresources.serve(self.pod_resources_socket, self._pods)
+        if self.plugins_registry is not None:
+            registrar = Registrar(
+                self.plugins_registry,
+                version=v1beta1.VERSION,  # the watcher's handler is the v1beta1 device manager
+                attach=self._attach,
+                record=self._record,
+                notifications=self.notifications,
+                changed=self._notify,
+                dial_timeout_s=self.dial_timeout_s,
+            )
+            self._watcher = PluginWatcher(
+                self.plugins_registry, registrar.register, registrar.unregister, self.watch_mode
+            )
+            self._watcher.start()
         return created_at
 
     async def stop(self) -> None:
@@ -78,17 +125,25 @@ class FakeKubelet:
         plugin's ListAndWatch stream), then stops the gRPC server without grace.
         """
         server, self._server = self._server, None
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            await watcher.stop()  # no plugin operation may outlive the kubelet
         sessions, self._sessions = list(self._sessions.values()), {}
         for session in sessions:
             await session.close()
         if server is not None:
             await server.stop(0)
+        pod_resources, self._pod_resources_server = self._pod_resources_server, None
+        if pod_resources is not None:
+            await pod_resources.stop(0)
 
     async def restart(self, cleanup: CleanupMode) -> float:
         """Restart as a kubelet process would; return when kubelet.sock was re-created.
 
         A new kubelet knows no plugins: each must notice (kubelet.sock re-created, its own socket
-        removed) and register again. The cleanup is that of the chosen release (dirs.py).
+        removed) and register again. The cleanup is that of the chosen release (dirs.py); it never
+        touches plugins_registry, whose sockets the new kubelet finds and registers by itself.
+        Running pods keep running and keep their devices (the kubelet's checkpoint).
         """
         await self.stop()
         # server.go Start runs the handler's CleanupPluginDirectory before it listens.
@@ -127,8 +182,11 @@ class FakeKubelet:
             record = RegistrationRecord(
                 request.resource_name, request.endpoint, request.version, request.options, received_at, error
             )
-            self.registrations.append(record)
-            await self._notify()
+            await self._record(record)
+
+    async def _record(self, record: RegistrationRecord) -> None:
+        self.registrations.append(record)
+        await self._notify()
 
     async def _accept(self, request: RegisterRequest) -> None:
         # server.go Register: version first, then the resource name, then connect.
@@ -139,52 +197,37 @@ class FakeKubelet:
             )
         if not is_extended_resource_name(request.resource_name):
             raise RegistrationRejected(f"the ResourceName {json.dumps(request.resource_name)} is invalid")
+        # server.go Register: filepath.Join(socketDir, endpoint), which joins and cleans even an
+        # absolute endpoint (pathlib's `/` would replace the directory instead).
+        socket_path = Path(os.path.normpath(f"{self.plugin_dir}/{request.endpoint}"))
+        await self._attach(request.resource_name, request.endpoint, socket_path, request.version)
+
+    async def _attach(self, resource: str, endpoint: str, socket_path: Path, version: str) -> PluginSession:
+        """Connect the DevicePlugin at `socket_path` and make it the resource's session."""
         # handler.go connectClient: since 1.25 the kubelet dials and asks for the options inside
         # Register, so a plugin that is not serving yet fails to register.
-        client = _CLIENTS[request.version](self._endpoint_path(request.endpoint))
+        client = _CLIENTS[version](socket_path)
+        allocated = self._allocated.setdefault(resource, set())
         try:
-            session = await self._connect(request, client)
+            session = await connect_session(
+                resource, endpoint, client, self.dial_timeout_s, self.rpc_timeout_s, allocated
+            )
         except BaseException:
             await client.close()
             raise
         # manager.go PluginConnected replaces the endpoint of a re-registering resource. Closing
         # the old connection first is the fake's choice: its stream then ends at once, as it
         # would when the old plugin process has gone away.
-        old = self._sessions.get(request.resource_name)
-        self._sessions[request.resource_name] = session  # from here on, stop() closes it
+        old = self._sessions.get(resource)
+        self._sessions[resource] = session  # from here on, stop() closes it
         if old is not None:
             await old.close()
-        if not self.running or self._sessions.get(request.resource_name) is not session:
+        if not self.running or self._sessions.get(resource) is not session:
             await session.close()
             why = "the kubelet stopped" if not self.running else "a newer Register replaced it"
             raise RegistrationRejected(f"{why} during Register")
         session.start()
-
-    def _endpoint_path(self, endpoint: str) -> Path:
-        # server.go Register: filepath.Join(socketDir, endpoint), which joins and cleans even an
-        # absolute endpoint (pathlib's `/` would replace the directory instead).
-        return Path(os.path.normpath(f"{self.plugin_dir}/{endpoint}"))
-
-    async def _connect(self, request: RegisterRequest, client: PluginClient) -> PluginSession:
-        socket_path = self._endpoint_path(request.endpoint)
-        try:
-            # client.go dial: a blocking dial bounded by a 10 s timeout.
-            await asyncio.wait_for(client.connect(), self.dial_timeout_s)
-        except TimeoutError:
-            raise RegistrationRejected(
-                f"failed to dial device plugin: nothing answered on {socket_path} "
-                f"within {self.dial_timeout_s}s"
-            ) from None
-        try:
-            options = await client.get_options(self.rpc_timeout_s)
-        except grpc.aio.AioRpcError as err:
-            # manager.go PluginConnected
-            raise RegistrationRejected(
-                f"failed to get device plugin options: {err.code().name}: {err.details()}"
-            ) from None
-        return PluginSession(
-            request.resource_name, request.endpoint, options, client, rpc_timeout_s=self.rpc_timeout_s
-        )
+        return session
 
     async def _notify(self) -> None:
         async with self._changed:
@@ -204,7 +247,9 @@ class FakeKubelet:
 
     async def wait_for_plugin(self, resource: str, timeout: float = 10.0) -> PluginSession:
         """The session of `resource`, waiting until it registers."""
-        await self._wait(lambda: resource in self._sessions, timeout, f"plugin {resource!r}")
+        await self.wait_until(
+            lambda: resource in self._sessions, timeout=timeout, what=f"plugin {resource!r}"
+        )
         return self._sessions[resource]
 
     async def wait_for_registration(
@@ -215,14 +260,38 @@ class FakeKubelet:
         def successes() -> list[RegistrationRecord]:
             return [r for r in self.registrations if r.resource_name == resource and r.ok]
 
-        await self._wait(lambda: len(successes()) >= count, timeout, f"{count} registrations of {resource!r}")
+        await self.wait_until(
+            lambda: len(successes()) >= count, timeout=timeout, what=f"{count} registrations of {resource!r}"
+        )
         return successes()[-1]
 
-    async def _wait(self, ready: Callable[[], bool], timeout: float, what: str) -> None:
+    # -- pods ----------------------------------------------------------------------------------------
+
+    async def run_pod(
+        self, namespace: str, name: str, containers: Sequence[ContainerSpec]
+    ) -> dict[str, list[str]]:
+        """Admit and start a pod, allocating its containers' devices; container name -> device ids."""
+        return await self._pods.run(namespace, name, containers)
+
+    async def end_pod(self, namespace: str, name: str) -> None:
+        """The pod terminated: it leaves PodResources and its devices are free again."""
+        await self._pods.end(namespace, name)
+
+    @property
+    def pods(self) -> list[RunningPod]:
+        return self._pods.pods
+
+    @property
+    def pod_resources_calls(self) -> int:
+        """PodResources calls received (List, Get, GetAllocatableResources), rejected ones included."""
+        return self._pods.calls
+
+    async def wait_until(self, ready: Callable[[], bool], *, timeout: float = 10.0, what: str = "") -> None:
+        """Wait until `ready()`, checked whenever a registration or a notification is recorded."""
         async with self._changed:
             try:
                 await asyncio.wait_for(self._changed.wait_for(ready), timeout)
             except TimeoutError:
                 raise TimeoutError(
-                    f"no {what} within {timeout}s; registrations seen: {self.registrations}"
+                    f"no {what or 'such state'} within {timeout}s; registrations seen: {self.registrations}"
                 ) from None

@@ -3,7 +3,8 @@
 This is not part of the fake kubelet. It exists to test the fake kubelet itself
 (tests/compat/test_fake_kubelet.py): a plugin whose every answer a test can set, and whose every
 call is logged. The per-version servers that put it on the wire live in the version modules
-(v1beta1.ScriptedPlugin), the only place allowed to import stubs.
+(v1beta1.ScriptedPlugin, pluginregistration.add_scripted_registration), the only places
+allowed to import stubs.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 import grpc
 
 from .api import PreferredRequest
-from .records import DeviceState, Grant, PluginOptions
+from .records import DeviceState, Grant, PluginInfo, PluginOptions
 
 DeviceList = tuple[DeviceState, ...]
 
@@ -106,3 +107,48 @@ class PluginScript:
     def prestart(self, device_ids: Sequence[str]) -> None:
         self.prestart_calls.append(tuple(device_ids))
         self.prestart_reply(device_ids)
+
+
+class RegistrationScript:
+    """TEST DOUBLE: what a plugin answers on its pluginregistration socket, and what it was told.
+
+    `info` is the GetInfo answer; `info_failure` (when set) fails GetInfo instead and
+    `info_delay_s` delays the answer. Every NotifyRegistrationStatus lands in `notifications`
+    as (registered, error).
+    """
+
+    def __init__(self, info: PluginInfo, *, info_failure: ScriptedFailure | None = None) -> None:
+        self.info = info
+        self.info_failure = info_failure
+        self.info_delay_s = 0.0
+        self.info_calls = 0
+        self.notifications: list[tuple[bool, str]] = []
+        self._changed = asyncio.Condition()
+
+    async def get_info(self) -> PluginInfo:
+        self.info_calls += 1
+        if self.info_delay_s:
+            await asyncio.sleep(self.info_delay_s)
+        if self.info_failure is not None:
+            raise self.info_failure
+        return self.info
+
+    async def notified(self, registered: bool, error: str) -> None:
+        self.notifications.append((registered, error))
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait_for_notifications(
+        self, count: int = 1, *, timeout: float = 10.0
+    ) -> list[tuple[bool, str]]:
+        """The notifications received, once there are at least `count`."""
+        async with self._changed:
+            try:
+                await asyncio.wait_for(
+                    self._changed.wait_for(lambda: len(self.notifications) >= count), timeout
+                )
+            except TimeoutError:
+                raise TimeoutError(
+                    f"fewer than {count} notifications within {timeout}s: {self.notifications}"
+                ) from None
+        return list(self.notifications)

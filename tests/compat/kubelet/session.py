@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 import grpc
 
 from .api import PluginClient, PreferredRequest
-from .errors import AdmissionRejected, EndpointStopped, ProtocolViolation
+from .errors import AdmissionRejected, EndpointStopped, ProtocolViolation, RegistrationRejected
+from .gotext import go_rpc_error
 from .records import DeviceState, Grant, PluginOptions
 
 DeviceList = tuple[DeviceState, ...]
@@ -23,13 +24,36 @@ DeviceList = tuple[DeviceState, ...]
 PRESTART_TIMEOUT_S = 30.0
 
 
+async def connect_session(
+    resource: str,
+    endpoint: str,
+    client: PluginClient,
+    dial_timeout_s: float,
+    rpc_timeout_s: float,
+    allocated: set[str],
+) -> PluginSession:
+    """Dial the plugin and ask for its options; RegistrationRejected with the kubelet's message."""
+    try:
+        # client.go dial: a blocking dial bounded by a 10 s timeout (errFailedToDialDevicePlugin).
+        await asyncio.wait_for(client.connect(), dial_timeout_s)
+    except TimeoutError:
+        raise RegistrationRejected("failed to dial device plugin: context deadline exceeded") from None
+    try:
+        options = await client.get_options(rpc_timeout_s)
+    except grpc.aio.AioRpcError as err:  # manager.go PluginConnected
+        raise RegistrationRejected(f"failed to get device plugin options: {go_rpc_error(err)}") from None
+    return PluginSession(
+        resource, endpoint, options, client, rpc_timeout_s=rpc_timeout_s, allocated=allocated
+    )
+
+
 class PluginSession:
     """One plugin as the kubelet sees it after a successful Register.
 
     `options` come from GetDevicePluginOptions. `lists` holds every ListAndWatch message in
     order. Once the stream is over `stream_ended` is set and `stream_error` says why: None when
     the plugin ended it with OK, "CODE: details" for a gRPC status, "closed by the kubelet" when
-    the kubelet stopped or the plugin registered again.
+    the kubelet stopped, deregistered the plugin or the plugin registered again.
     """
 
     def __init__(
@@ -40,6 +64,7 @@ class PluginSession:
         client: PluginClient,
         *,
         rpc_timeout_s: float = 10.0,
+        allocated: set[str] | None = None,
     ) -> None:
         self.resource = resource
         self.endpoint = endpoint
@@ -51,7 +76,10 @@ class PluginSession:
         self._rpc_timeout_s = rpc_timeout_s
         self._changed = asyncio.Condition()
         self._watch_task: asyncio.Task[None] | None = None
-        self._in_use: set[str] = set()
+        # manager.go keeps allocatedDevices per resource, not per endpoint: the kubelet passes one
+        # set that every session of the resource shares (and that outlives a kubelet restart, as
+        # the checkpoint does).
+        self._in_use: set[str] = allocated if allocated is not None else set()
         # The kubelet admits pods one at a time; this keeps concurrent admit() calls from
         # choosing the same devices while a GetPreferredAllocation call is in flight.
         self._admission = asyncio.Lock()
@@ -197,20 +225,34 @@ class PluginSession:
         A failed Allocate frees the devices again; a failed PreStartContainer does not (the pod
         keeps its devices and the kubelet would retry the container start).
         """
+        chosen, grant = await self.allocate_devices(count)
+        if self.options.pre_start_required:
+            await self.prestart(chosen)
+        return chosen, grant
+
+    async def allocate_devices(self, count: int, *, reuse: Sequence[str] = ()) -> tuple[list[str], Grant]:
+        """Choose `count` devices for one container and Allocate them: the admission half of admit().
+
+        `reuse`: devices of the pod's finished init containers (in use already), which manager.go
+        devicesToAllocate takes first; Allocate then names them again with the newly chosen ones."""
         if count <= 0:
             raise ValueError(f"count must be positive, not {count}")
+        if not self._in_use.issuperset(reuse):
+            raise ValueError(
+                f"{self.resource}: devices to reuse are not in use: {sorted(set(reuse) - self._in_use)}"
+            )
         async with self._admission:
-            chosen = await self._choose(count)
+            reused = list(dict.fromkeys(reuse))[:count]
+            chosen = await self._choose(count, reused)
+            fresh = chosen[len(reused) :]
             # manager.go devicesToAllocate marks devices allocated before the Allocate RPC and
             # allocateContainerResources restores the previous state if it fails.
-            self._in_use.update(chosen)
+            self._in_use.update(fresh)
             try:
                 grant = await self.allocate(chosen)
             except BaseException:
-                self._in_use.difference_update(chosen)
+                self._in_use.difference_update(fresh)
                 raise
-        if self.options.pre_start_required:
-            await self.prestart(chosen)
         return chosen, grant
 
     def release(self, device_ids: Sequence[str]) -> None:
@@ -220,18 +262,22 @@ class PluginSession:
             raise ValueError(f"{self.resource}: not in use: {sorted(unknown)}")
         self._in_use.difference_update(device_ids)
 
-    async def _choose(self, count: int) -> list[str]:
+    async def _choose(self, count: int, reused: list[str]) -> list[str]:
         self._ensure_running()
-        available = self._available(count)
+        needed = count - len(reused)
+        available = self._available(needed)  # the health checks come first, even for a full reuse
+        if needed == 0:
+            return reused
         if not self.options.get_preferred_allocation_available:
-            return available[:count]
-        # manager.go devicesToAllocate: ask with every available device and size = the request,
-        # take the preferred ones that really are available, then fill up from the rest.
-        preferred = await self.preferred_allocation(available, (), count)
+            return [*reused, *available[:needed]]
+        # manager.go devicesToAllocate: ask with the available and reused devices, the reused ones
+        # as must-include and size = the whole request; take the preferred ones that really are
+        # available, then fill up from the rest.
+        preferred = await self.preferred_allocation([*reused, *available], reused, count)
         candidates = set(available)
-        chosen = [device for device in dict.fromkeys(preferred) if device in candidates][:count]
-        chosen += [device for device in available if device not in chosen][: count - len(chosen)]
-        return chosen
+        chosen = [device for device in dict.fromkeys(preferred) if device in candidates][:needed]
+        chosen += [device for device in available if device not in chosen][: needed - len(chosen)]
+        return [*reused, *chosen]
 
     def _available(self, count: int) -> list[str]:
         # manager.go devicesToAllocate, in its order of checks and with its messages. Devices

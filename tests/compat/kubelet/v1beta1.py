@@ -19,13 +19,16 @@ from shim.generated.v1beta1 import api_pb2, api_pb2_grpc
 
 from .api import PreferredRequest, RegisterHandler
 from .errors import RegistrationRejected
+from .pluginregistration import add_scripted_registration
 from .records import DeviceState, Grant, PluginOptions, RegisterRequest
-from .scripted import PluginScript, ScriptedFailure
+from .scripted import PluginScript, RegistrationScript, ScriptedFailure
 
 VERSION = "v1beta1"
 
-# client.go dial: the kubelet dials with authority "localhost" over the unix socket.
-_CHANNEL_OPTIONS = (("grpc.default_authority", "localhost"),)
+# client.go dial: the kubelet dials with authority "localhost" over the unix socket. Each Go
+# ClientConn has its own subchannels; a private pool keeps a new channel from inheriting the
+# reconnect backoff of an old one to the same (re-created) socket.
+_CHANNEL_OPTIONS = (("grpc.default_authority", "localhost"), ("grpc.use_local_subchannel_pool", 1))
 
 _Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -228,17 +231,28 @@ class ScriptedPlugin:
     """TEST DOUBLE: a minimal v1beta1 device plugin serving a PluginScript on a unix socket.
 
     Used only to test the fake kubelet itself; the plugins under test are the shim and adapters.
+    With a `registration` script it also serves pluginregistration.Registration on the same socket,
+    as a plugin found by the kubelet's plugin watcher does.
     """
 
-    def __init__(self, socket_path: Path, script: PluginScript | None = None) -> None:
+    def __init__(
+        self,
+        socket_path: Path,
+        script: PluginScript | None = None,
+        *,
+        registration: RegistrationScript | None = None,
+    ) -> None:
         self.socket_path = socket_path
         self.script = script or PluginScript()
+        self.registration = registration
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> None:
         self._server = grpc.aio.server()
         servicer = _ScriptedServicer(self.script)
         api_pb2_grpc.add_DevicePluginServicer_to_server(servicer, self._server)  # type: ignore[no-untyped-call]
+        if self.registration is not None:
+            add_scripted_registration(self._server, self.registration)
         self._server.add_insecure_port(f"unix:{self.socket_path}")
         await self._server.start()
 
