@@ -41,8 +41,9 @@ async def main(rounds: int) -> None:
     sim.write_text(yaml.safe_dump({"resources": [{"name": RESOURCE, "count": 4, "id_prefix": "d"}]}))
     config = workdir / "devshim.yaml"
     command = [sys.executable, "-m", "devshim_adapters.sim", "--config", str(sim)]
-    # Restart at once: the figures are devshim's reaction, not a chosen backoff.
-    restart = {"backoff_initial_s": 0.01, "stable_after_s": 0.01}
+    # A driver up for 50 ms counts as stable, so each crash below is restarted at once: the
+    # figures are devshim's reaction, not the crash-loop backoff.
+    restart = {"stable_after_s": 0.05}
     config.write_text(
         yaml.safe_dump(
             {
@@ -60,6 +61,7 @@ async def main(rounds: int) -> None:
         await session.wait_for_list(lambda ds: len(ds) == 4 and all(d.healthy for d in ds))
         for _ in range(rounds):
             await session.wait_for_list(lambda ds: all(d.healthy for d in ds))
+            await asyncio.sleep(0.1)  # up for a moment: a crash, not a crash loop
             pid = driver_pid(devshim.pid)
             crashed = time.perf_counter()
             os.kill(pid, signal.SIGKILL)
