@@ -1,0 +1,155 @@
+"""The legacy adapter as a devshim driver: legacy plugins' resources, devices and RPCs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import TypeVar
+
+import grpc
+from loguru import logger
+
+from devshim_compat import records
+from devshim_compat.api import PreferredRequest
+from shim.sdk import Driver, DriverError, ErrorCode, types
+
+from .kubelet import LegacyPlugin, PrivateKubelet
+from .process import LegacyProcess
+
+# A legacy plugin's first registration, awaited before answering initialize (bounded,
+# so devshim's 30 s initialize deadline is never at risk); later ones arrive by
+# resources_changed.
+FIRST_REGISTRATION_S = 10.0
+RPC_TIMEOUT_S = 20.0
+PRESTART_TIMEOUT_S = 25.0  # inside the kubelet's 30 s
+T = TypeVar("T")
+
+
+def device_from_record(state: records.DeviceState, reachable: bool) -> types.Device:
+    healthy = reachable and state.health == records.HEALTHY
+    return types.Device(
+        id=state.id,
+        health=types.Health.HEALTHY if healthy else types.Health.UNHEALTHY,
+        numa_nodes=list(state.numa_nodes),
+    )
+
+
+def grant_from_record(grant: records.Grant) -> types.Grant:
+    return types.Grant(
+        envs=dict(grant.envs),
+        mounts=[types.Mount(container_path=c, host_path=h, read_only=ro) for c, h, ro in grant.mounts],
+        device_nodes=[
+            types.DeviceNode(container_path=c, host_path=h, permissions=p) for c, h, p in grant.device_nodes
+        ],
+        annotations=dict(grant.annotations),
+        cdi_devices=list(grant.cdi_devices),
+    )
+
+
+class LegacyAdapter(Driver):
+    name = "devshim-legacy"
+
+    def __init__(self, kubelet_dir: Path, process: LegacyProcess | None, socket_mode: int) -> None:
+        self.kubelet = PrivateKubelet(kubelet_dir, self._on_list, self._on_gone, socket_mode)
+        self.process = process
+        self._devices: dict[str, tuple[records.DeviceState, ...]] = {}
+        self._reachable: dict[str, bool] = {}
+        self._announced: set[str] = set()
+        self._live = False  # notifications only once devshim has our initialize answer
+
+    # --- life cycle ----------------------------------------------------------
+
+    async def on_initialize(self, params: types.InitializeParams) -> None:
+        await self.kubelet.start()
+        if self.process is not None:
+            await self.process.start()
+        try:
+            await asyncio.wait_for(self.kubelet.registered.wait(), FIRST_REGISTRATION_S)
+        except TimeoutError:
+            logger.warning(
+                "no legacy plugin registered within {:g} s; serving it once it does", FIRST_REGISTRATION_S
+            )
+        self._announced = set(self._devices)
+        # Our answer is written as soon as this returns; go live right after it.
+        asyncio.get_running_loop().call_soon(setattr, self, "_live", True)
+
+    async def on_shutdown(self) -> None:
+        if self.process is not None:
+            await self.process.stop()
+        await self.kubelet.stop()
+
+    # --- what the legacy plugins tell the kubelet ----------------------------------
+
+    async def _on_list(self, plugin: LegacyPlugin, devices: tuple[records.DeviceState, ...]) -> None:
+        self._devices[plugin.resource] = devices
+        self._reachable[plugin.resource] = True
+        await self._publish(plugin.resource)
+
+    async def _on_gone(self, plugin: LegacyPlugin) -> None:
+        # Broken, not gone: keep its devices listed, Unhealthy, until it registers again.
+        if self.kubelet.plugins.get(plugin.resource) is plugin:
+            self._reachable[plugin.resource] = False
+            await self._publish(plugin.resource)
+
+    async def _publish(self, resource: str) -> None:
+        if not self._live:
+            return
+        if resource not in self._announced:
+            self._announced.add(resource)
+            await self.resources_changed()
+        else:
+            await self.devices_changed(resource, await self.list_devices(resource))
+
+    # --- the driver protocol ------------------------------------------------------
+
+    def resources(self) -> list[types.Resource]:
+        return [
+            types.Resource(
+                name=name,
+                preferred_allocation=plugin.options.get_preferred_allocation_available,
+                prestart=plugin.options.pre_start_required,
+            )
+            for name, plugin in self.kubelet.plugins.items()
+            if name in self._devices
+        ]
+
+    async def list_devices(self, resource: str) -> list[types.Device]:
+        reachable = self._reachable.get(resource, False)
+        return [device_from_record(d, reachable) for d in self._devices.get(resource, ())]
+
+    def _plugin(self, resource: str) -> LegacyPlugin:
+        plugin = self.kubelet.plugins.get(resource)
+        if plugin is None or not self._reachable.get(resource):
+            raise DriverError(ErrorCode.UNAVAILABLE, f"{resource}: the legacy plugin is not connected")
+        return plugin
+
+    async def allocate(self, resource: str, containers: list[list[str]]) -> list[types.Grant]:
+        grants = await self._forward(
+            resource, self._plugin(resource).client.allocate(containers, RPC_TIMEOUT_S)
+        )
+        return [grant_from_record(g) for g in grants]
+
+    async def preferred_allocation(self, resource: str, request: types.PreferenceRequest) -> list[str]:
+        asked = PreferredRequest(tuple(request.available), tuple(request.must_include), request.size)
+        answers = await self._forward(
+            resource, self._plugin(resource).client.preferred_allocation([asked], RPC_TIMEOUT_S)
+        )
+        return list(answers[0]) if answers else []
+
+    async def prestart(self, resource: str, device_ids: list[str]) -> None:
+        await self._forward(resource, self._plugin(resource).client.prestart(device_ids, PRESTART_TIMEOUT_S))
+
+    @staticmethod
+    async def _forward(resource: str, call: Awaitable[T]) -> T:
+        """The legacy plugin's gRPC failure as the protocol's error (an unknown ID stays one)."""
+        try:
+            return await call
+        except grpc.aio.AioRpcError as exc:
+            code = exc.code()
+            message = f"{resource}: the legacy plugin answered {code.name}: {exc.details()}"
+            if code is grpc.StatusCode.INVALID_ARGUMENT:
+                raise DriverError(ErrorCode.INVALID_PARAMS, message) from None
+            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise DriverError(ErrorCode.UNAVAILABLE, message) from None
+            raise DriverError(ErrorCode.INTERNAL_ERROR, message) from None
