@@ -53,7 +53,12 @@ def plugin_env(private_dir: Path, stubs: Path, **extra: str) -> dict[str, str]:
 
 @asynccontextmanager
 async def served(
-    plugin_dir: Path, state_dir: Path, private_dir: Path, command: list[str], env: dict[str, str]
+    plugin_dir: Path,
+    state_dir: Path,
+    private_dir: Path,
+    command: list[str],
+    env: dict[str, str],
+    resource: str = RESOURCE,
 ) -> AsyncIterator[tuple[PluginSession, Shim]]:
     argv = [sys.executable, "-m", "devshim_adapters.legacy", "--kubelet-dir", str(private_dir)]
     argv += [arg for key, value in env.items() for arg in ("--plugin-env", f"{key}={value}")]
@@ -63,7 +68,7 @@ async def served(
         device_plugins_dir=plugin_dir, state_dir=state_dir, drivers=[{"name": "legacy", "command": argv}]
     )
     async with FakeKubelet(plugin_dir) as kubelet, Shim(settings) as shim:
-        session = await kubelet.wait_for_plugin(RESOURCE, timeout=30)
+        session = await kubelet.wait_for_plugin(resource, timeout=30)
         await session.wait_for_list(lambda ds: len(ds) == 3 and all(d.healthy for d in ds), timeout=30)
         yield session, shim
 
