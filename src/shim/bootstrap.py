@@ -13,10 +13,12 @@ from loguru import logger
 
 from shim.core.resource import ResourceService
 from shim.driverhost import DriverHost
+from shim.frontend.api import ApiVersion
 from shim.frontend.deallocation import DeallocationEmulator
 from shim.frontend.dirwatch import DirWatcher
 from shim.frontend.endpoint import PluginEndpoint
 from shim.frontend.v1beta1 import API as V1BETA1
+from shim.frontend.v1beta2 import API as V1BETA2
 from shim.inventory import InventoryStore
 from shim.settings import Settings, default_socket_name
 from shim.sources import DeviceSource, StaticSource
@@ -52,6 +54,8 @@ class Shim:
             for d in settings.drivers
         ]
         self.watcher_mode = settings.registration == "watcher"
+        # Offered newest first: classic registration tries them in this order.
+        self.apis: list[ApiVersion] = [api for api in (V1BETA2, V1BETA1) if api.name in settings.api_versions]
         # The directory our sockets live in: a deleted one is re-created.
         socket_dir = settings.plugins_registry_dir if self.watcher_mode else settings.device_plugins_dir
         self.watcher = DirWatcher(socket_dir, settings.watch_mode, settings.poll_interval_s)
@@ -81,10 +85,11 @@ class Shim:
             source,
             prestart_timeout_s=self.settings.prestart_timeout_s,
             on_allocated=self.deallocation.allocated,
+            on_released=self.deallocation.released,
         )
         endpoint = PluginEndpoint(
             service,
-            V1BETA1,
+            self.apis,
             plugin_dir=self.settings.device_plugins_dir,
             socket_name=socket_name or default_socket_name(name),
             backoff_max_s=self.settings.register_backoff_max_s,

@@ -79,3 +79,7 @@ class Capabilities:
 
     preferred_allocation: bool = False
     pre_start: bool = False
+    # Offered to kubelets through v1beta2's options (experimental); on v1beta1,
+    # deallocate is emulated through PodResources.
+    deallocate: bool = False
+    post_stop: bool = False

@@ -210,6 +210,10 @@ class Settings(BaseSettings):
     # plugins_registry, found by the kubelet's plugin watcher (docs/architecture.md says why
     # classic stays the default).
     registration: Literal["classic", "watcher"] = "classic"
+    # Device-plugin API versions offered to the kubelet. v1beta2 is devshim's EXPERIMENTAL
+    # one (docs/api-versions.md): off by default, so no real kubelet is ever offered a
+    # version it might misread once upstream publishes a different v1beta2.
+    api_versions: Annotated[list[Literal["v1beta1", "v1beta2"]], Field(min_length=1)] = ["v1beta1"]
     # Follows the kubelet's root dir (--root-dir), unlike device-plugins.
     plugins_registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
     # How kubelet restarts are noticed: inotify where the kernel offers it, else polling.
@@ -232,6 +236,8 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"state_dir {self.state_dir} must not be inside device_plugins_dir (the kubelet cleans it)"
             )
+        if len(set(self.api_versions)) != len(self.api_versions):
+            raise ValueError("api_versions lists a version twice")
         drivers = [d.name for d in self.drivers]
         dupes = sorted({n for n in drivers if drivers.count(n) > 1})
         if dupes:

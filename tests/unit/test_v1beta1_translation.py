@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shim.frontend import v1beta1
+from shim.frontend import common, v1beta1
 from shim.generated.v1beta1 import api_pb2 as pb
 from shim.model import (
     Capabilities,
@@ -53,7 +53,7 @@ def test_capabilities_become_plugin_options(caps: Capabilities, expected: pb.Dev
 )
 def test_devices_carry_exact_health_strings_and_topology(device: Device, expected: pb.Device) -> None:
     """Health is exactly Healthy/Unhealthy; topology only when NUMA nodes are known."""
-    message = v1beta1.device_from_model(device)
+    message = common.device_from_model(pb, device)
     assert message == expected
     assert message.HasField("topology") == bool(device.numa_nodes)
 
@@ -66,7 +66,7 @@ def test_allocate_requests_keep_container_order() -> None:
             pb.ContainerAllocateRequest(devices_ids=["b", "c"]),
         ]
     )
-    assert v1beta1.allocate_request_to_model(request) == [
+    assert common.allocate_request_to_model(request) == [
         ContainerAllocateRequest(("a",)),
         ContainerAllocateRequest(("b", "c")),
     ]
@@ -81,7 +81,7 @@ def test_a_grant_fills_every_response_field() -> None:
         annotations={"k": "v"},
         cdi_devices=("example.com/foo=a",),
     )
-    assert v1beta1.grant_from_model(grant) == pb.ContainerAllocateResponse(
+    assert common.grant_from_model(pb, grant) == pb.ContainerAllocateResponse(
         envs={"A": "1"},
         mounts=[pb.Mount(container_path="/c", host_path="/h", read_only=True)],
         devices=[pb.DeviceSpec(container_path="/dev/c", host_path="/dev/h", permissions="rwm")],
@@ -99,6 +99,6 @@ def test_preferred_allocation_requests_and_answers_translate() -> None:
             )
         ]
     )
-    assert v1beta1.preferred_request_to_model(request) == [PreferredAllocationRequest(("a", "b"), ("b",), 1)]
-    response = v1beta1.preferred_response_from_model([("b",)])
+    assert common.preferred_request_to_model(request) == [PreferredAllocationRequest(("a", "b"), ("b",), 1)]
+    response = common.preferred_response_from_model(pb, [("b",)])
     assert [list(c.deviceIDs) for c in response.container_responses] == [["b"]]

@@ -37,6 +37,13 @@ class ReleaseTracker:
         if new:
             held.groups[new] = None
 
+    def released(self, resource: str, device_ids: Sequence[str]) -> None:
+        """The kubelet released these itself (v1beta2 Deallocate): stop tracking their groups."""
+        held = self._held.get(resource)
+        if held is not None:
+            for group in [g for g in held.groups if set(g) & set(device_ids)]:
+                del held.groups[group]
+
     def held(self, resource: str) -> list[Group]:
         return list(self._held.get(resource, _Held()).groups)
 

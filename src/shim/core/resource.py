@@ -41,10 +41,12 @@ class ResourceService:
         *,
         prestart_timeout_s: float = 25.0,
         on_allocated: Callable[[str, list[str]], None] | None = None,
+        on_released: Callable[[str, list[str]], None] | None = None,
     ) -> None:
         self.name = name
         self.source = source
         self._on_allocated = on_allocated
+        self._on_released = on_released
         self._prestart_timeout_s = prestart_timeout_s
         self.source_retry_s = 1.0
         self._devices: tuple[Device, ...] = ()
@@ -123,6 +125,24 @@ class ResourceService:
             for request in requests:
                 self._on_allocated(self.name, list(request.device_ids))
         return grants
+
+    async def deallocate_now(self, device_ids: Sequence[str]) -> None:
+        """The kubelet says these devices are free (v1beta2 Deallocate); errors reach it."""
+        self._check_known(device_ids)
+        if self._on_released is not None:
+            # Said by the kubelet itself: the PodResources emulation must not say it again.
+            self._on_released(self.name, list(device_ids))
+        await self.source.deallocate(device_ids)
+
+    async def post_stop(self, device_ids: Sequence[str]) -> None:
+        """A container using these devices stopped (v1beta2 PostStopContainer)."""
+        self._check_known(device_ids)
+        await self.source.post_stop(device_ids)
+
+    def _check_known(self, device_ids: Sequence[str]) -> None:
+        for device_id in device_ids:
+            if device_id not in self._by_id:
+                raise UnknownDevice(self.name, device_id)
 
     async def deallocate(self, device_ids: Sequence[str]) -> None:
         """Tell the source a device group is free again; never raises (background work)."""

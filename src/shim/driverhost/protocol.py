@@ -39,8 +39,6 @@ class CapabilityAbsent(SourceFailed):
 class ResourceInfo:
     name: str
     capabilities: Capabilities
-    deallocate: bool = False
-    post_stop: bool = False
 
 
 def field(obj: Any, snake: str, default: Any = None) -> Any:
@@ -137,9 +135,9 @@ def resource_from_json(obj: Any) -> ResourceInfo:
         Capabilities(
             preferred_allocation=bool(field(obj, "preferred_allocation")),
             pre_start=bool(field(obj, "prestart")),
+            deallocate=bool(field(obj, "deallocate")),
+            post_stop=bool(field(obj, "post_stop")),
         ),
-        deallocate=bool(field(obj, "deallocate")),
-        post_stop=bool(field(obj, "post_stop")),
     )
 
 

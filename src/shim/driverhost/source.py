@@ -144,8 +144,12 @@ class DriverSource(DeviceSource):
             return ()
 
     async def deallocate(self, device_ids: Sequence[str]) -> None:
-        if self.info.deallocate:
+        if self.info.capabilities.deallocate:
             await self._call("deallocate", {"resource": self.name, "device_ids": list(device_ids)})
+
+    async def post_stop(self, device_ids: Sequence[str]) -> None:
+        if self.info.capabilities.post_stop:
+            await self._call("post_stop", {"resource": self.name, "device_ids": list(device_ids)})
 
     async def prestart(self, device_ids: Sequence[str]) -> None:
         try:

@@ -34,6 +34,9 @@ class DeallocationEmulator:
     def allocated(self, resource: str, device_ids: list[str]) -> None:
         self.tracker.allocated(resource, device_ids)
 
+    def released(self, resource: str, device_ids: list[str]) -> None:
+        self.tracker.released(resource, device_ids)
+
     async def run(self) -> None:
         slowdown = 1
         try:

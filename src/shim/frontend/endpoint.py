@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
@@ -35,6 +36,12 @@ from shim.settings import KUBELET_SOCKET_NAME
 REGISTER_TIMEOUT_S = 15.0
 
 
+def _version_refused(exc: grpc.aio.AioRpcError) -> bool:
+    """A kubelet without this version: no such Registration service (UNIMPLEMENTED), or its
+    answer to an unknown version (devicemanager server.go: errUnsupportedVersion)."""
+    return exc.code() is grpc.StatusCode.UNIMPLEMENTED or "is not supported" in (exc.details() or "")
+
+
 class RegistrationFailed(Exception):
     """One Register attempt failed; retried with backoff."""
 
@@ -47,7 +54,7 @@ class PluginEndpoint:
     def __init__(
         self,
         resource: ResourceService,
-        api: ApiVersion,
+        apis: Sequence[ApiVersion],
         *,
         plugin_dir: Path,
         socket_name: str,
@@ -57,13 +64,15 @@ class PluginEndpoint:
         """``plugins_registry`` given: register through the kubelet's plugin watcher (a
         registration socket there) instead of calling Register on kubelet.sock."""
         self.resource = resource
-        self.api = api
+        # The versions offered, newest first: one socket hosts each one's DevicePlugin service.
+        self.apis = tuple(apis)
+        self.negotiated = ""  # the version the kubelet registered us with, last time
         self.watcher_mode = plugins_registry is not None
         self.socket_path = (plugins_registry or plugin_dir) / socket_name
         self.kubelet_socket = plugin_dir / KUBELET_SOCKET_NAME
         self._backoff_max_s = backoff_max_s
         self._server: grpc.aio.Server | None = None
-        self._served: ServedVersion | None = None
+        self._served: list[ServedVersion] = []
         self._socket_identity: sockets.FileIdentity | None = None
         self._registered_with: sockets.FileIdentity | None = None
         self._attempted_with: sockets.FileIdentity | None = None
@@ -153,14 +162,15 @@ class PluginEndpoint:
         await self._close_server()
         sockets.clear_stale_socket(self.socket_path)
         server = grpc.aio.server()
-        self._served = self.api.add_services(server, self.resource, self._on_stream_end)
+        self._served = [api.add_services(server, self.resource, self._on_stream_end) for api in self.apis]
+        names = [name for api in self.apis for name in api.service_names]
         health_servicer = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        services = [*self.api.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME]
+        services = [*names, health.SERVICE_NAME, reflection.SERVICE_NAME]
         if self.watcher_mode:
             services.append(
                 add_registration_service(
-                    server, self.resource.name, (self.api.name,), self._on_watcher_status
+                    server, self.resource.name, tuple(api.name for api in self.apis), self._on_watcher_status
                 )
             )
         reflection.enable_server_reflection(services, server)
@@ -172,9 +182,11 @@ class PluginEndpoint:
         except FileNotFoundError:
             raise SocketGone from None
         self._socket_identity = sockets.identity(self.socket_path)
-        for service in ("", *self.api.service_names):
+        for service in ("", *names):
             await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-        logger.info("{}: serving {} on {}", self.resource.name, self.api.name, self.socket_path)
+        logger.info(
+            "{}: serving {} on {}", self.resource.name, ", ".join(a.name for a in self.apis), self.socket_path
+        )
 
     async def _register_with_retry(self) -> None:
         # Serve first, then register: the kubelet dials us inside Register (>= 1.25).
@@ -201,20 +213,39 @@ class PluginEndpoint:
             raise RegistrationFailed
         self._told_waiting = False
         started = time.monotonic()
-        try:
-            await self.api.register(
-                self.kubelet_socket, self.socket_path.name, self.resource, REGISTER_TIMEOUT_S
-            )
-        except grpc.aio.AioRpcError as exc:
-            logger.warning("{}: Register failed: {}: {}", self.resource.name, exc.code().name, exc.details())
-            raise RegistrationFailed from exc
+        version = await self._negotiate()
         self._registered_with = kubelet
         self.registrations += 1
+        self.negotiated = version
         logger.info(
-            "{}: registered with the kubelet ({} ms)",
+            "{}: registered with the kubelet as {} ({} ms)",
             self.resource.name,
+            version,
             round((time.monotonic() - started) * 1000),
         )
+
+    async def _negotiate(self) -> str:
+        """Register through the newest offered version the kubelet speaks; the version it took."""
+        for api in self.apis:
+            try:
+                await api.register(
+                    self.kubelet_socket, self.socket_path.name, self.resource, REGISTER_TIMEOUT_S
+                )
+                return api.name
+            except grpc.aio.AioRpcError as exc:
+                if not _version_refused(exc) or api is self.apis[-1]:
+                    logger.warning(
+                        "{}: Register ({}) failed: {}: {}",
+                        self.resource.name,
+                        api.name,
+                        exc.code().name,
+                        exc.details(),
+                    )
+                    raise RegistrationFailed from exc
+                logger.info(
+                    "{}: the kubelet does not speak {}; trying an older version", self.resource.name, api.name
+                )
+        raise RegistrationFailed
 
     async def _sleep_until_kubelet(self, seconds: float) -> None:
         """Back off, but wake at once when kubelet.sock appears."""
@@ -226,8 +257,8 @@ class PluginEndpoint:
     async def _close_server(self) -> None:
         if self._server is None:
             return
-        if self._served is not None:
-            self._served.retire()
+        for served in self._served:
+            served.retire()
         server, self._server = self._server, None
         await server.stop(grace=None)
         sockets.remove_own_socket(self.socket_path, self._socket_identity)

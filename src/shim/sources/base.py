@@ -52,6 +52,9 @@ class DeviceSource(ABC):
     async def deallocate(self, device_ids: Sequence[str]) -> None:  # noqa: B027 - optional hook
         """These devices, allocated together, are free again (no container holds them)."""
 
+    async def post_stop(self, device_ids: Sequence[str]) -> None:  # noqa: B027 - optional hook
+        """A container using these devices stopped (v1beta2's PostStopContainer)."""
+
     async def prestart(self, device_ids: Sequence[str]) -> None:  # noqa: B027 - optional hook
         """Prepare devices before a container starts (only if capabilities say so)."""
 

@@ -1,0 +1,158 @@
+"""What every device-plugin API version shares, written once.
+
+v1beta1 and devshim's v1beta2 have messages of the same shape in different
+packages. The pure translations and the five common RPCs here work on either
+version's generated module, passed in by the version module (the only place a
+version's stubs are imported): duck typing, so no version is named here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any, NoReturn
+
+import grpc
+from loguru import logger
+
+from shim.core.resource import ResourceService
+from shim.errors import grpc_status
+from shim.model import ContainerAllocateRequest, ContainerGrant, Device, PreferredAllocationRequest
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+# --- pure translation ------------------------------------------------------
+
+
+def device_from_model(pb: ModuleType, device: Device) -> Any:
+    message = pb.Device(ID=device.id, health=device.health.value)
+    if device.numa_nodes:
+        # No topology at all (not an empty one) when NUMA is unknown: the kubelet's
+        # topology manager treats a device without topology as fitting any node.
+        message.topology.nodes.extend(pb.NUMANode(ID=n) for n in device.numa_nodes)
+    return message
+
+
+def list_from_model(pb: ModuleType, devices: Sequence[Device]) -> Any:
+    return pb.ListAndWatchResponse(devices=[device_from_model(pb, d) for d in devices])
+
+
+def allocate_request_to_model(request: Any) -> list[ContainerAllocateRequest]:
+    return [ContainerAllocateRequest(tuple(c.devices_ids)) for c in request.container_requests]
+
+
+def grant_from_model(pb: ModuleType, grant: ContainerGrant) -> Any:
+    return pb.ContainerAllocateResponse(
+        envs=dict(grant.envs),
+        mounts=[
+            pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+            for m in grant.mounts
+        ],
+        devices=[
+            pb.DeviceSpec(container_path=n.container_path, host_path=n.host_path, permissions=n.permissions)
+            for n in grant.device_nodes
+        ],
+        annotations=dict(grant.annotations),
+        cdi_devices=[pb.CDIDevice(name=name) for name in grant.cdi_devices],
+    )
+
+
+def preferred_request_to_model(request: Any) -> list[PreferredAllocationRequest]:
+    return [
+        PreferredAllocationRequest(
+            available=tuple(c.available_deviceIDs),
+            must_include=tuple(c.must_include_deviceIDs),
+            size=c.allocation_size,
+        )
+        for c in request.container_requests
+    ]
+
+
+def preferred_response_from_model(pb: ModuleType, choices: Sequence[Sequence[str]]) -> Any:
+    return pb.PreferredAllocationResponse(
+        container_responses=[pb.ContainerPreferredAllocationResponse(deviceIDs=list(c)) for c in choices]
+    )
+
+
+# --- serving ---------------------------------------------------------------
+
+
+async def abort(context: Context, error: Exception) -> NoReturn:
+    code, message = grpc_status(error)
+    logger.warning("{}", message)
+    await context.abort(code, message)
+    raise AssertionError("unreachable: abort raises")
+
+
+class CommonServicer:
+    """The RPCs every version has; a version module mixes this into its generated servicer."""
+
+    pb: ModuleType  # the version's generated messages
+
+    def __init__(self, resource: ResourceService, on_stream_end: Callable[[], None]) -> None:
+        self._resource = resource
+        self._on_stream_end = on_stream_end
+        self._retired = False
+
+    def retire(self) -> None:
+        """devshim is closing this server: the streams that end now are our doing."""
+        self._retired = True
+
+    async def GetDevicePluginOptions(self, request: Any, context: Context) -> Any:
+        return self.options()
+
+    def options(self) -> Any:
+        caps = self._resource.capabilities()
+        return self.pb.DevicePluginOptions(
+            pre_start_required=caps.pre_start, get_preferred_allocation_available=caps.preferred_allocation
+        )
+
+    async def ListAndWatch(self, request: Any, context: Context) -> AsyncIterator[Any]:
+        # Never returns while the plugin means to stay registered: the kubelet
+        # takes a returned stream as the plugin going away (devicemanager client.go Run()).
+        try:
+            async for devices in self._resource.watch():
+                yield list_from_model(self.pb, devices)
+        finally:
+            if not self._retired:
+                # The kubelet ended the stream: it restarted or dropped us.
+                self._on_stream_end()
+
+    async def Allocate(self, request: Any, context: Context) -> Any:
+        try:
+            grants = await self._resource.allocate(allocate_request_to_model(request))
+        except Exception as exc:
+            await abort(context, exc)
+        return self.pb.AllocateResponse(container_responses=[grant_from_model(self.pb, g) for g in grants])
+
+    async def GetPreferredAllocation(self, request: Any, context: Context) -> Any:
+        try:
+            choices = [
+                await self._resource.preferred_allocation(r) for r in preferred_request_to_model(request)
+            ]
+        except Exception as exc:
+            await abort(context, exc)
+        return preferred_response_from_model(self.pb, choices)
+
+    async def PreStartContainer(self, request: Any, context: Context) -> Any:
+        try:
+            await self._resource.prestart(tuple(request.devices_ids))
+        except Exception as exc:
+            await abort(context, exc)
+        return self.pb.PreStartContainerResponse()
+
+
+async def register(pb: ModuleType, stub_class: Any, name: str, kubelet_socket: Path, endpoint: str,
+                   resource: ResourceService, options: Any, timeout_s: float) -> None:  # fmt: skip
+    """Register on kubelet.sock through ``name``'s Registration service."""
+    request = pb.RegisterRequest(
+        version=name,
+        endpoint=endpoint,
+        resource_name=resource.name,
+        # Kubelets up to 1.24 kept the options sent here (manager.go registerEndpoint);
+        # later ones call GetDevicePluginOptions after dialing (handler.go PluginConnected).
+        options=options,
+    )
+    async with grpc.aio.insecure_channel(f"unix:{kubelet_socket}") as channel:
+        await stub_class(channel).Register(request, timeout=timeout_s)

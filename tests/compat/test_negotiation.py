@@ -1,0 +1,26 @@
+"""API version negotiation with v1beta2 (experimental) enabled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shim.bootstrap import Shim
+from tests.compat.kubelet import FakeKubelet
+from tests.compat.shim_fixtures import FOO, settings_for
+
+
+async def test_a_v1beta1_kubelet_gets_v1beta1_when_v1beta2_is_offered_first(plugin_dir: Path) -> None:
+    """With both versions offered, Register is tried as v1beta2 first; a kubelet without that
+    Registration service answers UNIMPLEMENTED and devshim falls back to v1beta1."""
+    settings = settings_for(plugin_dir, {FOO: {"count": 2}}, api_versions=["v1beta1", "v1beta2"])
+    async with FakeKubelet(plugin_dir) as kubelet, Shim(settings) as shim:
+        record = await kubelet.wait_for_registration(FOO)
+        assert record.ok and record.version == "v1beta1"
+        session = await kubelet.wait_for_plugin(FOO)
+        assert len(await session.wait_for_list()) == 2
+        assert shim.served[FOO].endpoint.negotiated == "v1beta1"
+
+
+def test_v1beta2_is_not_offered_by_default(plugin_dir: Path) -> None:
+    """No real kubelet is handed the experimental version unless it is enabled."""
+    assert settings_for(plugin_dir, {FOO: {"count": 1}}).api_versions == ["v1beta1"]
