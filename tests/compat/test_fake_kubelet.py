@@ -27,7 +27,7 @@ from tests.compat.kubelet import (
 from tests.compat.kubelet.dirs import clean_plugin_dir
 from tests.compat.kubelet.names import is_extended_resource_name
 from tests.compat.kubelet.scripted import PluginScript, ScriptedFailure
-from tests.compat.kubelet.v1beta1 import ScriptedPlugin
+from tests.compat.kubelet.scripted_plugin import ScriptedPlugin
 
 RESOURCE = "example.com/widget"
 FOUR = tuple(DeviceState(f"w{i}", "Healthy") for i in range(4))

@@ -24,7 +24,7 @@ from tests.compat.kubelet import (
 from tests.compat.kubelet.podresources import PodResourcesReader
 from tests.compat.kubelet.ratelimit import TokenBucket
 from tests.compat.kubelet.scripted import PluginScript
-from tests.compat.kubelet.v1beta1 import ScriptedPlugin
+from tests.compat.kubelet.scripted_plugin import ScriptedPlugin
 
 RESOURCE = "example.com/widget"
 FOUR = tuple(DeviceState(f"w{i}", "Healthy") for i in range(4))

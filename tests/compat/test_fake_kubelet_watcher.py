@@ -26,7 +26,7 @@ from tests.compat.kubelet import (
     WatchMode,
 )
 from tests.compat.kubelet.scripted import PluginScript, RegistrationScript, ScriptedFailure
-from tests.compat.kubelet.v1beta1 import ScriptedPlugin
+from tests.compat.kubelet.scripted_plugin import ScriptedPlugin
 
 RESOURCE = "example.com/widget"
 FOUR = tuple(DeviceState(f"w{i}", "Healthy") for i in range(4))

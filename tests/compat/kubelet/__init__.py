@@ -7,10 +7,12 @@
 
 With `pod_resources_socket=` it also serves the PodResources API for the pods it runs
 (`await kubelet.run_pod("default", "job", [ContainerSpec("main", "example.com/widget", 2)])`),
-and with `plugins_registry=` it registers the plugins whose sockets appear there.
+and with `plugins_registry=` it registers the plugins whose sockets appear there. `versions=`
+chooses the device plugin API versions it speaks (API_VERSIONS: v1beta1 and devshim's experimental
+v1beta2), and `await kubelet.restart(cleanup, versions=...)` upgrades or downgrades it.
 
-Only the wire modules (v1beta1.py, pluginregistration.py, podresources.py) touch generated stubs;
-everything a test sees is a record from records.py.
+Only the wire modules (v1beta1.py, v1beta2.py, pluginregistration.py, podresources.py) touch
+generated stubs; everything a test sees is a record from records.py.
 """
 
 from . import records
@@ -38,9 +40,11 @@ from .records import (
     RunningPod,
 )
 from .session import PRESTART_TIMEOUT_S, PluginSession
+from .versions import API_VERSIONS
 from .watcher import WatchMode
 
 __all__ = [
+    "API_VERSIONS",
     "CHECKPOINT_FILE",
     "CLASSIC",
     "KUBELET_SOCKET",

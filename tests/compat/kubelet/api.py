@@ -1,8 +1,8 @@
 """The narrow interface between the version-neutral fake kubelet and its per-version modules.
 
 Like the kubelet's plugin/v1beta1/api.go, this is only interfaces: a version module (v1beta1.py,
-later v1beta2.py) provides a PluginClient that speaks its version of the DevicePlugin service and
-a way to serve its Registration service; fake_kubelet.py and session.py never see a stub. The
+v1beta2.py) provides a PluginClient that speaks its version of the DevicePlugin service and a way
+to serve its Registration service (wire.Wire); fake_kubelet.py and session.py never see a stub. The
 PodResources service (podresources.py) likewise reads the kubelet's state through a provider.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from .records import DeviceState, Grant, PluginOptions, RegisterRequest, RunningPod
 
@@ -52,6 +52,17 @@ class PluginClient(Protocol):
 
     async def close(self) -> None:
         """Close the channel; idempotent. Any call in flight on it ends."""
+
+
+@runtime_checkable
+class LifecycleClient(PluginClient, Protocol):
+    """A PluginClient of a version with KEP-3162's calls (devshim's experimental v1beta2)."""
+
+    async def deallocate(self, device_ids: Sequence[str], timeout: float) -> None:
+        """Deallocate: the devices are free again."""
+
+    async def post_stop(self, device_ids: Sequence[str], timeout: float) -> None:
+        """PostStopContainer: a container that used the devices has stopped."""
 
 
 ClientFactory = Callable[[Path], PluginClient]

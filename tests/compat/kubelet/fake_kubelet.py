@@ -5,14 +5,14 @@ client}.go) of kubelets >= 1.25, over real unix sockets, so a device plugin (the
 adapter) can be tested without a node. It records what it saw as version-neutral records.
 Optionally it also finds plugins in plugins_registry, as pkg/kubelet/pluginmanager does
 (watcher.py, registrar.py), and runs pods whose devices it serves over PodResources (pods.py,
-podresources.py).
+podresources.py). It speaks v1beta1, devshim's experimental v1beta2, or both (versions.py); a
+restart may change which.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
+import functools
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,22 +20,19 @@ from types import TracebackType
 
 import grpc
 
-from . import podresources, v1beta1
-from .api import ClientFactory
+from . import podresources
+from .connect import check_register, connect_session
 from .dirs import CleanupMode, clean_plugin_dir
 from .errors import RegistrationRejected
-from .names import is_extended_resource_name
 from .pods import PodTable
 from .ratelimit import DEFAULT_BURST, DEFAULT_QPS
 from .records import ContainerSpec, Notification, RegisterRequest, RegistrationRecord, RunningPod
 from .registrar import Registrar
-from .session import PluginSession, connect_session
+from .session import PluginSession
+from .versions import WIRES, newest_first
 from .watcher import PluginWatcher, WatchMode
 
 KUBELET_SOCKET = "kubelet.sock"  # k8s.io/kubelet deviceplugin/v1beta1 constants.go KubeletSocket
-
-# The API versions this kubelet accepts in Register, and the client it then uses for each.
-_CLIENTS: dict[str, ClientFactory] = {v1beta1.VERSION: v1beta1.PluginClientV1Beta1}
 
 
 class FakeKubelet:
@@ -45,6 +42,10 @@ class FakeKubelet:
     kubelet (`pod_resources_rate` = (qps, burst); None: no limit). With `plugins_registry` it
     also registers the device plugins whose sockets appear in that directory (`watch_mode`:
     inotify, polling, or "auto" for inotify when available).
+
+    `versions`: the device plugin API versions it speaks (kept newest first in `self.versions`).
+    kubelet.sock serves the Registration service of each, and only those: a Register on another
+    version's service gets UNIMPLEMENTED from gRPC, as from a kubelet that never heard of it.
     """
 
     def __init__(
@@ -57,8 +58,10 @@ class FakeKubelet:
         pod_resources_rate: tuple[float, int] | None = (DEFAULT_QPS, DEFAULT_BURST),
         plugins_registry: Path | None = None,
         watch_mode: WatchMode = "auto",
+        versions: Sequence[str] = ("v1beta1",),
     ) -> None:
         self.plugin_dir = plugin_dir
+        self.versions = newest_first(versions)
         self.dial_timeout_s = dial_timeout_s
         self.rpc_timeout_s = rpc_timeout_s
         self.pod_resources_socket = pod_resources_socket
@@ -94,7 +97,9 @@ class FakeKubelet:
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
         self.kubelet_socket.unlink(missing_ok=True)
         server = grpc.aio.server()
-        v1beta1.add_registration_service(server, self._register)
+        for version in self.versions:
+            handler = functools.partial(self._register, version)
+            WIRES[version].add_registration_service(server, handler)
         server.add_insecure_port(f"unix:{self.kubelet_socket}")  # creates the socket file
         created_at = time.monotonic()
         await server.start()
@@ -105,7 +110,7 @@ class FakeKubelet:
         if self.plugins_registry is not None:
             registrar = Registrar(
                 self.plugins_registry,
-                version=v1beta1.VERSION,  # the watcher's handler is the v1beta1 device manager
+                versions=self.versions,
                 attach=self._attach,
                 record=self._record,
                 notifications=self.notifications,
@@ -137,15 +142,19 @@ class FakeKubelet:
         if pod_resources is not None:
             await pod_resources.stop(0)
 
-    async def restart(self, cleanup: CleanupMode) -> float:
+    async def restart(self, cleanup: CleanupMode, versions: Sequence[str] | None = None) -> float:
         """Restart as a kubelet process would; return when kubelet.sock was re-created.
 
         A new kubelet knows no plugins: each must notice (kubelet.sock re-created, its own socket
-        removed) and register again. The cleanup is that of the chosen release (dirs.py); it never
-        touches plugins_registry, whose sockets the new kubelet finds and registers by itself.
-        Running pods keep running and keep their devices (the kubelet's checkpoint).
+        removed) and register again. With `versions` the new kubelet speaks those: an upgrade
+        (say to v1beta1 and v1beta2) or a downgrade. The cleanup is that of the chosen release
+        (dirs.py); it never touches plugins_registry, whose sockets the new kubelet finds and
+        registers by itself. Running pods keep running and keep their devices (the kubelet's
+        checkpoint).
         """
+        new_versions = self.versions if versions is None else newest_first(versions)
         await self.stop()
+        self.versions = new_versions
         # server.go Start runs the handler's CleanupPluginDirectory before it listens.
         clean_plugin_dir(self.plugin_dir, cleanup)
         created_at = await self.start()
@@ -163,10 +172,12 @@ class FakeKubelet:
 
     # -- registration ----------------------------------------------------------------------------
 
-    async def _register(self, request: RegisterRequest, received_at: float) -> None:
+    async def _register(self, service_version: str, request: RegisterRequest, received_at: float) -> None:
+        """One Register on the Registration service of `service_version`, recorded."""
         error: str | None = "interrupted"
         try:
-            await self._accept(request)
+            socket_path = check_register(request, service_version, self.plugin_dir)
+            await self._attach(request.resource_name, request.endpoint, socket_path, service_version)
         except RegistrationRejected as err:
             error = str(err)
             raise
@@ -188,29 +199,15 @@ class FakeKubelet:
         self.registrations.append(record)
         await self._notify()
 
-    async def _accept(self, request: RegisterRequest) -> None:
-        # server.go Register: version first, then the resource name, then connect.
-        if request.version not in _CLIENTS:
-            raise RegistrationRejected(
-                f"requested API version {json.dumps(request.version)} is not supported by kubelet. "
-                f"Supported versions are {json.dumps(sorted(_CLIENTS))}"
-            )
-        if not is_extended_resource_name(request.resource_name):
-            raise RegistrationRejected(f"the ResourceName {json.dumps(request.resource_name)} is invalid")
-        # server.go Register: filepath.Join(socketDir, endpoint), which joins and cleans even an
-        # absolute endpoint (pathlib's `/` would replace the directory instead).
-        socket_path = Path(os.path.normpath(f"{self.plugin_dir}/{request.endpoint}"))
-        await self._attach(request.resource_name, request.endpoint, socket_path, request.version)
-
     async def _attach(self, resource: str, endpoint: str, socket_path: Path, version: str) -> PluginSession:
         """Connect the DevicePlugin at `socket_path` and make it the resource's session."""
         # handler.go connectClient: since 1.25 the kubelet dials and asks for the options inside
         # Register, so a plugin that is not serving yet fails to register.
-        client = _CLIENTS[version](socket_path)
+        client = WIRES[version].client(socket_path)
         allocated = self._allocated.setdefault(resource, set())
         try:
             session = await connect_session(
-                resource, endpoint, client, self.dial_timeout_s, self.rpc_timeout_s, allocated
+                resource, endpoint, client, version, self.dial_timeout_s, self.rpc_timeout_s, allocated
             )
         except BaseException:
             await client.close()
@@ -274,7 +271,8 @@ class FakeKubelet:
         return await self._pods.run(namespace, name, containers)
 
     async def end_pod(self, namespace: str, name: str) -> None:
-        """The pod terminated: it leaves PodResources and its devices are free again."""
+        """The pod terminated: it leaves PodResources and its devices are free again; a v1beta2
+        plugin gets PostStopContainer and Deallocate first where it asks for them (pods.py)."""
         await self._pods.end(namespace, name)
 
     @property

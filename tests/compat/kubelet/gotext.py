@@ -38,3 +38,8 @@ def go_quote(value: str) -> str:
 def go_strings(values: Sequence[str]) -> str:
     """fmt's %v for a []string: [a b c]."""
     return "[" + " ".join(values) + "]"
+
+
+def go_quote_strings(values: Sequence[str]) -> str:
+    """fmt's %q for a []string or [N]string: each element quoted, space-separated, in brackets."""
+    return "[" + " ".join(go_quote(value) for value in values) + "]"

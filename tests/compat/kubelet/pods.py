@@ -5,15 +5,27 @@ at pod admission, init containers first and in order, then app containers; PreSt
 follows when each container starts (GetDeviceRunContainerOptions). A pod's finished init
 containers lend their devices to the later containers of the same pod (devicesToReuse). The
 table also answers the PodResources service (api.PodResourcesProvider).
+
+With a v1beta2 plugin the table also makes the two calls KEP-3162 proposed (kubernetes/enhancements
+#3080, closed unmerged; its design: "Add `PostStopContainer` as a container lifecycle hook. Add
+`Deallocate` calls in container manager, taking care to only do so for devices that are no longer
+in the reuse list"): PostStopContainer when a container stops (an init container once it has run,
+the app containers at end_pod), then Deallocate once the pod's devices are free again (end_pod, or
+a failed admission, Deallocate being "the opposite of Allocate"). Each only when the plugin's
+options ask for it, and to the resource's current session (skipped when its stream has ended,
+where the kubelet would get errEndpointStopped and only log it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .errors import AdmissionRejected
+import grpc
+
+from .errors import AdmissionRejected, FakeKubeletError
 from .ratelimit import TokenBucket
 from .records import AssignedDevice, ContainerSpec, DeviceState, PodContainer, RunningPod
 from .session import PluginSession
@@ -58,7 +70,9 @@ class PodTable:
         self, namespace: str, name: str, containers: Sequence[ContainerSpec]
     ) -> dict[str, list[str]]:
         """Admit and start a pod; container name -> its device ids. Raises and holds nothing if
-        admission fails (AdmissionRejected, EndpointStopped or the plugin's AioRpcError)."""
+        admission fails (AdmissionRejected, EndpointStopped or the plugin's AioRpcError); devices
+        already Allocated are then Deallocated where the plugin asks for it, errors ignored (the
+        admission's own error is the one raised)."""
         _check(containers)
         async with self._lock:
             if (namespace, name) in self._pods:
@@ -67,11 +81,19 @@ class PodTable:
             try:
                 started = await self._admit(pod, containers)
                 # manager.go callPreStartContainerIfNeeded runs as each container starts: the init
-                # containers one after the other, then the app containers.
+                # containers one after the other (each stopped before the next starts), then the
+                # app containers.
                 for container, session in started:
                     if session is not None and session.options.pre_start_required:
                         await session.prestart(container.device_ids)
-            except BaseException:
+                    if session is not None and container.init:
+                        await self._post_stop(container)
+            except Exception:
+                with contextlib.suppress(grpc.aio.AioRpcError, FakeKubeletError):
+                    await self._deallocate(pod)
+                _release(pod)
+                raise
+            except BaseException:  # cancelled: no more calls to the plugin
                 _release(pod)
                 raise
             by_name = {container.name: container for container, _ in started}
@@ -115,13 +137,44 @@ class PodTable:
         return session
 
     async def end(self, namespace: str, name: str) -> None:
-        """The pod terminated: it leaves PodResources and its devices are free again."""
+        """The pod terminated: it leaves PodResources and its devices are free again.
+
+        PostStopContainer and Deallocate (v1beta2) come first; an error of either propagates, the
+        later calls skipped, once the pod is gone and its devices are free in the kubelet's books.
+        """
         async with self._lock:
             pod = self._pods.pop((namespace, name), None)
             if pod is None:
                 raise KeyError(f"no running pod {namespace}/{name}")
-            # manager.go UpdateAllocatedDevices drops the devices of pods no longer active.
-            _release(pod)
+            try:
+                for container in pod.spec.containers:
+                    if container.devices and not container.init:  # init containers stopped already
+                        await self._post_stop(container)
+                await self._deallocate(pod)
+            finally:
+                # manager.go UpdateAllocatedDevices drops the devices of pods no longer active.
+                _release(pod)
+
+    def _current(self, resource: str) -> PluginSession | None:
+        session = self._sessions().get(resource)
+        return None if session is None or session.stream_ended.is_set() else session
+
+    async def _post_stop(self, container: PodContainer) -> None:
+        """KEP-3162's PostStopContainer hook for a stopped container (its devices: one resource)."""
+        session = self._current(container.devices[0].resource) if container.devices else None
+        if session is not None and session.wants_post_stop:
+            await session.post_stop(container.device_ids)
+
+    async def _deallocate(self, pod: _Pod) -> None:
+        """Deallocate every device the pod held, one call per resource."""
+        by_resource: dict[str, list[str]] = {}
+        for holder, device_ids in pod.held.items():
+            ids = by_resource.setdefault(holder.resource, [])
+            ids += [device for device in device_ids if device not in ids]
+        for resource, ids in by_resource.items():
+            session = self._current(resource)
+            if ids and session is not None and session.wants_deallocate:
+                await session.deallocate(ids)
 
     # -- api.PodResourcesProvider ----------------------------------------------------------------
 

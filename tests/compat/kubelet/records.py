@@ -36,10 +36,16 @@ class DeviceState:
 
 @dataclass(frozen=True)
 class PluginOptions:
-    """The DevicePluginOptions a plugin declared."""
+    """The DevicePluginOptions a plugin declared; the fields are named like the message's.
+
+    The last two exist only in devshim's experimental v1beta2 (KEP-3162's proposal); a v1beta1
+    plugin cannot set them, so they stay False there.
+    """
 
     pre_start_required: bool = False
     get_preferred_allocation_available: bool = False
+    deallocate_available: bool = False
+    post_stop_container_required: bool = False
 
 
 Mount = tuple[str, str, bool]

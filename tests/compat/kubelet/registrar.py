@@ -3,14 +3,15 @@
 The register operation is pkg/kubelet/pluginmanager/operationexecutor/operation_generator.go
 GenerateRegisterPluginFunc with the device manager as the handler of type "DevicePlugin"
 (pkg/kubelet/cm/devicemanager/plugin/v1beta1/handler.go ValidatePlugin, RegisterPlugin,
-DeRegisterPlugin). Every message a plugin is sent is built as upstream builds it.
+DeRegisterPlugin). Every message a plugin is sent is built as upstream builds it. Where the fake
+speaks several API versions, it uses the newest one the plugin supports (versions.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from .names import is_extended_resource_name
 from .pluginregistration import DEVICE_PLUGIN, RegistrationClient
 from .records import WATCHER, Notification, PluginInfo, RegistrationRecord
 from .session import PluginSession
+from .versions import newest_common
 from .watcher import Outcome
 
 GET_INFO_TIMEOUT_S = 1.0  # operation_generator.go: context.WithTimeout(ctx, time.Second) for GetInfo
@@ -44,13 +46,16 @@ class _Attempt:
 
 
 class Registrar:
-    """The register and unregister operations of the plugin watcher for one kubelet run."""
+    """The register and unregister operations of the plugin watcher for one kubelet run.
+
+    `versions`: the API versions the kubelet speaks, newest first.
+    """
 
     def __init__(
         self,
         directory: Path,
         *,
-        version: str,
+        versions: Sequence[str],
         attach: Attach,
         record: Callable[[RegistrationRecord], Awaitable[None]],
         notifications: list[Notification],
@@ -58,7 +63,7 @@ class Registrar:
         dial_timeout_s: float,
     ) -> None:
         self.directory = directory
-        self.version = version
+        self.versions = tuple(versions)
         self._attach = attach
         self._record = record
         self._notifications = notifications
@@ -124,16 +129,17 @@ class Registrar:
         # operation_generator.go: an empty endpoint means the registration socket itself; any other
         # value is handed to the handler as is, and client.go dials it as a path.
         attempt.endpoint = info.endpoint or str(socket)
-        invalid = self._validate(info)
-        if invalid is not None:
+        version = newest_common(self.versions, info.supported_versions)
+        invalid = self._validate(info, version)
+        if version is None or invalid is not None:
             attempt.error = await self._refuse(
                 client, socket, f"plugin validation failed with err: {invalid}"
             )
             return Outcome(added=False, failed=True)
-        attempt.version = self.version
+        attempt.version = version
         # AddPlugin to the actual state of the world comes before handler.RegisterPlugin.
         try:
-            session = await self._attach(info.name, attempt.endpoint, Path(attempt.endpoint), self.version)
+            session = await self._attach(info.name, attempt.endpoint, Path(attempt.endpoint), version)
         except FakeKubeletError as err:
             message = f"RegisterPlugin error -- plugin registration failed with err: {err}"
             undelivered = await self._notify(client, socket, False, message)
@@ -155,11 +161,12 @@ class Registrar:
             f"RegisterPlugin error -- failed to send error at socket {socket}, err: {message}: {undelivered}"
         )
 
-    def _validate(self, info: PluginInfo) -> str | None:
-        # handler.go ValidatePlugin: the versions first, then the name.
-        if self.version not in info.supported_versions:
+    def _validate(self, info: PluginInfo, version: str | None) -> str | None:
+        # handler.go ValidatePlugin: the versions first, then the name. Upstream names its only
+        # version (api.Version); a kubelet speaking several names the newest.
+        if version is None:
             return (
-                f"manager version, {self.version}, is not among plugin supported versions "
+                f"manager version, {self.versions[0]}, is not among plugin supported versions "
                 f"{go_strings(info.supported_versions)}"
             )
         if not is_extended_resource_name(info.name):

@@ -2,9 +2,8 @@
 
 This is not part of the fake kubelet. It exists to test the fake kubelet itself
 (tests/compat/test_fake_kubelet.py): a plugin whose every answer a test can set, and whose every
-call is logged. The per-version servers that put it on the wire live in the version modules
-(v1beta1.ScriptedPlugin, pluginregistration.add_scripted_registration), the only places
-allowed to import stubs.
+call is logged. scripted_plugin.ScriptedPlugin puts it on the wire in v1beta1 and/or v1beta2, and
+pluginregistration.add_scripted_registration serves a RegistrationScript.
 """
 
 from __future__ import annotations
@@ -58,9 +57,14 @@ class PluginScript:
         self.allocate_reply: Callable[[Sequence[Sequence[str]]], Sequence[Grant]] = grant_per_container
         self.preferred_reply: Callable[[PreferredRequest], Sequence[str]] = prefer_from_the_end
         self.prestart_reply: Callable[[Sequence[str]], None] = lambda device_ids: None
+        # v1beta2 only (KEP-3162's calls): a reply may raise ScriptedFailure, like the others.
+        self.deallocate_reply: Callable[[Sequence[str]], None] = lambda device_ids: None
+        self.post_stop_reply: Callable[[Sequence[str]], None] = lambda device_ids: None
         self.allocate_calls: list[list[tuple[str, ...]]] = []
         self.preferred_calls: list[list[PreferredRequest]] = []
         self.prestart_calls: list[tuple[str, ...]] = []
+        self.deallocate_calls: list[tuple[str, ...]] = []
+        self.post_stop_calls: list[tuple[str, ...]] = []
         self.streams_opened = 0
         self._streams: set[asyncio.Queue[DeviceList | _EndStream]] = set()
 
@@ -107,6 +111,14 @@ class PluginScript:
     def prestart(self, device_ids: Sequence[str]) -> None:
         self.prestart_calls.append(tuple(device_ids))
         self.prestart_reply(device_ids)
+
+    def deallocate(self, device_ids: Sequence[str]) -> None:
+        self.deallocate_calls.append(tuple(device_ids))
+        self.deallocate_reply(device_ids)
+
+    def post_stop(self, device_ids: Sequence[str]) -> None:
+        self.post_stop_calls.append(tuple(device_ids))
+        self.post_stop_reply(device_ids)
 
 
 class RegistrationScript:

@@ -1,8 +1,8 @@
 """The kubelet's side of one registered plugin: its device lists and the calls made to it.
 
 One PluginSession exists per successful Register, like the kubelet's endpoint
-(pkg/kubelet/cm/devicemanager/endpoint.go). It is version-neutral: the wire is behind a
-PluginClient (api.py).
+(pkg/kubelet/cm/devicemanager/endpoint.go); connect.py makes it. It is version-neutral: the wire
+is behind a PluginClient (api.py), and the KEP-3162 calls behind a LifecycleClient.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 
 import grpc
 
-from .api import PluginClient, PreferredRequest
-from .errors import AdmissionRejected, EndpointStopped, ProtocolViolation, RegistrationRejected
-from .gotext import go_rpc_error
+from .admission import available_devices, take_preferred
+from .api import LifecycleClient, PluginClient, PreferredRequest
+from .errors import EndpointStopped, ProtocolViolation
 from .records import DeviceState, Grant, PluginOptions
 
 DeviceList = tuple[DeviceState, ...]
@@ -24,36 +24,14 @@ DeviceList = tuple[DeviceState, ...]
 PRESTART_TIMEOUT_S = 30.0
 
 
-async def connect_session(
-    resource: str,
-    endpoint: str,
-    client: PluginClient,
-    dial_timeout_s: float,
-    rpc_timeout_s: float,
-    allocated: set[str],
-) -> PluginSession:
-    """Dial the plugin and ask for its options; RegistrationRejected with the kubelet's message."""
-    try:
-        # client.go dial: a blocking dial bounded by a 10 s timeout (errFailedToDialDevicePlugin).
-        await asyncio.wait_for(client.connect(), dial_timeout_s)
-    except TimeoutError:
-        raise RegistrationRejected("failed to dial device plugin: context deadline exceeded") from None
-    try:
-        options = await client.get_options(rpc_timeout_s)
-    except grpc.aio.AioRpcError as err:  # manager.go PluginConnected
-        raise RegistrationRejected(f"failed to get device plugin options: {go_rpc_error(err)}") from None
-    return PluginSession(
-        resource, endpoint, options, client, rpc_timeout_s=rpc_timeout_s, allocated=allocated
-    )
-
-
 class PluginSession:
     """One plugin as the kubelet sees it after a successful Register.
 
-    `options` come from GetDevicePluginOptions. `lists` holds every ListAndWatch message in
-    order. Once the stream is over `stream_ended` is set and `stream_error` says why: None when
-    the plugin ended it with OK, "CODE: details" for a gRPC status, "closed by the kubelet" when
-    the kubelet stopped, deregistered the plugin or the plugin registered again.
+    `version` is the API version the kubelet speaks to it; `options` come from
+    GetDevicePluginOptions. `lists` holds every ListAndWatch message in order. Once the stream is
+    over `stream_ended` is set and `stream_error` says why: None when the plugin ended it with OK,
+    "CODE: details" for a gRPC status, "closed by the kubelet" when the kubelet stopped,
+    deregistered the plugin or the plugin registered again.
     """
 
     def __init__(
@@ -63,11 +41,13 @@ class PluginSession:
         options: PluginOptions,
         client: PluginClient,
         *,
+        version: str,
         rpc_timeout_s: float = 10.0,
         allocated: set[str] | None = None,
     ) -> None:
         self.resource = resource
         self.endpoint = endpoint
+        self.version = version
         self.options = options
         self.lists: list[DeviceList] = []
         self.stream_ended = asyncio.Event()
@@ -86,7 +66,8 @@ class PluginSession:
 
     def __repr__(self) -> str:
         state = "ended" if self.stream_ended.is_set() else "watching"
-        return f"<PluginSession {self.resource} at {self.endpoint}: {len(self.lists)} lists, {state}>"
+        lists = f"{len(self.lists)} lists, {state}"
+        return f"<PluginSession {self.resource} at {self.endpoint} ({self.version}): {lists}>"
 
     # -- the ListAndWatch stream ---------------------------------------------------------------
 
@@ -210,6 +191,44 @@ class PluginSession:
         self._ensure_running()
         await self._client.prestart(device_ids, PRESTART_TIMEOUT_S)
 
+    # KEP-3162 (kubernetes/enhancements#3080, closed unmerged) gave neither call a deadline; the
+    # fake uses its usual RPC timeout for both.
+
+    @property
+    def wants_post_stop(self) -> bool:
+        """Its API version has PostStopContainer and its options ask for it."""
+        return isinstance(self._client, LifecycleClient) and self.options.post_stop_container_required
+
+    @property
+    def wants_deallocate(self) -> bool:
+        """Its API version has Deallocate and its options offer it."""
+        return isinstance(self._client, LifecycleClient) and self.options.deallocate_available
+
+    async def post_stop(self, device_ids: Sequence[str]) -> None:
+        """PostStopContainer (v1beta2 only): a container that used `device_ids` has stopped."""
+        client = self._lifecycle("PostStopContainer", self.options.post_stop_container_required)
+        await client.post_stop(device_ids, self._rpc_timeout_s)
+
+    async def deallocate(self, device_ids: Sequence[str]) -> None:
+        """Deallocate (v1beta2 only): `device_ids` are free again.
+
+        release() never calls it: release() is the kubelet's bookkeeping, which must not fail or
+        wait on the plugin; PodTable calls Deallocate where devices leave a pod (end_pod, or a
+        failed admission), and a test using admit() and release() calls it itself.
+        """
+        client = self._lifecycle("Deallocate", self.options.deallocate_available)
+        await client.deallocate(device_ids, self._rpc_timeout_s)
+
+    def _lifecycle(self, rpc: str, offered: bool) -> LifecycleClient:
+        # Like manager.go's calls guarded by an options flag: only in a version that has the RPC,
+        # and only when the plugin's options ask for it.
+        if not isinstance(self._client, LifecycleClient):
+            raise ProtocolViolation(f"{self.resource}: API {self.version} has no {rpc}")
+        if not offered:
+            raise ProtocolViolation(f"{self.resource}: options do not ask for {rpc}")
+        self._ensure_running()
+        return self._client
+
     # -- pod admission ------------------------------------------------------------------------------
 
     @property
@@ -265,32 +284,14 @@ class PluginSession:
     async def _choose(self, count: int, reused: list[str]) -> list[str]:
         self._ensure_running()
         needed = count - len(reused)
-        available = self._available(needed)  # the health checks come first, even for a full reuse
+        latest = self.lists[-1] if self.lists else ()
+        # The health checks come first, even for a full reuse.
+        available = available_devices(self.resource, latest, self._in_use, needed)
         if needed == 0:
             return reused
         if not self.options.get_preferred_allocation_available:
             return [*reused, *available[:needed]]
         # manager.go devicesToAllocate: ask with the available and reused devices, the reused ones
-        # as must-include and size = the whole request; take the preferred ones that really are
-        # available, then fill up from the rest.
+        # as must-include and size = the whole request.
         preferred = await self.preferred_allocation([*reused, *available], reused, count)
-        candidates = set(available)
-        chosen = [device for device in dict.fromkeys(preferred) if device in candidates][:needed]
-        chosen += [device for device in available if device not in chosen][: needed - len(chosen)]
-        return [*reused, *chosen]
-
-    def _available(self, count: int) -> list[str]:
-        # manager.go devicesToAllocate, in its order of checks and with its messages. Devices
-        # keep the plugin's list order (upstream uses unordered sets) so tests are deterministic.
-        healthy = [device.id for device in (self.lists[-1] if self.lists else ()) if device.healthy]
-        if not healthy:
-            raise AdmissionRejected(
-                f"no healthy devices present; cannot allocate unhealthy devices {self.resource}"
-            )
-        available = [device for device in healthy if device not in self._in_use]
-        if len(available) < count:
-            raise AdmissionRejected(
-                f"requested number of devices unavailable for {self.resource}. "
-                f"Requested: {count}, Available: {len(available)}"
-            )
-        return available
+        return [*reused, *take_preferred(available, preferred, needed)]
