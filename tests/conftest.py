@@ -6,6 +6,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,3 +33,39 @@ def state_dir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--full-matrix",
+        action="store_true",
+        help="run every cell of the compatibility matrix (tests/compat/matrix.py), not the default subset",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--full-matrix"):
+        return
+    skip = pytest.mark.skip(reason="outside the default matrix subset; run with --full-matrix")
+    for item in items:
+        if "full_matrix" in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Say how many compatibility-matrix cells ran, were skipped, and why."""
+    outcomes: dict[str, int] = {}
+    for outcome in ("passed", "failed", "skipped"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if "test_matrix_cell" in report.nodeid and (report.when == "call" or outcome == "skipped"):
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    if outcomes:
+        terminalreporter.write_line(
+            "compat matrix: "
+            + ", ".join(f"{n} cells {outcome}" for outcome, n in sorted(outcomes.items()))
+            + (
+                " (full matrix)"
+                if config.getoption("--full-matrix")
+                else " (default subset; --full-matrix for all)"
+            )
+        )
