@@ -18,7 +18,13 @@ from loguru import logger
 
 from shim.core.resource import ResourceService
 from shim.errors import grpc_status
-from shim.model import ContainerAllocateRequest, ContainerGrant, Device, PreferredAllocationRequest
+from shim.model import (
+    Capabilities,
+    ContainerAllocateRequest,
+    ContainerGrant,
+    Device,
+    PreferredAllocationRequest,
+)
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -89,6 +95,7 @@ class CommonServicer:
     """The RPCs every version has; a version module mixes this into its generated servicer."""
 
     pb: ModuleType  # the version's generated messages
+    to_options: Callable[[Capabilities], Any]  # the version's DevicePluginOptions from capabilities
 
     def __init__(self, resource: ResourceService, on_stream_end: Callable[[], None]) -> None:
         self._resource = resource
@@ -103,10 +110,7 @@ class CommonServicer:
         return self.options()
 
     def options(self) -> Any:
-        caps = self._resource.capabilities()
-        return self.pb.DevicePluginOptions(
-            pre_start_required=caps.pre_start, get_preferred_allocation_available=caps.preferred_allocation
-        )
+        return self.to_options(self._resource.capabilities())
 
     async def ListAndWatch(self, request: Any, context: Context) -> AsyncIterator[Any]:
         # Never returns while the plugin means to stay registered: the kubelet
@@ -143,16 +147,43 @@ class CommonServicer:
         return self.pb.PreStartContainerResponse()
 
 
-async def register(pb: ModuleType, stub_class: Any, name: str, kubelet_socket: Path, endpoint: str,
-                   resource: ResourceService, options: Any, timeout_s: float) -> None:  # fmt: skip
-    """Register on kubelet.sock through ``name``'s Registration service."""
-    request = pb.RegisterRequest(
-        version=name,
-        endpoint=endpoint,
-        resource_name=resource.name,
-        # Kubelets up to 1.24 kept the options sent here (manager.go registerEndpoint);
-        # later ones call GetDevicePluginOptions after dialing (handler.go PluginConnected).
-        options=options,
-    )
-    async with grpc.aio.insecure_channel(f"unix:{kubelet_socket}") as channel:
-        await stub_class(channel).Register(request, timeout=timeout_s)
+class VersionApi:
+    """One version as the endpoint sees it (shim.frontend.api.ApiVersion), built by its module
+    from its own generated code: name, servicer class, options translation and stubs."""
+
+    def __init__(
+        self,
+        name: str,
+        pb: ModuleType,
+        pb_grpc: ModuleType,
+        servicer: type[CommonServicer],
+        options: Callable[[Capabilities], Any],
+    ) -> None:
+        self.name = name
+        self.service_names: tuple[str, ...] = (f"{name}.DevicePlugin",)
+        self._pb = pb
+        self._pb_grpc = pb_grpc
+        self._servicer = servicer
+        self._options = options
+
+    def add_services(
+        self, server: grpc.aio.Server, resource: ResourceService, on_stream_end: Callable[[], None]
+    ) -> CommonServicer:
+        servicer = self._servicer(resource, on_stream_end)
+        self._pb_grpc.add_DevicePluginServicer_to_server(servicer, server)
+        return servicer
+
+    async def register(
+        self, kubelet_socket: Path, endpoint: str, resource: ResourceService, timeout_s: float
+    ) -> None:
+        """Register on kubelet.sock through this version's Registration service."""
+        request = self._pb.RegisterRequest(
+            version=self.name,
+            endpoint=endpoint,
+            resource_name=resource.name,
+            # Kubelets up to 1.24 kept the options sent here (manager.go registerEndpoint);
+            # later ones call GetDevicePluginOptions after dialing (handler.go PluginConnected).
+            options=self._options(resource.capabilities()),
+        )
+        async with grpc.aio.insecure_channel(f"unix:{kubelet_socket}") as channel:
+            await self._pb_grpc.RegistrationStub(channel).Register(request, timeout=timeout_s)

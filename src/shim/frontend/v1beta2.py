@@ -7,20 +7,14 @@ v1beta2 stubs; everything shared with v1beta1 is in common.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import grpc
-
-from shim.core.resource import ResourceService
 from shim.frontend import common
 from shim.generated.v1beta2 import api_pb2 as pb
 from shim.generated.v1beta2 import api_pb2_grpc as pb_grpc
 from shim.model import Capabilities
 
 NAME = "v1beta2"
-SERVICE_NAME = "v1beta2.DevicePlugin"
 
 
 def options_from_model(caps: Capabilities) -> pb.DevicePluginOptions:
@@ -34,9 +28,7 @@ def options_from_model(caps: Capabilities) -> pb.DevicePluginOptions:
 
 class DevicePluginServicer(common.CommonServicer, pb_grpc.DevicePluginServicer):
     pb = pb
-
-    def options(self) -> pb.DevicePluginOptions:
-        return options_from_model(self._resource.capabilities())
+    to_options = staticmethod(options_from_model)
 
     async def Deallocate(self, request: pb.DeallocateRequest, context: common.Context) -> Any:
         try:
@@ -53,26 +45,4 @@ class DevicePluginServicer(common.CommonServicer, pb_grpc.DevicePluginServicer):
         return pb.PostStopContainerResponse()
 
 
-class V1Beta2:
-    """This version as the endpoint sees it (shim.frontend.api.ApiVersion)."""
-
-    name = NAME
-    service_names: tuple[str, ...] = (SERVICE_NAME,)
-
-    def add_services(
-        self, server: grpc.aio.Server, resource: ResourceService, on_stream_end: Callable[[], None]
-    ) -> DevicePluginServicer:
-        servicer = DevicePluginServicer(resource, on_stream_end)
-        pb_grpc.add_DevicePluginServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
-        return servicer
-
-    async def register(
-        self, kubelet_socket: Path, endpoint: str, resource: ResourceService, timeout_s: float
-    ) -> None:
-        options = options_from_model(resource.capabilities())
-        await common.register(
-            pb, pb_grpc.RegistrationStub, NAME, kubelet_socket, endpoint, resource, options, timeout_s
-        )
-
-
-API = V1Beta2()
+API = common.VersionApi(NAME, pb, pb_grpc, DevicePluginServicer, options_from_model)
