@@ -120,7 +120,7 @@ def demo(
 @app.command()
 def version() -> None:
     """Print devshim's version and the kubelet API versions it serves."""
-    typer.echo(f"devshim {__version__} (kubelet device-plugin API: v1beta1)")
+    typer.echo(f"devshim {__version__} (kubelet device-plugin API: v1beta1; v1beta2 experimental, opt-in)")
 
 
 def main() -> None:
