@@ -83,10 +83,6 @@ class PluginEndpoint:
         self.watcher_status = ""  # the plugin watcher's last word, in watcher mode
         self._pause_before_serving = False
 
-    @property
-    def registered(self) -> bool:
-        return self._registered_with is not None
-
     # --- signals ---------------------------------------------------------
 
     def check_files(self, name: str | None = None) -> None:
