@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 from shim.sdk import run
+from shim.settings import ConfigError
 
-from .config import ConfigError, load_config
+from .config import load_config
 from .driver import DevfsDriver
 
 

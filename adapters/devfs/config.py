@@ -7,16 +7,17 @@ silently matched nothing would look exactly like a node with no devices.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Literal, Self
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from shim.settings import MountSettings, check_extended_resource_name
-
-
-class ConfigError(Exception):
-    """A configuration the driver cannot use; the message names the field."""
+from shim.settings import (
+    ConfigError,
+    MountSettings,
+    check_extended_resource_name,
+    format_validation_error,
+    read_config_file,
+)
 
 
 class _Strict(BaseModel):
@@ -81,21 +82,8 @@ class DevfsConfig(_Strict):
 
 def load_config(path: Path) -> DevfsConfig:
     """The configuration in ``path`` (YAML, or JSON, which YAML reads too)."""
-    try:
-        data: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} does not parse: {exc}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} must hold a mapping at the top, not {type(data).__name__}")
+    data = read_config_file(path)
     try:
         return DevfsConfig.model_validate(data)
     except ValidationError as exc:
-        lines = [f"invalid devfs config in {path}:"]
-        for err in exc.errors():
-            where = ".".join(str(part) for part in err["loc"]) or "(top level)"
-            lines.append(f"  {where}: {err['msg']}")
-        raise ConfigError("\n".join(lines)) from None
+        raise ConfigError(format_validation_error(exc, path, "devfs config")) from None

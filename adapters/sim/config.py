@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from shim.settings import GrantSettings, check_extended_resource_name
+from shim.settings import GrantSettings, check_extended_resource_name, format_validation_error
 
 DeviceId = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[^\s,]+$")]
 Delay = Annotated[float, Field(ge=0, le=600)]
@@ -118,8 +118,4 @@ def load_config(path: Path | None = None, inline_json: str | None = None) -> Sim
     try:
         return SimConfig.model_validate(data)
     except ValidationError as exc:
-        lines = [f"invalid simulator config in {source}:"]
-        for err in exc.errors():
-            where = ".".join(str(part) for part in err["loc"]) or "(top level)"
-            lines.append(f"  {where}: {err['msg']}")
-        raise ConfigError("\n".join(lines)) from None
+        raise ConfigError(format_validation_error(exc, source, "simulator config")) from None

@@ -311,9 +311,10 @@ def read_config_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def format_validation_error(exc: ValidationError, source: Path | None) -> str:
+def format_validation_error(exc: ValidationError, source: Path | str | None, what: str = "settings") -> str:
+    """One line per problem, each naming its field (used by devshim and its drivers' configs)."""
     where = f" in {source}" if source else ""
-    lines = [f"invalid settings{where}:"]
+    lines = [f"invalid {what}{where}:"]
     for err in exc.errors():
         loc = ".".join(str(part) for part in err["loc"]) or "(top level)"
         lines.append(f"  {loc}: {err['msg']}")
