@@ -26,6 +26,7 @@ from tests.compat.kubelet import (
 )
 from tests.compat.kubelet.dirs import clean_plugin_dir
 from tests.compat.kubelet.names import is_extended_resource_name
+from tests.compat.kubelet.profiles import DEPRECATION_FILE
 from tests.compat.kubelet.scripted import PluginScript, ScriptedFailure
 from tests.compat.kubelet.scripted_plugin import ScriptedPlugin
 
@@ -287,7 +288,8 @@ async def test_restart_cleans_like_the_release_and_recreates_kubelet_sock(
     created_at = await kubelet.restart(mode)
 
     assert before <= created_at <= time.monotonic() and kubelet.restarts == [created_at]
-    assert set(os.listdir(directory)) == kept | {"kubelet.sock"}
+    # Every start re-creates DEPRECATION (handler.go GetPluginHandler), after the cleanup.
+    assert set(os.listdir(directory)) == kept | {"kubelet.sock", DEPRECATION_FILE}
     assert os.listdir(directory / "subdir") == ["inner.sock"]
     assert stat.S_ISSOCK(kubelet.kubelet_socket.stat().st_mode)
     assert session.stream_ended.is_set()

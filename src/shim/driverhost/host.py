@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from loguru import logger
@@ -48,6 +49,15 @@ class ResourceRegistry(Protocol):
     async def remove_resource(self, name: str) -> None: ...
 
 
+@dataclass
+class CallTally:
+    """How one method's calls to the driver went: what an operator (and `devshim compat`) reads."""
+
+    ok: int = 0
+    failed: int = 0
+    last_error: str = ""
+
+
 class DriverHost:
     def __init__(self, settings: DriverSettings, registry: ResourceRegistry, store: InventoryStore) -> None:
         self.settings = settings
@@ -57,6 +67,7 @@ class DriverHost:
         self._policy = settings.restart
         self.sources: dict[str, DriverSource] = {}
         self.status = "not started"
+        self.calls: dict[str, CallTally] = {}
         self._run: DriverProcess | None = None
         self._ready = asyncio.Event()
         self.gave_up = asyncio.Event()  # set once the driver stays down for good
@@ -206,6 +217,17 @@ class DriverHost:
 
     async def call(self, method: str, params: Any) -> Any:
         """One request to the driver, its failure mapped to what the kubelet should see."""
+        tally = self.calls.setdefault(method, CallTally())
+        try:
+            result = await self._call(method, params)
+        except ShimError as exc:
+            tally.failed += 1
+            tally.last_error = str(exc)
+            raise
+        tally.ok += 1
+        return result
+
+    async def _call(self, method: str, params: Any) -> Any:
         if not self._ready.is_set():
             await self._wait_until_back(method)
         run = self._run

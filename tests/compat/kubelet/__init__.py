@@ -1,4 +1,4 @@
-"""A fake kubelet for testing device plugins over real unix sockets (later `devshim compat`).
+"""A fake kubelet for testing device plugins over real unix sockets (and `devshim compat`).
 
     async with FakeKubelet(plugin_dir) as kubelet:
         session = await kubelet.wait_for_plugin("example.com/widget")
@@ -8,8 +8,10 @@
 With `pod_resources_socket=` it also serves the PodResources API for the pods it runs
 (`await kubelet.run_pod("default", "job", [ContainerSpec("main", "example.com/widget", 2)])`),
 and with `plugins_registry=` it registers the plugins whose sockets appear there. `versions=`
-chooses the device plugin API versions it speaks (API_VERSIONS: v1beta1 and devshim's experimental
-v1beta2), and `await kubelet.restart(cleanup, versions=...)` upgrades or downgrades it.
+chooses the device plugin API versions it speaks (API_VERSIONS: v1beta1 and devshim's
+experimental v1beta2), `profile=` the kubelet release whose behaviour it follows (profiles.py:
+"1.24", "1.25-1.32", "1.33+", "next"), and `await kubelet.restart(versions=..., profile=...)`
+upgrades or downgrades it.
 
 Only the wire modules (v1beta1.py, v1beta2.py, pluginregistration.py, podresources.py) touch
 generated stubs; everything a test sees is a record from records.py.
@@ -25,6 +27,7 @@ from .errors import (
     RegistrationRejected,
 )
 from .fake_kubelet import KUBELET_SOCKET, FakeKubelet
+from .profiles import DEPRECATION_FILE, PROFILES, Profile, profile_named
 from .records import (
     CLASSIC,
     WATCHER,
@@ -47,8 +50,10 @@ __all__ = [
     "API_VERSIONS",
     "CHECKPOINT_FILE",
     "CLASSIC",
+    "DEPRECATION_FILE",
     "KUBELET_SOCKET",
     "PRESTART_TIMEOUT_S",
+    "PROFILES",
     "WATCHER",
     "AdmissionRejected",
     "AssignedDevice",
@@ -63,11 +68,13 @@ __all__ = [
     "PluginInfo",
     "PluginOptions",
     "PluginSession",
+    "Profile",
     "PodContainer",
     "ProtocolViolation",
     "RegistrationRecord",
     "RegistrationRejected",
     "RunningPod",
     "WatchMode",
+    "profile_named",
     "records",
 ]

@@ -17,7 +17,7 @@ from .api import PluginClient
 from .errors import RegistrationRejected
 from .gotext import go_quote, go_quote_strings, go_rpc_error
 from .names import is_extended_resource_name
-from .records import RegisterRequest
+from .records import PluginOptions, RegisterRequest
 from .session import PluginSession
 
 
@@ -47,17 +47,21 @@ async def connect_session(
     dial_timeout_s: float,
     rpc_timeout_s: float,
     allocated: set[str],
+    options: PluginOptions | None = None,
 ) -> PluginSession:
-    """Dial the plugin and ask for its options; RegistrationRejected with the kubelet's message."""
+    """Dial the plugin and ask for its options; RegistrationRejected with the kubelet's message.
+
+    `options`: the ones a <= 1.24 kubelet took from RegisterRequest instead of asking."""
     try:
         # client.go dial: a blocking dial bounded by a 10 s timeout (errFailedToDialDevicePlugin).
         await asyncio.wait_for(client.connect(), dial_timeout_s)
     except TimeoutError:
         raise RegistrationRejected("failed to dial device plugin: context deadline exceeded") from None
-    try:
-        options = await client.get_options(rpc_timeout_s)
-    except grpc.aio.AioRpcError as err:  # manager.go PluginConnected
-        raise RegistrationRejected(f"failed to get device plugin options: {go_rpc_error(err)}") from None
+    if options is None:
+        try:
+            options = await client.get_options(rpc_timeout_s)
+        except grpc.aio.AioRpcError as err:  # manager.go PluginConnected
+            raise RegistrationRejected(f"failed to get device plugin options: {go_rpc_error(err)}") from None
     return PluginSession(
         resource, endpoint, options, client, version=version, rpc_timeout_s=rpc_timeout_s, allocated=allocated
     )

@@ -1,8 +1,9 @@
 """A fake kubelet device manager: serves Registration and drives registered plugins.
 
 It behaves like pkg/kubelet/cm/devicemanager (manager.go, plugin/v1beta1/{server,handler,
-client}.go) of kubelets >= 1.25, over real unix sockets, so a device plugin (the shim, an
-adapter) can be tested without a node. It records what it saw as version-neutral records.
+client}.go) of the kubelet release its profile names (profiles.py), over real unix sockets, so
+a device plugin (the shim, an adapter) can be tested without a node. It records what it saw as
+version-neutral records.
 Optionally it also finds plugins in plugins_registry, as pkg/kubelet/pluginmanager does
 (watcher.py, registrar.py), and runs pods whose devices it serves over PodResources (pods.py,
 podresources.py). It speaks v1beta1, devshim's experimental v1beta2, or both (versions.py); a
@@ -14,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import grpc
 
@@ -25,8 +27,16 @@ from .connect import check_register, connect_session
 from .dirs import CleanupMode, clean_plugin_dir
 from .errors import RegistrationRejected
 from .pods import PodTable
+from .profiles import DEPRECATION_FILE, Profile, profile_named
 from .ratelimit import DEFAULT_BURST, DEFAULT_QPS
-from .records import ContainerSpec, Notification, RegisterRequest, RegistrationRecord, RunningPod
+from .records import (
+    ContainerSpec,
+    Notification,
+    PluginOptions,
+    RegisterRequest,
+    RegistrationRecord,
+    RunningPod,
+)
 from .registrar import Registrar
 from .session import PluginSession
 from .versions import WIRES, newest_first
@@ -46,6 +56,9 @@ class FakeKubelet:
     `versions`: the device plugin API versions it speaks (kept newest first in `self.versions`).
     kubelet.sock serves the Registration service of each, and only those: a Register on another
     version's service gets UNIMPLEMENTED from gRPC, as from a kubelet that never heard of it.
+
+    `profile`: the kubelet release it behaves like (profiles.py: "1.24", "1.25-1.32", "1.33+",
+    "next"); the default, "next", is the newest behaviour.
     """
 
     def __init__(
@@ -59,9 +72,11 @@ class FakeKubelet:
         plugins_registry: Path | None = None,
         watch_mode: WatchMode = "auto",
         versions: Sequence[str] = ("v1beta1",),
+        profile: str = "next",
     ) -> None:
         self.plugin_dir = plugin_dir
         self.versions = newest_first(versions)
+        self.profile: Profile = profile_named(profile)
         self.dial_timeout_s = dial_timeout_s
         self.rpc_timeout_s = rpc_timeout_s
         self.pod_resources_socket = pod_resources_socket
@@ -70,7 +85,12 @@ class FakeKubelet:
         self.registrations: list[RegistrationRecord] = []
         self.notifications: list[Notification] = []
         self.restarts: list[float] = []
+        # A <= 1.24 kubelet's background dials that failed after Register had answered OK.
+        self.connect_failures: list[str] = []
         self._sessions: dict[str, PluginSession] = {}
+        # Replaced sessions a >= 1.25 kubelet leaves running, and background work to cancel at stop.
+        self._replaced: list[PluginSession] = []
+        self._background: set[asyncio.Task[None]] = set()
         # manager.go allocatedDevices: per resource, shared by its sessions, kept across restarts.
         self._allocated: dict[str, set[str]] = {}
         self._pods = PodTable(lambda: self._sessions, pod_resources_rate)
@@ -104,6 +124,7 @@ class FakeKubelet:
         created_at = time.monotonic()
         await server.start()
         self._server = server
+        (self.plugin_dir / DEPRECATION_FILE).touch()
         if self.pod_resources_socket is not None:
             self._pods.restarted()
             self._pod_resources_server = await podresources.serve(self.pod_resources_socket, self._pods)
@@ -133,7 +154,11 @@ class FakeKubelet:
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
             await watcher.stop()  # no plugin operation may outlive the kubelet
-        sessions, self._sessions = list(self._sessions.values()), {}
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        sessions, self._sessions = [*self._sessions.values(), *self._replaced], {}
+        self._replaced = []
         for session in sessions:
             await session.close()
         if server is not None:
@@ -142,9 +167,17 @@ class FakeKubelet:
         if pod_resources is not None:
             await pod_resources.stop(0)
 
-    async def restart(self, cleanup: CleanupMode, versions: Sequence[str] | None = None) -> float:
+    async def restart(
+        self,
+        cleanup: CleanupMode | None = None,
+        versions: Sequence[str] | None = None,
+        *,
+        profile: str | None = None,
+    ) -> float:
         """Restart as a kubelet process would; return when kubelet.sock was re-created.
 
+        `profile`: the new kubelet's release (default: the same); `cleanup`: its directory
+        cleanup (default: the new profile's).
         A new kubelet knows no plugins: each must notice (kubelet.sock re-created, its own socket
         removed) and register again. With `versions` the new kubelet speaks those: an upgrade
         (say to v1beta1 and v1beta2) or a downgrade. The cleanup is that of the chosen release
@@ -153,10 +186,12 @@ class FakeKubelet:
         checkpoint).
         """
         new_versions = self.versions if versions is None else newest_first(versions)
+        new_profile = self.profile if profile is None else profile_named(profile)
         await self.stop()
         self.versions = new_versions
+        self.profile = new_profile
         # server.go Start runs the handler's CleanupPluginDirectory before it listens.
-        clean_plugin_dir(self.plugin_dir, cleanup)
+        clean_plugin_dir(self.plugin_dir, cleanup or new_profile.cleanup)
         created_at = await self.start()
         self.restarts.append(created_at)
         return created_at
@@ -177,7 +212,10 @@ class FakeKubelet:
         error: str | None = "interrupted"
         try:
             socket_path = check_register(request, service_version, self.plugin_dir)
-            await self._attach(request.resource_name, request.endpoint, socket_path, service_version)
+            if self.profile.register_dials:
+                await self._attach(request.resource_name, request.endpoint, socket_path, service_version)
+            else:
+                self._spawn(self._attach_later(request, socket_path, service_version))
         except RegistrationRejected as err:
             error = str(err)
             raise
@@ -199,7 +237,33 @@ class FakeKubelet:
         self.registrations.append(record)
         await self._notify()
 
-    async def _attach(self, resource: str, endpoint: str, socket_path: Path, version: str) -> PluginSession:
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _attach_later(self, request: RegisterRequest, socket_path: Path, version: str) -> None:
+        """<= 1.24's `go m.addEndpoint(r)`: dial after Register answered; a failure is only logged."""
+        try:
+            await self._attach(
+                request.resource_name,
+                request.endpoint,
+                socket_path,
+                version,
+                request.options or PluginOptions(),
+            )
+        except RegistrationRejected as err:
+            self.connect_failures.append(f"{request.resource_name}: {err}")
+        await self._notify()  # a session or a failure: either is news to wait_until
+
+    async def _attach(
+        self,
+        resource: str,
+        endpoint: str,
+        socket_path: Path,
+        version: str,
+        options: PluginOptions | None = None,
+    ) -> PluginSession:
         """Connect the DevicePlugin at `socket_path` and make it the resource's session."""
         # handler.go connectClient: since 1.25 the kubelet dials and asks for the options inside
         # Register, so a plugin that is not serving yet fails to register.
@@ -207,17 +271,29 @@ class FakeKubelet:
         allocated = self._allocated.setdefault(resource, set())
         try:
             session = await connect_session(
-                resource, endpoint, client, version, self.dial_timeout_s, self.rpc_timeout_s, allocated
+                resource,
+                endpoint,
+                client,
+                version,
+                self.dial_timeout_s,
+                self.rpc_timeout_s,
+                allocated,
+                options,
             )
         except BaseException:
             await client.close()
             raise
-        # manager.go PluginConnected replaces the endpoint of a re-registering resource. Closing
-        # the old connection first is the fake's choice: its stream then ends at once, as it
-        # would when the old plugin process has gone away.
+        # manager.go PluginConnected replaces the endpoint of a re-registering resource.
         old = self._sessions.get(resource)
         self._sessions[resource] = session  # from here on, stop() closes it
-        if old is not None:
+        if old is not None and self.profile.old_stream_end_disconnects_by_name:
+            # handler.go registerClient only replaces the map entry: the old client runs on, and
+            # when its stream ends runClient disconnects whatever is registered by that name.
+            self._replaced.append(old)
+            self._spawn(self._disconnect_by_name_when_ended(resource, old))
+        elif old is not None:
+            # Closing the old connection is the fake's choice: its stream then ends at once, as it
+            # would when the old plugin process has gone away.
             await old.close()
         if not self.running or self._sessions.get(resource) is not session:
             await session.close()
@@ -225,6 +301,19 @@ class FakeKubelet:
             raise RegistrationRejected(f"{why} during Register")
         session.start()
         return session
+
+    async def _disconnect_by_name_when_ended(self, resource: str, old: PluginSession) -> None:
+        await old.stream_ended.wait()
+        current = self._sessions.get(resource)
+        if current is None or current is old:
+            return
+        del self._sessions[resource]
+        await current.close()
+        current.stream_error = (
+            "closed by the kubelet: the replaced registration's stream ended and the kubelet "
+            "disconnected the resource by name (kubernetes #121994)"
+        )
+        await self._notify()
 
     async def _notify(self) -> None:
         async with self._changed:

@@ -1,0 +1,247 @@
+"""The rows of the driver matrix: what the kubelet must see of a driver behind devshim.
+
+Each scenario is an async function of a fresh DriverWorld (driver_world.py) that returns when the
+kubelet saw what it should, raises Failed saying what it saw instead, or raises Skip when the
+driver does not use the feature (a resource without pre-start has no pre-start row to pass). It
+checks every resource the driver serves. tests/compat/test_matrix.py and `devshim compat` run
+these same functions; docs/compat.md describes each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from devshim_compat.records import HEALTHY, UNHEALTHY, ContainerSpec, DeviceState
+
+from .driver_world import DEALLOCATE_GRACE_S, DriverWorld, ids, restart_kubelet
+from .modes import Kubelet
+from .results import Failed, Skip, expect
+
+Scenario = Callable[[DriverWorld], Awaitable[None]]
+# How long a stream must stay open for "list_watch" (the kubelet treats its end as a disconnect).
+STREAM_OPEN_S = 0.5
+RECOVERY_TIMEOUT_S = 15.0
+
+
+def _healthy(devices: tuple[DeviceState, ...]) -> list[str]:
+    return [d.id for d in devices if d.health == HEALTHY]
+
+
+def _with(w: DriverWorld, feature: str, what: str) -> list[str]:
+    chosen = [r for r in w.resources if getattr(w.capabilities(r), feature)]
+    if not chosen:
+        raise Skip(f"the driver declares no resource with {what}")
+    return chosen
+
+
+async def register(w: DriverWorld) -> None:
+    """Every resource registers by the mode's path, speaking the newest version the kubelet has,
+    and the options the kubelet reads (from Register or GetDevicePluginOptions, by profile) match
+    what the driver declared."""
+    for resource in w.resources:
+        record = await w.kubelet.wait_for_registration(resource)
+        expect(record.path == w.mode.registration, f"{resource}: registered by {record.path}")
+        caps, options = w.capabilities(resource), w.session(resource).options
+        wanted = {"pre_start_required": caps.pre_start,
+                  "get_preferred_allocation_available": caps.preferred_allocation}  # fmt: skip
+        if w.session(resource).version == "v1beta2":
+            wanted |= {
+                "deallocate_available": caps.deallocate,
+                "post_stop_container_required": caps.post_stop,
+            }
+        seen = {name: getattr(options, name) for name in wanted}
+        expect(seen == wanted, f"{resource}: the kubelet got options {seen}, the driver declared {wanted}")
+
+
+async def list_watch(w: DriverWorld) -> None:
+    """ListAndWatch sends full lists (what the driver lists now, exact health strings, no repeated
+    ID) and keeps the stream open."""
+    await asyncio.sleep(STREAM_OPEN_S)
+    for resource in w.resources:
+        session = w.session(resource)
+        expect(not session.stream_ended.is_set(), f"{resource}: ListAndWatch ended: {session.stream_error}")
+        for devices in session.lists:
+            expect(
+                len(set(ids(devices))) == len(devices), f"{resource}: a list repeats a device: {ids(devices)}"
+            )
+            odd = {d.health for d in devices} - {HEALTHY, UNHEALTHY}
+            expect(
+                not odd, f"{resource}: health strings {sorted(odd)}; the kubelet knows only Healthy/Unhealthy"
+            )
+        driver = await w.host.sources[resource].list_devices()
+        want = sorted((d.id, str(d.health), tuple(d.numa_nodes)) for d in driver)
+        got = sorted((d.id, d.health, d.numa_nodes) for d in session.latest)
+        expect(got == want, f"{resource}: the kubelet's list {got} is not the driver's {want}")
+
+
+async def health_change(w: DriverWorld) -> None:
+    """A device the driver reports Unhealthy (the last Healthy one of its first resource, through
+    --health-hook) reaches the kubelet as a full list with that device Unhealthy and every other
+    device still there."""
+    if w.driver.health_hook is None:
+        raise Skip("no --health-hook given: devshim cannot make a driver report a health change")
+    resource = next((r for r in w.resources if _healthy(w.session(r).latest)), None)
+    if resource is None:
+        raise Skip("the driver lists no Healthy device")
+    session = w.session(resource)
+    before = session.latest
+    device = _healthy(before)[-1]
+    await w.run_health_hook(resource, device)
+    try:
+        after = await session.wait_for_list(
+            lambda ds: any(d.id == device and d.health == UNHEALTHY for d in ds), timeout=10
+        )
+    except TimeoutError:
+        raise Failed(f"{resource}: {device} never reached the kubelet as Unhealthy") from None
+    expect(
+        sorted(ids(after)) == sorted(ids(before)),
+        f"{resource}: the list changed from {ids(before)} to {ids(after)}",
+    )
+
+
+async def allocate(w: DriverWorld) -> None:
+    """Allocate of one Healthy device answers one container response, for every resource."""
+    tried = 0
+    for resource in w.resources:
+        session = w.session(resource)
+        healthy = _healthy(session.latest)
+        if healthy:
+            await session.allocate(healthy[:1])
+            tried += 1
+    if not tried:
+        raise Skip("the driver lists no Healthy device to allocate")
+
+
+async def preferred_allocation(w: DriverWorld) -> None:
+    """GetPreferredAllocation answers a subset of the available devices that holds the
+    must-include ones and is no larger than asked."""
+    for resource in _with(w, "preferred_allocation", "preferred allocation"):
+        session = w.session(resource)
+        available = _healthy(session.latest)
+        if len(available) < 2:
+            raise Skip(f"{resource}: fewer than 2 Healthy devices to choose between")
+        must = available[-1:]
+        answer = await session.preferred_allocation(available, must, 2)
+        expect(set(answer) <= set(available), f"{resource}: preferred {answer}, not among {available}")
+        expect(set(must) <= set(answer), f"{resource}: preferred {answer} lacks the must-include {must}")
+        expect(
+            len(answer) <= 2 and len(set(answer)) == len(answer), f"{resource}: preferred {answer} for size 2"
+        )
+
+
+async def prestart(w: DriverWorld) -> None:
+    """PreStartContainer after Allocate reaches the driver and succeeds."""
+    for resource in _with(w, "pre_start", "pre-start"):
+        session = w.session(resource)
+        expect(session.options.pre_start_required, f"{resource}: options do not ask for PreStartContainer")
+        before = w.calls_ok("prestart")
+        await session.admit(1)
+        await w.wait_for_calls("prestart", before + 1)
+
+
+async def deallocate(w: DriverWorld) -> None:
+    """A pod's devices, freed when it ends, reach the driver's deallocate exactly once: from the
+    kubelet's Deallocate on v1beta2, from devshim's PodResources emulation on v1beta1."""
+    resources = _with(w, "deallocate", "deallocate")
+    before = w.calls_ok("deallocate")
+    for n, resource in enumerate(resources):
+        await w.kubelet.run_pod("default", f"p{n}", [ContainerSpec("app", resource, 1)])
+        await w.kubelet.end_pod("default", f"p{n}")
+    await w.wait_for_calls("deallocate", before + len(resources))
+    await asyncio.sleep(DEALLOCATE_GRACE_S * 3)  # time for a second, wrong, deallocate to show
+    expect(
+        w.calls_ok("deallocate") == before + len(resources),
+        f"deallocate called {w.calls_ok('deallocate') - before} times for {len(resources)} pods",
+    )
+
+
+async def post_stop(w: DriverWorld) -> None:
+    """On v1beta2, PostStopContainer of an ended container reaches the driver."""
+    resources = _with(w, "post_stop", "post-stop")
+    if w.kubelet_now.negotiated != "v1beta2":
+        raise Skip("v1beta1 has no PostStopContainer")
+    before = w.calls_ok("post_stop")
+    for n, resource in enumerate(resources):
+        await w.kubelet.run_pod("default", f"p{n}", [ContainerSpec("app", resource, 1)])
+        await w.kubelet.end_pod("default", f"p{n}")
+    await w.wait_for_calls("post_stop", before + len(resources))
+
+
+async def _restart_into(w: DriverWorld, kubelet: Kubelet) -> None:
+    """Restart the kubelet as `kubelet`; then every resource must be registered again with the
+    version the new kubelet speaks, every list it received holding every device it had, and the
+    driver must not have been restarted."""
+    pid = w.driver_pid()
+    devices = {r: sorted(ids(w.session(r).latest)) for r in w.resources}
+    await restart_kubelet(w, kubelet)
+    for resource, known in devices.items():
+        session = await w.registered(resource, count=2)
+        for listed in session.lists:
+            expect(
+                sorted(ids(listed)) == known,
+                f"{resource}: after the restart a list held {ids(listed)}, not {known}",
+            )
+    expect(w.driver_pid() == pid, "the driver was restarted")
+
+
+async def kubelet_restart(w: DriverWorld) -> None:
+    """The kubelet restarts (with its profile's cleanup of device-plugins/): devshim registers
+    every resource again and loses no device."""
+    await _restart_into(w, w.kubelet_now)
+
+
+async def upgrade(w: DriverWorld) -> None:
+    """The kubelet is replaced by the next one up the line (newer profile or API versions)."""
+    newer = w.mode.newer
+    if newer is None:
+        raise Skip("the newest kubelet modelled: nothing to upgrade to")
+    await _restart_into(w, newer)
+
+
+async def downgrade(w: DriverWorld) -> None:
+    """The kubelet one step up the line is replaced by this mode's (the world starts one step up)."""
+    await _restart_into(w, w.mode.kubelet)
+
+
+async def driver_crash(w: DriverWorld) -> None:
+    """The driver is SIGKILLed: the kubelet gets its devices as Unhealthy (none vanishes), and once
+    devshim has restarted the driver, the same devices with their health as before."""
+    before = {r: w.session(r).latest for r in w.resources}
+    w.kill_driver()
+    for resource, devices in before.items():
+        session = w.session(resource)
+        try:
+            down = await session.wait_for_list(lambda ds: all(d.health == UNHEALTHY for d in ds), timeout=10)
+        except TimeoutError:
+            raise Failed(f"{resource}: the kubelet never saw the devices Unhealthy after the crash") from None
+        expect(
+            sorted(ids(down)) == sorted(ids(devices)),
+            f"{resource}: during the outage the list was {ids(down)}, not {ids(devices)}",
+        )
+        health = _health(devices)
+        try:
+            await session.wait_for_list(
+                lambda ds, want=health: _health(ds) == want, timeout=RECOVERY_TIMEOUT_S
+            )
+        except TimeoutError:
+            raise Failed(
+                f"{resource}: not back to {health} within {RECOVERY_TIMEOUT_S:g} s of the crash; "
+                f"the driver is {w.host.status}"
+            ) from None
+
+
+def _health(devices: tuple[DeviceState, ...]) -> list[tuple[str, str]]:
+    return sorted((d.id, d.health) for d in devices)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    f.__name__: f
+    for f in (register, list_watch, health_change, allocate, preferred_allocation, prestart, deallocate,
+              post_stop, kubelet_restart, upgrade, downgrade, driver_crash)
+}  # fmt: skip
+
+
+def starts_one_step_up(scenario: str) -> bool:
+    """A downgrade cell's world starts with the next kubelet up the line."""
+    return scenario == "downgrade"

@@ -1,0 +1,223 @@
+"""One cell's world for a driver: a fake kubelet, devshim in front of the driver, in a temp dir.
+
+Every cell gets a fresh world (directories, kubelet, devshim, driver process), so a scenario's
+outcome never depends on another's. devshim offers v1beta1 and v1beta2 and uses the registration
+path of the cell's mode; the fake kubelet behaves like the mode's profile. Nothing outside the
+temp directory is touched and no root is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from devshim_compat import FakeKubelet, PluginSession
+from devshim_compat.records import DeviceState
+from shim.bootstrap import Shim
+from shim.driverhost import DriverHost
+from shim.model import Capabilities
+from shim.settings import Settings
+
+from .modes import Kubelet, Mode
+from .results import Failed
+
+DRIVER_NAME = "under-test"
+# How long a driver may take from its start to every resource's first list reaching the kubelet.
+START_TIMEOUT_S = 30.0
+# The deallocate emulation's grace (devshim's default is 30 s); short so cells stay quick.
+DEALLOCATE_GRACE_S = 0.3
+HOOK_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class DriverUnderTest:
+    """What `devshim compat --driver` was given."""
+
+    command: Sequence[str]
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    # A shell command that makes the driver report DEVSHIM_COMPAT_DEVICE of DEVSHIM_COMPAT_RESOURCE
+    # Unhealthy (its pid is DEVSHIM_COMPAT_DRIVER_PID); without it the health row is skipped.
+    health_hook: str | None = None
+
+
+@dataclass
+class DriverWorld:
+    mode: Mode
+    kubelet: FakeKubelet
+    shim: Shim
+    driver: DriverUnderTest
+    root: Path
+    kubelet_now: Kubelet  # the kubelet running now (a restart may change it)
+
+    @property
+    def host(self) -> DriverHost:
+        return self.shim.drivers[0]
+
+    @property
+    def resources(self) -> list[str]:
+        return sorted(self.host.sources)
+
+    def capabilities(self, resource: str) -> Capabilities:
+        return self.host.sources[resource].capabilities()
+
+    def session(self, resource: str) -> PluginSession:
+        return self.kubelet.plugin(resource)
+
+    def driver_pid(self) -> int:
+        process = self.host.process
+        if process is None:
+            raise Failed(f"the driver is not running ({self.host.status})")
+        return process.pid
+
+    def calls_ok(self, method: str) -> int:
+        tally = self.host.calls.get(method)
+        return tally.ok if tally else 0
+
+    async def wait_for_calls(self, method: str, count: int, timeout_s: float = 10.0) -> None:
+        """Until devshim has had `count` successful `method` calls answered by the driver."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.calls_ok(method) < count:
+            if loop.time() > deadline:
+                tally = self.host.calls.get(method)
+                error = f"; last error: {tally.last_error}" if tally and tally.last_error else ""
+                raise Failed(
+                    f"the driver answered {self.calls_ok(method)} {method} calls, not {count}{error}"
+                )
+            await asyncio.sleep(0.02)
+
+    async def registered(self, resource: str, *, count: int = 1) -> PluginSession:
+        """The kubelet's session for `resource` after its `count`-th registration, with a list."""
+        try:
+            record = await self.kubelet.wait_for_registration(resource, count=count, timeout=START_TIMEOUT_S)
+        except TimeoutError:
+            failed = [r.error for r in self.kubelet.registrations if r.resource_name == resource and not r.ok]
+            why = f"; rejected: {failed[-1]}" if failed else ""
+            raise Failed(
+                f"{resource}: not registered (registration {count}) within {START_TIMEOUT_S:g} s{why}"
+            ) from None
+        try:
+            session = await self.kubelet.wait_for_plugin(resource, timeout=START_TIMEOUT_S)
+            await session.wait_for_list(timeout=START_TIMEOUT_S)
+        except TimeoutError as err:
+            # A <= 1.24 kubelet answers Register OK and dials afterwards: say why that failed.
+            failures = "; ".join(self.kubelet.connect_failures)
+            raise Failed(
+                f"{resource}: registered, but {err}" + (f"; {failures}" if failures else "")
+            ) from None
+        if record.version != self.kubelet_now.negotiated:
+            raise Failed(
+                f"{resource}: registered speaking {record.version}, not {self.kubelet_now.negotiated}"
+            )
+        return session
+
+    async def run_health_hook(self, resource: str, device: str) -> None:
+        hook = self.driver.health_hook
+        assert hook is not None
+        env = {
+            **self.driver.env,
+            "DEVSHIM_COMPAT_RESOURCE": resource,
+            "DEVSHIM_COMPAT_DEVICE": device,
+            "DEVSHIM_COMPAT_HEALTH": "Unhealthy",
+            "DEVSHIM_COMPAT_DRIVER_PID": str(self.driver_pid()),
+        }
+        process = await asyncio.create_subprocess_shell(
+            hook, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+        try:
+            output, _ = await asyncio.wait_for(process.communicate(), HOOK_TIMEOUT_S)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            raise Failed(f"the health hook did not finish within {HOOK_TIMEOUT_S:g} s") from None
+        if process.returncode != 0:
+            text = output.decode(errors="replace").strip()[-500:]
+            raise Failed(f"the health hook exited with {process.returncode}: {text}")
+
+    def kill_driver(self) -> None:
+        os.kill(self.driver_pid(), signal.SIGKILL)
+
+
+def settings_for(driver: DriverUnderTest, mode: Mode, root: Path) -> Settings:
+    return Settings.load(
+        device_plugins_dir=root / "device-plugins",
+        plugins_registry_dir=root / "plugins_registry",
+        state_dir=root / "state",
+        register_backoff_max_s=0.5,
+        api_versions=["v1beta1", "v1beta2"],
+        registration=mode.registration,
+        drivers=[
+            {
+                "name": DRIVER_NAME,
+                "command": list(driver.command),
+                "env": dict(driver.env),
+                # Restart a crashed driver at once (the crash row times its recovery).
+                "restart": {"backoff_initial_s": 0.05, "backoff_max_s": 1.0},
+            }
+        ],
+        deallocation={
+            "pod_resources_socket": str(root / "pod-resources" / "kubelet.sock"),
+            "poll_interval_s": 0.05,
+            "grace_s": DEALLOCATE_GRACE_S,
+        },
+    )
+
+
+@asynccontextmanager
+async def driver_world(
+    driver: DriverUnderTest, mode: Mode, kubelet: Kubelet | None = None
+) -> AsyncIterator[DriverWorld]:
+    """A running world whose every resource has registered and sent a first list.
+
+    `kubelet`: start with this kubelet instead of the mode's (a downgrade starts one step up).
+    """
+    first = kubelet or mode.kubelet
+    # Short: socket paths must fit in 108 bytes.
+    root = Path(tempfile.mkdtemp(prefix="ds-compat-", dir="/tmp"))
+    settings = settings_for(driver, mode, root)
+    (root / "pod-resources").mkdir()
+    fake = FakeKubelet(
+        settings.device_plugins_dir,
+        profile=first.profile,
+        versions=first.versions,
+        pod_resources_socket=root / "pod-resources" / "kubelet.sock",
+        plugins_registry=settings.plugins_registry_dir if mode.registration == "watcher" else None,
+    )
+    try:
+        async with fake, Shim(settings) as shim:
+            world = DriverWorld(mode, fake, shim, driver, root, first)
+            await _started(world)
+            yield world
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def _started(world: DriverWorld) -> None:
+    host = world.host
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + START_TIMEOUT_S
+    while host.status != "up":
+        if host.gave_up.is_set() or loop.time() > deadline:
+            raise Failed(f"the driver did not start: {host.status}")
+        await asyncio.sleep(0.02)
+    if not world.resources:
+        raise Failed("the driver declared no resources")
+    for resource in world.resources:
+        await world.registered(resource)
+
+
+async def restart_kubelet(world: DriverWorld, kubelet: Kubelet) -> None:
+    """Restart the fake kubelet as `kubelet` (its profile's cleanup of device-plugins/)."""
+    await world.kubelet.restart(profile=kubelet.profile, versions=kubelet.versions)
+    world.kubelet_now = kubelet
+
+
+def ids(devices: Sequence[DeviceState]) -> list[str]:
+    return [d.id for d in devices]
