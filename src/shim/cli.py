@@ -118,6 +118,74 @@ def demo(
 
 
 @app.command()
+def compat(
+    driver: Annotated[
+        str | None,
+        typer.Option(metavar="COMMAND", help="A devshim driver to test behind devshim (argv, no shell)."),
+    ] = None,
+    plugin: Annotated[
+        str | None,
+        typer.Option(
+            metavar="COMMAND",
+            help="A device plugin to test without devshim; {dir} in COMMAND names its device-plugins "
+            "directory (without it: a private mount namespace over /var/lib/kubelet/device-plugins, "
+            "root only).",
+        ),
+    ] = None,
+    socket: Annotated[
+        Path | None,
+        typer.Option(help="The socket of a device plugin already running (no registration checks)."),
+    ] = None,
+    health_hook: Annotated[
+        str | None,
+        typer.Option(
+            metavar="SHELL",
+            help="Makes the driver report $DEVSHIM_COMPAT_DEVICE of $DEVSHIM_COMPAT_RESOURCE Unhealthy "
+            "(its pid: $DEVSHIM_COMPAT_DRIVER_PID); without it the health_change row is skipped.",
+        ),
+    ] = None,
+    profile: Annotated[
+        list[str] | None, typer.Option(help="Kubelet profile(s): 1.24, 1.25-1.32, 1.33+, next. Default: all.")
+    ] = None,
+    kubelet: Annotated[
+        list[str] | None,
+        typer.Option(help="API versions the kubelet speaks: v1beta1, both, v1beta2. Default: all."),
+    ] = None,
+    registration: Annotated[list[str] | None, typer.Option(help="classic, watcher. Default: both.")] = None,
+    scenario: Annotated[list[str] | None, typer.Option(help="Only these rows (repeatable).")] = None,
+    quick: Annotated[
+        bool,
+        typer.Option(help="Every v1beta1 cell plus pairwise coverage of the rest (what devshim's CI runs)."),
+    ] = False,
+    junit: Annotated[Path | None, typer.Option(help="Write JUnit XML here.")] = None,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+    cell_timeout: Annotated[float, typer.Option(help="Seconds one cell may take.")] = 90.0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show devshim's log as well.")] = False,
+) -> None:
+    """Run the compatibility matrix against a driver (behind devshim) or a device plugin, with the
+    built-in fake kubelet in a temp directory; exit 0 only if every cell that applies passed."""
+    from devshim_matrix import command
+
+    request = command.Request(
+        driver=driver,
+        plugin=plugin,
+        socket=socket,
+        health_hook=health_hook,
+        selection=command.Selection(profile or (), kubelet or (), registration or (), scenario or (), quick),
+        junit=junit,
+        json=json_file,
+        cell_timeout_s=cell_timeout,
+    )
+    command.quiet_logs(verbose)
+    try:
+        code = command.run(request)
+    except command.UsageError as exc:
+        typer.echo(f"devshim compat: {exc}", err=True)
+        raise typer.Exit(2) from None
+    raise typer.Exit(code)
+
+
+@app.command()
 def version() -> None:
     """Print devshim's version and the kubelet API versions it serves."""
     typer.echo(f"devshim {__version__} (kubelet device-plugin API: v1beta1; v1beta2 experimental, opt-in)")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -58,7 +58,9 @@ class FakeKubelet:
     version's service gets UNIMPLEMENTED from gRPC, as from a kubelet that never heard of it.
 
     `profile`: the kubelet release it behaves like (profiles.py: "1.24", "1.25-1.32", "1.33+",
-    "next"); the default, "next", is the newest behaviour.
+    "next"); the default, "next", is the newest behaviour. `on_register(request, received_at)` is
+    awaited as each Register arrives on kubelet.sock, before the kubelet acts on it (a checker's
+    chance to look at the plugin at that instant).
     """
 
     def __init__(
@@ -73,10 +75,12 @@ class FakeKubelet:
         watch_mode: WatchMode = "auto",
         versions: Sequence[str] = ("v1beta1",),
         profile: str = "next",
+        on_register: Callable[[RegisterRequest, float], Awaitable[None]] | None = None,
     ) -> None:
         self.plugin_dir = plugin_dir
         self.versions = newest_first(versions)
         self.profile: Profile = profile_named(profile)
+        self.on_register = on_register
         self.dial_timeout_s = dial_timeout_s
         self.rpc_timeout_s = rpc_timeout_s
         self.pod_resources_socket = pod_resources_socket
@@ -211,6 +215,8 @@ class FakeKubelet:
         """One Register on the Registration service of `service_version`, recorded."""
         error: str | None = "interrupted"
         try:
+            if self.on_register is not None:
+                await self.on_register(request, received_at)
             socket_path = check_register(request, service_version, self.plugin_dir)
             if self.profile.register_dials:
                 await self._attach(request.resource_name, request.endpoint, socket_path, service_version)
@@ -286,11 +292,13 @@ class FakeKubelet:
         # manager.go PluginConnected replaces the endpoint of a re-registering resource.
         old = self._sessions.get(resource)
         self._sessions[resource] = session  # from here on, stop() closes it
-        if old is not None and self.profile.old_stream_end_disconnects_by_name:
-            # handler.go registerClient only replaces the map entry: the old client runs on, and
-            # when its stream ends runClient disconnects whatever is registered by that name.
-            self._replaced.append(old)
-            self._spawn(self._disconnect_by_name_when_ended(resource, old))
+        if self.profile.old_stream_end_disconnects_by_name:
+            # handler.go registerClient only replaces the map entry, so a replaced client runs on;
+            # when any client's stream ends, runClient disconnects whatever is registered by that
+            # name at that moment.
+            self._spawn(self._disconnect_by_name_when_ended(resource, session))
+            if old is not None:
+                self._replaced.append(old)
         elif old is not None:
             # Closing the old connection is the fake's choice: its stream then ends at once, as it
             # would when the old plugin process has gone away.
@@ -302,14 +310,13 @@ class FakeKubelet:
         session.start()
         return session
 
-    async def _disconnect_by_name_when_ended(self, resource: str, old: PluginSession) -> None:
-        await old.stream_ended.wait()
+    async def _disconnect_by_name_when_ended(self, resource: str, ended: PluginSession) -> None:
+        await ended.stream_ended.wait()
         current = self._sessions.get(resource)
-        if current is None or current is old:
-            return
+        if current is None or current is ended:
+            return  # the fake keeps an ended session visible, as before profiles existed
         del self._sessions[resource]
-        await current.close()
-        current.stream_error = (
+        await current.close(
             "closed by the kubelet: the replaced registration's stream ended and the kubelet "
             "disconnected the resource by name (kubernetes #121994)"
         )

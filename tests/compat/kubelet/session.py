@@ -22,6 +22,7 @@ DeviceList = tuple[DeviceState, ...]
 # KubeletPreStartContainerRPCTimeoutInSecs in k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1
 # constants.go, used by endpoint.go preStartContainer.
 PRESTART_TIMEOUT_S = 30.0
+CLOSED = "closed by the kubelet"
 
 
 class PluginSession:
@@ -56,6 +57,7 @@ class PluginSession:
         self._rpc_timeout_s = rpc_timeout_s
         self._changed = asyncio.Condition()
         self._watch_task: asyncio.Task[None] | None = None
+        self._close_reason = CLOSED
         # manager.go keeps allocatedDevices per resource, not per endpoint: the kubelet passes one
         # set that every session of the resource shares (and that outlives a kubelet restart, as
         # the checkpoint does).
@@ -75,10 +77,12 @@ class PluginSession:
         """Open ListAndWatch in the background (client.go Run, started by handler.go connectClient)."""
         self._watch_task = asyncio.create_task(self._watch(), name=f"ListAndWatch {self.resource}")
 
-    async def close(self) -> None:
-        """End the stream and close the channel (endpoint stop / client.go Disconnect)."""
+    async def close(self, why: str = CLOSED) -> None:
+        """End the stream and close the channel (endpoint stop / client.go Disconnect); `why`
+        becomes the stream_error."""
+        self._close_reason = why
         if self._watch_task is None and not self.stream_ended.is_set():  # closed before it started
-            self.stream_error = "closed by the kubelet"
+            self.stream_error = why
             self.stream_ended.set()
         if self._watch_task is not None and not self._watch_task.done():
             self._watch_task.cancel()
@@ -94,7 +98,7 @@ class PluginSession:
         except grpc.aio.AioRpcError as err:
             self.stream_error = f"{err.code().name}: {err.details()}"
         except asyncio.CancelledError:
-            self.stream_error = "closed by the kubelet"
+            self.stream_error = self._close_reason
             raise
         except Exception as err:  # a translation bug must not vanish into an unretrieved task
             self.stream_error = f"fake kubelet failed reading the stream: {err!r}"

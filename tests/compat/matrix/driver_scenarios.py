@@ -204,6 +204,32 @@ async def downgrade(w: DriverWorld) -> None:
     await _restart_into(w, w.mode.kubelet)
 
 
+async def socket_removed(w: DriverWorld) -> None:
+    """Someone removes devshim's socket while the kubelet runs on: devshim serves afresh and
+    registers again with the same kubelet, which ends up with a live stream listing every device.
+    Kubelets 1.25 until PR #135437 tear down a re-registration when the replaced stream ends
+    (kubernetes #121994), so devshim must close the old stream first or recover from it."""
+    for resource in w.resources:
+        known = sorted(ids(w.session(resource).latest))
+        socket = w.shim.served[resource].endpoint.socket_path
+        socket.unlink()
+        await w.registered(resource, count=2)
+        # A torn-down registration shows as a stream the kubelet closed: wait for one that lasts.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RECOVERY_TIMEOUT_S
+        while True:
+            await asyncio.sleep(STREAM_OPEN_S)
+            session = w.current_session(resource)
+            if session is not None and session.lists and not session.stream_ended.is_set():
+                break
+            why = session.stream_error if session is not None else "the kubelet has no plugin for it"
+            expect(
+                loop.time() < deadline,
+                f"{resource}: no live registration after the socket was removed: {why}",
+            )
+        expect(sorted(ids(session.latest)) == known, f"{resource}: listed {ids(session.latest)}, not {known}")
+
+
 async def driver_crash(w: DriverWorld) -> None:
     """The driver is SIGKILLed: the kubelet gets its devices as Unhealthy (none vanishes), and once
     devshim has restarted the driver, the same devices with their health as before."""
@@ -238,7 +264,7 @@ def _health(devices: tuple[DeviceState, ...]) -> list[tuple[str, str]]:
 SCENARIOS: dict[str, Scenario] = {
     f.__name__: f
     for f in (register, list_watch, health_change, allocate, preferred_allocation, prestart, deallocate,
-              post_stop, kubelet_restart, upgrade, downgrade, driver_crash)
+              post_stop, kubelet_restart, upgrade, downgrade, socket_removed, driver_crash)
 }  # fmt: skip
 
 

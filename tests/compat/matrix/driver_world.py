@@ -70,6 +70,13 @@ class DriverWorld:
     def session(self, resource: str) -> PluginSession:
         return self.kubelet.plugin(resource)
 
+    def current_session(self, resource: str) -> PluginSession | None:
+        """The kubelet's session for `resource` now, None if it has none (torn down, not yet back)."""
+        try:
+            return self.kubelet.plugin(resource)
+        except KeyError:
+            return None
+
     def driver_pid(self) -> int:
         process = self.host.process
         if process is None:

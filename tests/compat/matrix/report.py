@@ -1,7 +1,8 @@
 """The matrix's results for people (a table) and for CI (JUnit XML, JSON).
 
 The table has a row per scenario and a column per mode; a column id's "/"-separated parts
-(profile, API versions, registration path) are stacked as header lines. A failed or skipped cell
+(profile, API versions, registration path) are stacked as header lines, each written once over
+the columns that share it. A failed or skipped cell
 carries a note number; the notes below the table give each distinct reason once. A cell that was
 not selected for this run is a dot.
 """
@@ -26,7 +27,9 @@ def summary(results: Sequence[Result]) -> str:
     )
 
 
-def table(results: Sequence[Result], rows: Sequence[str], columns: Sequence[str]) -> str:
+def table(
+    results: Sequence[Result], rows: Sequence[str], columns: Sequence[str], row_label: str = "scenario"
+) -> str:
     """The results as text: one line per row, one column per mode, notes for the reasons."""
     by_cell = {(r.row, r.column): r for r in results}
     notes: dict[tuple[Status, str], int] = {}
@@ -41,11 +44,15 @@ def table(results: Sequence[Result], rows: Sequence[str], columns: Sequence[str]
     depth = max((len(c.split("/")) for c in used), default=1)
     headers = [c.split("/") + [""] * (depth - len(c.split("/"))) for c in used]
     widths = [max(7, *(len(part) for part in parts)) for parts in headers]
-    first = max([len("scenario"), *(len(row) for row in rows)])
+    first = max([len(row_label), *(len(row) for row in rows)])
     lines = []
     for level in range(depth):
-        label = "scenario" if level == depth - 1 else ""
-        parts = [h[level].ljust(w) for h, w in zip(headers, widths, strict=True)]
+        label = row_label if level == depth - 1 else ""
+        parts = []
+        for i, (h, w) in enumerate(zip(headers, widths, strict=True)):
+            # A part the column shares with its left neighbour (and all parts above) is left blank.
+            same = i > 0 and level < depth - 1 and headers[i - 1][: level + 1] == h[: level + 1]
+            parts.append(("" if same else h[level]).ljust(w))
         lines.append("  ".join([label.ljust(first), *parts]).rstrip())
     for row in rows:
         if not any((row, c) in by_cell for c in used):

@@ -7,6 +7,10 @@ Flags come from the environment: DP_DIR (default /var/lib/kubelet/device-plugins
 PY_RESOURCE, PY_DEVICES (comma-separated), PY_REGISTER_FIRST=1 (the common bug of
 calling Register a second before serving). SIGUSR1 flips the last device's health;
 SIGUSR2 exits with code 3 (a crash).
+
+PY_BUG adds one deliberate bug, for `devshim compat --plugin` to find:
+return-from-listandwatch (one list, then the stream ends), lowercase-health ("healthy"),
+empty-allocate (no ContainerAllocateResponse), oversized-list (a first list over 4 MiB).
 """
 
 import asyncio
@@ -22,6 +26,10 @@ DIR = os.environ.get("DP_DIR", "/var/lib/kubelet/device-plugins")
 RESOURCE = os.environ.get("PY_RESOURCE", "example.com/pyplug")
 SOCKET = "pyplug.sock"
 DEVICES = os.environ.get("PY_DEVICES", "p0,p1,p2").split(",")
+BUG = os.environ.get("PY_BUG", "")
+BUGS = ("", "return-from-listandwatch", "lowercase-health", "empty-allocate", "oversized-list")
+if BUG not in BUGS:
+    sys.exit(f"pyplug: unknown PY_BUG {BUG!r}; known: {', '.join(BUGS[1:])}")
 
 
 class Plugin(api_pb2_grpc.DevicePluginServicer):
@@ -37,11 +45,18 @@ class Plugin(api_pb2_grpc.DevicePluginServicer):
     async def GetDevicePluginOptions(self, request, context):
         return api_pb2.DevicePluginOptions(pre_start_required=True, get_preferred_allocation_available=True)
 
+    def devices(self):
+        health = str.lower if BUG == "lowercase-health" else str
+        devices = [api_pb2.Device(ID=d, health=health(self.health[d])) for d in DEVICES]
+        if BUG == "oversized-list":  # 5000 devices with 1 KiB IDs: about 5 MiB
+            devices += [api_pb2.Device(ID=f"pad{i:04}-" + "x" * 1024, health="Healthy") for i in range(5000)]
+        return devices
+
     async def ListAndWatch(self, request, context):
         while True:
-            yield api_pb2.ListAndWatchResponse(
-                devices=[api_pb2.Device(ID=d, health=self.health[d]) for d in DEVICES]
-            )
+            yield api_pb2.ListAndWatchResponse(devices=self.devices())
+            if BUG == "return-from-listandwatch":
+                return
             await self.changed.wait()
             self.changed.clear()
 
@@ -54,6 +69,8 @@ class Plugin(api_pb2_grpc.DevicePluginServicer):
         return api_pb2.PreferredAllocationResponse(container_responses=answers)
 
     async def Allocate(self, request, context):
+        if BUG == "empty-allocate":
+            return api_pb2.AllocateResponse()
         responses = []
         for c in request.container_requests:
             for d in c.devices_ids:

@@ -1,0 +1,162 @@
+"""`devshim compat`: choose the cells, run them, print the table, write JUnit/JSON, exit code.
+
+shim.cli parses the flags and calls `run`; everything about the matrix itself lives here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loguru import logger
+
+from .driver_matrix import driver_cells, run_driver_matrix
+from .driver_scenarios import SCENARIOS
+from .driver_world import DriverUnderTest
+from .modes import MODES, PROFILES, REGISTRATIONS, VERSION_SETS, Mode, in_default_subset
+from .plugin_checks import PLUGIN_CHECKS, plugin_cells, run_plugin_matrix
+from .plugin_world import PluginUnderTest
+from .report import table, write_json, write_junit
+from .results import Result, Status
+
+_MARK = {Status.PASS: ".", Status.FAIL: "F", Status.SKIP: "s"}
+
+
+class UsageError(ValueError):
+    """Flags that do not make a run; the message says which."""
+
+
+@dataclass
+class Selection:
+    """Which cells to run: every filter empty means all of that axis."""
+
+    profiles: Sequence[str] = ()
+    kubelets: Sequence[str] = ()
+    registrations: Sequence[str] = ()
+    scenarios: Sequence[str] = ()
+    quick: bool = False
+
+    def check(self) -> None:
+        for given, known, what in (
+            (self.profiles, PROFILES, "profile"),
+            (self.kubelets, tuple(VERSION_SETS), "kubelet"),
+            (self.registrations, REGISTRATIONS, "registration"),
+        ):
+            unknown = sorted(set(given) - set(known))
+            if unknown:
+                raise UsageError(f"unknown {what} {', '.join(unknown)}; choose from {', '.join(known)}")
+
+    def modes(self) -> list[Mode]:
+        return [
+            m
+            for m in MODES
+            if (not self.profiles or m.kubelet.profile in self.profiles)
+            and (not self.kubelets or m.kubelet.speaks in self.kubelets)
+            and (not self.registrations or m.registration in self.registrations)
+        ]
+
+
+@dataclass
+class Request:
+    """One `devshim compat` invocation, as parsed by the CLI."""
+
+    driver: str | None = None
+    plugin: str | None = None
+    socket: Path | None = None
+    health_hook: str | None = None
+    selection: Selection = field(default_factory=Selection)
+    junit: Path | None = None
+    json: Path | None = None
+    cell_timeout_s: float = 90.0
+
+
+def run(request: Request) -> int:
+    """Run the chosen matrix; 0 only if every cell that applied passed, 1 otherwise."""
+    given = [flag for flag, value in (("--driver", request.driver), ("--plugin", request.plugin),
+                                      ("--socket", request.socket)) if value is not None]  # fmt: skip
+    if len(given) != 1:
+        got = f" (got {', '.join(given)})" if given else ""
+        raise UsageError(f"give exactly one of --driver, --plugin and --socket{got}")
+    request.selection.check()
+    if request.driver is not None:
+        argv = shlex.split(request.driver)
+        if not argv:
+            raise UsageError("--driver: the command is empty")
+        results, rows, columns, what = _driver(request, argv)
+        row_label = "scenario"
+    else:
+        if request.health_hook or request.selection.kubelets or request.selection.registrations:
+            raise UsageError("--health-hook, --kubelet and --registration apply to --driver only")
+        results, rows, columns, what = _plugin(request)
+        row_label = "check"
+    print(table(results, rows, columns, row_label))
+    meta: dict[str, object] = {"tested": what}
+    if request.json is not None:
+        write_json(results, request.json, meta)
+    if request.junit is not None:
+        write_junit(results, request.junit, "devshim-compat")
+    return 1 if any(r.status is Status.FAIL for r in results) else 0
+
+
+def _progress(total: int) -> Callable[[Result], None]:
+    """A mark per finished cell on stderr, so a long run shows it is moving."""
+    done = 0
+
+    def report(result: Result) -> None:
+        nonlocal done
+        done += 1
+        sys.stderr.write(_MARK[result.status])
+        if done == total or done % 60 == 0:
+            sys.stderr.write(f" {done}/{total}\n")
+        sys.stderr.flush()
+
+    return report
+
+
+def _driver(request: Request, argv: list[str]) -> tuple[list[Result], list[str], list[str], str]:
+    sel = request.selection
+    modes = sel.modes()
+    try:
+        cells = driver_cells(sel.scenarios or None, modes)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if sel.quick:
+        order = list(SCENARIOS)
+        cells = [(s, m) for s, m in cells if in_default_subset(m, order.index(s))]
+    if not cells:
+        raise UsageError("the filters select no cell")
+    driver = DriverUnderTest(argv, health_hook=request.health_hook)
+    sys.stderr.write(f"devshim compat: {len(cells)} cells for driver {shlex.join(argv)}\n")
+    results = asyncio.run(
+        run_driver_matrix(driver, cells, timeout_s=request.cell_timeout_s, progress=_progress(len(cells)))
+    )
+    rows = [s for s in SCENARIOS if any(c[0] == s for c in cells)]
+    return results, rows, [m.id for m in modes], f"driver: {shlex.join(argv)}"
+
+
+def _plugin(request: Request) -> tuple[list[Result], list[str], list[str], str]:
+    sel = request.selection
+    try:
+        cells = plugin_cells(sel.scenarios or None, sel.profiles or None)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    plugin = PluginUnderTest(command=request.plugin, socket=request.socket)
+    what = f"plugin: {request.plugin}" if request.plugin else f"socket: {request.socket}"
+    sys.stderr.write(f"devshim compat: {len(cells)} cells for {what}\n")
+    results = asyncio.run(
+        run_plugin_matrix(plugin, cells, timeout_s=request.cell_timeout_s, progress=_progress(len(cells)))
+    )
+    rows = [c for c in PLUGIN_CHECKS if any(cell[0] == c for cell in cells)]
+    columns = list(dict.fromkeys(profile for _, profile in cells))
+    return results, rows, columns, what
+
+
+def quiet_logs(verbose: bool) -> None:
+    """devshim's own log goes to stderr only with --verbose: the report is the output."""
+    logger.remove()
+    if verbose:
+        logger.add(sys.stderr, level="INFO")
