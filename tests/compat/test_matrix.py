@@ -74,3 +74,19 @@ async def test_a_restart_loop_up_and_down_the_kubelet_line_loses_no_device(regis
             assert all(ids(listed) == ["l-0", "l-1", "l-2", "l-3"] for listed in session.lists), kubelet
             assert (await session.allocate(["l-0"])).envs == {"LIFE": "l-0"}
         assert w.driver_pid() == pid
+
+
+THREE_RESOURCES = DriverUnderTest(
+    [sys.executable, "-m", "devshim_adapters.sim", "--config-json",
+     '{"resources": [{"name": "example.com/one", "count": 2}, {"name": "example.com/two", "count": 2},'
+     ' {"name": "example.com/three", "count": 2}]}'],
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "scenario", ["list_watch", "allocate", "kubelet_restart", "socket_removed", "driver_crash"]
+)
+async def test_scenarios_check_every_resource_of_a_driver_that_serves_several(scenario: str) -> None:
+    """A driver crash or a restart touches every resource at once: each must be checked on its own
+    lists (the crash's outage list of the last resource is history by the time it is looked at)."""
+    await run_driver_cell(THREE_RESOURCES, Mode(KUBELET_LINE[2], "classic"), scenario)

@@ -233,28 +233,45 @@ async def socket_removed(w: DriverWorld) -> None:
 async def driver_crash(w: DriverWorld) -> None:
     """The driver is SIGKILLed: the kubelet gets its devices as Unhealthy (none vanishes), and once
     devshim has restarted the driver, the same devices with their health as before."""
-    before = {r: w.session(r).latest for r in w.resources}
+    before = {r: (w.session(r).latest, len(w.session(r).lists)) for r in w.resources}
     w.kill_driver()
-    for resource, devices in before.items():
-        session = w.session(resource)
-        try:
-            down = await session.wait_for_list(lambda ds: all(d.health == UNHEALTHY for d in ds), timeout=10)
-        except TimeoutError:
-            raise Failed(f"{resource}: the kubelet never saw the devices Unhealthy after the crash") from None
+    for resource, (devices, seen) in before.items():
+        # Lists since the kill: every resource's outage list may be history by the time we look.
+        lists = await _lists_since(w, resource, seen, lambda ds: all(d.health == UNHEALTHY for d in ds))
+        if lists is None:
+            raise Failed(f"{resource}: the kubelet never saw the devices Unhealthy after the crash")
+        down = next(ds for ds in lists if all(d.health == UNHEALTHY for d in ds))
         expect(
             sorted(ids(down)) == sorted(ids(devices)),
             f"{resource}: during the outage the list was {ids(down)}, not {ids(devices)}",
         )
         health = _health(devices)
-        try:
-            await session.wait_for_list(
-                lambda ds, want=health: _health(ds) == want, timeout=RECOVERY_TIMEOUT_S
-            )
-        except TimeoutError:
+
+        def recovered(ds: tuple[DeviceState, ...], want: list[tuple[str, str]] = health) -> bool:
+            return _health(ds) == want
+
+        back = await _lists_since(w, resource, seen + lists.index(down), recovered)
+        if back is None:
             raise Failed(
                 f"{resource}: not back to {health} within {RECOVERY_TIMEOUT_S:g} s of the crash; "
                 f"the driver is {w.host.status}"
-            ) from None
+            )
+
+
+async def _lists_since(
+    w: DriverWorld, resource: str, start: int, wanted: Callable[[tuple[DeviceState, ...]], bool]
+) -> list[tuple[DeviceState, ...]] | None:
+    """The lists the kubelet got for `resource` from index `start` on, once one is `wanted`;
+    None if none is within RECOVERY_TIMEOUT_S."""
+    session = w.session(resource)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + RECOVERY_TIMEOUT_S
+    while not any(wanted(ds) for ds in session.lists[start:]):
+        if loop.time() > deadline:
+            return None
+        await asyncio.sleep(0.02)
+    lists: list[tuple[DeviceState, ...]] = session.lists[start:]
+    return lists
 
 
 def _health(devices: tuple[DeviceState, ...]) -> list[tuple[str, str]]:
