@@ -39,7 +39,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--full-matrix",
         action="store_true",
-        help="run every cell of the compatibility matrix (tests/compat/test_matrix.py), not the default subset",
+        help="run every cell of the compatibility matrix (test_matrix.py), not the default subset",
     )
 
 
