@@ -53,7 +53,7 @@ async def test_a_signal_stops_devshim_cleanly_removing_only_its_sockets(plugin_d
                     await proc.wait()
             assert proc.returncode == 0, stderr.decode()
             names = sorted(p.name for p in plugin_dir.iterdir())
-            assert names == ["kubelet.sock", "vendor-other.sock"]
+            assert names == ["DEPRECATION", "kubelet.sock", "vendor-other.sock"]  # the kubelet's files stay
 
 
 def children(pid: int) -> set[int]:
