@@ -8,9 +8,11 @@ bug breaks, for the reason the kubelet would see.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -205,3 +207,30 @@ def test_a_plugin_is_a_command_or_a_socket_and_dir_is_filled_in() -> None:
     plugin = PluginUnderTest("plug --dir={dir} 'a b'", None)
     assert plugin.argv(Path("/tmp/d")) == ["plug", "--dir=/tmp/d", "a b"]
     assert not plugin.hardcodes_dir and PluginUnderTest("plug", None).hardcodes_dir
+
+
+def test_without_root_a_plugin_hardcoding_the_kubelet_dir_is_skipped_saying_why(tmp_path: Path) -> None:
+    """Not root (here: a user namespace, where our uid reads as nobody): every cell skips with the
+    reason and the way out, and nothing is started or mounted."""
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is missing")
+    report = tmp_path / "compat.json"
+    command = [
+        sys.executable,
+        "-m",
+        "shim",
+        "compat",
+        "--plugin",
+        "true",
+        "--profile",
+        "next",
+        "--json",
+        str(report),
+    ]
+    result = subprocess.run(["unshare", "--user", *command], capture_output=True, text=True, timeout=120)
+    if "unshare failed" in result.stderr or "Operation not permitted" in result.stderr:
+        pytest.skip(f"user namespaces are not available here: {result.stderr.strip()}")
+    assert result.returncode == 0, result.stderr
+    cells = json.loads(report.read_text())["cells"]
+    assert len(cells) == len(PLUGIN_CHECKS) and {c["status"] for c in cells} == {"skip"}
+    assert all("needs root" in c["reason"] and "{dir}" in c["reason"] for c in cells)
