@@ -8,9 +8,11 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 from loguru import logger
 
+from shim import __version__
 from shim.core.resource import ResourceService
 from shim.driverhost import DriverHost
 from shim.frontend.api import ApiVersion
@@ -20,6 +22,7 @@ from shim.frontend.endpoint import PluginEndpoint
 from shim.frontend.v1beta1 import API as V1BETA1
 from shim.frontend.v1beta2 import API as V1BETA2
 from shim.inventory import InventoryStore
+from shim.model import Health
 from shim.settings import Settings, default_socket_name
 from shim.sources import DeviceSource, StaticSource
 
@@ -123,6 +126,27 @@ class Shim:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
 
+    def ready(self) -> tuple[bool, str]:
+        """Ready when every served resource is registered with the kubelet; else which are not."""
+        waiting = sorted(name for name, served in self.served.items() if not served.endpoint.registered)
+        if not self.served:
+            return False, "no resource is served yet"
+        if waiting:
+            return False, "not registered: " + ", ".join(waiting)
+        return True, "every resource is registered"
+
+    def status(self) -> dict[str, Any]:
+        """What this devshim is doing, as `devshim status` and /status show it."""
+        return {
+            "version": __version__,
+            "registration": self.settings.registration,
+            "api_versions": list(self.settings.api_versions),
+            "ready": self.ready()[1],
+            "resources": {name: _resource_status(served) for name, served in sorted(self.served.items())},
+            "drivers": {driver.name: _driver_status(driver) for driver in self.drivers},
+            "deallocation": self.deallocation.status if self.settings.deallocation.enabled else "disabled",
+        }
+
     @property
     def services(self) -> dict[str, ResourceService]:
         return {name: served.service for name, served in self.served.items()}
@@ -145,6 +169,36 @@ class Shim:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.stop()
+
+
+def _resource_status(served: Served) -> dict[str, Any]:
+    endpoint, devices = served.endpoint, served.service.devices
+    return {
+        "registered": endpoint.registered,
+        "negotiated": endpoint.negotiated or None,
+        "registrations": endpoint.registrations,
+        "socket": str(endpoint.socket_path),
+        **({"watcher": endpoint.watcher_status} if endpoint.watcher_mode else {}),
+        "devices": {
+            "Healthy": sum(d.health is Health.HEALTHY for d in devices),
+            "Unhealthy": sum(d.health is not Health.HEALTHY for d in devices),
+        },
+        "last_error": endpoint.last_error or None,
+    }
+
+
+def _driver_status(driver: DriverHost) -> dict[str, Any]:
+    return {
+        "status": driver.status,
+        "pid": driver.process.pid if driver.process else None,
+        "resources": sorted(driver.sources),
+        "failures": driver.failures,
+        "last_failure": driver.last_failure or None,
+        "calls": {
+            m: {"ok": t.ok, "failed": t.failed, "last_error": t.last_error or None}
+            for m, t in sorted(driver.calls.items())
+        },  # fmt: skip
+    }
 
 
 async def run(settings: Settings) -> None:

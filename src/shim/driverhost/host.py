@@ -67,6 +67,8 @@ class DriverHost:
         self._policy = settings.restart
         self.sources: dict[str, DriverSource] = {}
         self.status = "not started"
+        self.failures = 0  # runs that failed after starting (each one restarted, unless given up)
+        self.last_failure = ""
         self.calls: dict[str, CallTally] = {}
         self._run: DriverProcess | None = None
         self._ready = asyncio.Event()
@@ -170,6 +172,8 @@ class DriverHost:
 
     async def _after_failure(self, reason: str) -> None:
         self._ready.clear()
+        self.failures += 1
+        self.last_failure = reason
         self.status = f"restarting: {reason}"
         logger.error("driver {!r} failed: {}; its devices are Unhealthy until it is back", self.name, reason)
         for source in self.sources.values():

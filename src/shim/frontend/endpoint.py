@@ -81,7 +81,15 @@ class PluginEndpoint:
         self._kubelet_seen = asyncio.Event()
         self.registrations = 0
         self.watcher_status = ""  # the plugin watcher's last word, in watcher mode
+        self.last_error = ""  # why the last Register failed, if it did
         self._pause_before_serving = False
+
+    @property
+    def registered(self) -> bool:
+        """Registered with the kubelet now (what readiness means)."""
+        if self.watcher_mode:
+            return self._server is not None and self.watcher_status == "registered"
+        return self._registered_with is not None
 
     # --- signals ---------------------------------------------------------
 
@@ -173,6 +181,8 @@ class PluginEndpoint:
         server.add_insecure_port(f"unix:{self.socket_path}")
         await server.start()
         self._server = server
+        if self.watcher_mode:
+            self.watcher_status = "waiting for the plugin watcher"
         try:
             sockets.restrict_socket(self.socket_path)
         except FileNotFoundError:
@@ -211,6 +221,7 @@ class PluginEndpoint:
         started = time.monotonic()
         version = await self._negotiate()
         self._registered_with = kubelet
+        self.last_error = ""
         self.registrations += 1
         self.negotiated = version
         logger.info(
@@ -230,6 +241,7 @@ class PluginEndpoint:
                 return api.name
             except grpc.aio.AioRpcError as exc:
                 if not _version_refused(exc) or api is self.apis[-1]:
+                    self.last_error = f"Register ({api.name}): {exc.code().name}: {exc.details()}"
                     logger.warning(
                         "{}: Register ({}) failed: {}: {}",
                         self.resource.name,
