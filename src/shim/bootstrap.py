@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 from loguru import logger
 
-from shim import __version__
+from shim import __version__, logs
 from shim.core.resource import ResourceService
 from shim.driverhost import DriverHost
 from shim.frontend.api import ApiVersion
@@ -23,8 +23,14 @@ from shim.frontend.v1beta1 import API as V1BETA1
 from shim.frontend.v1beta2 import API as V1BETA2
 from shim.inventory import InventoryStore
 from shim.model import Health
-from shim.settings import Settings, default_socket_name
+from shim.settings import ConfigError, Settings, default_socket_name
 from shim.sources import DeviceSource, StaticSource
+
+# Settings a running devshim cannot change: a reload warns and keeps them until a restart.
+_RESTART_ONLY = (
+    "device_plugins_dir", "state_dir", "deallocation", "registration", "api_versions", "plugins_registry_dir",
+    "watch_mode", "poll_interval_s", "register_backoff_max_s", "prestart_timeout_s", "http",
+)  # fmt: skip
 
 
 @dataclass
@@ -77,7 +83,8 @@ class Shim:
         for name, socket_name, source in self._static:
             await self.add_resource(name, source, socket_name)
         for driver in self.drivers:
-            await driver.start()
+            with logger.contextualize(driver=driver.name):
+                await driver.start()
 
     async def add_resource(self, name: str, source: DeviceSource, socket_name: str | None = None) -> None:
         if name in self.served:
@@ -99,11 +106,12 @@ class Shim:
             plugins_registry=self.settings.plugins_registry_dir if self.watcher_mode else None,
         )
         endpoint.preflight()
-        await service.start()
+        # Every log line of this resource's tasks (they copy the context) names it.
+        with logger.contextualize(resource=name):
+            await service.start()
+            task = asyncio.create_task(endpoint.run(), name=f"endpoint:{name}")
         self.watcher.subscribe(endpoint.check_files)
-        self.served[name] = Served(
-            service, endpoint, asyncio.create_task(endpoint.run(), name=f"endpoint:{name}")
-        )
+        self.served[name] = Served(service, endpoint, task)
 
     async def remove_resource(self, name: str) -> None:
         served = self.served.pop(name, None)
@@ -125,6 +133,51 @@ class Shim:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+
+    async def reload(self, new: Settings) -> None:
+        """Apply a changed config: drivers and static resources whose settings changed (or that
+        were added or removed) are restarted (started, stopped); the rest keep running untouched.
+        Settings that only take effect at start are kept, with a warning."""
+        kept = {k for k in _RESTART_ONLY if getattr(new, k) != getattr(self.settings, k)}
+        for key in sorted(kept):
+            logger.warning("reload: {} changed; it takes effect when devshim restarts", key)
+        old_drivers = {d.name: d for d in self.drivers}
+        wanted = {d.name: d for d in new.drivers}
+        for name, host in old_drivers.items():
+            if wanted.get(name) != host.settings:
+                await self._stop_driver(host)
+        old_static = {r.name: r for r in self.settings.resources}
+        for resource in self.settings.resources:
+            if resource not in new.resources:
+                await self.remove_resource(resource.name)
+        self.settings = self.settings.model_copy(
+            update={
+                "drivers": new.drivers,
+                "resources": new.resources,
+                "log_level": new.log_level,
+                "log_format": new.log_format,
+            }  # fmt: skip
+        )
+        for resource in new.resources:
+            if old_static.get(resource.name) != resource:
+                await self.add_resource(
+                    resource.name, StaticSource.from_settings(resource.static), resource.socket
+                )
+        for name, driver_settings in wanted.items():
+            if old_drivers.get(name) is None or old_drivers[name].settings != driver_settings:
+                host = DriverHost(
+                    driver_settings, self, InventoryStore(self.settings.state_dir / "drivers" / name)
+                )
+                self.drivers.append(host)
+                with logger.contextualize(driver=name):
+                    await host.start()
+        logger.info("reload: {} drivers, {} static resources", len(self.drivers), len(new.resources))
+
+    async def _stop_driver(self, host: DriverHost) -> None:
+        self.drivers.remove(host)
+        await host.stop()
+        for resource in list(host.sources):
+            await self.remove_resource(resource)
 
     def ready(self) -> tuple[bool, str]:
         """Ready when every served resource is registered with the kubelet; else which are not."""
@@ -201,22 +254,47 @@ def _driver_status(driver: DriverHost) -> dict[str, Any]:
     }
 
 
-async def run(settings: Settings) -> None:
-    """Serve until SIGTERM or SIGINT, then stop drivers, remove our sockets and return."""
+async def run(settings: Settings, reload: Callable[[], Settings] | None = None) -> None:
+    """Serve until SIGTERM or SIGINT, then stop drivers, remove our sockets and return. On
+    SIGHUP, `reload()` reads the settings again and the Shim applies them; a config that does
+    not load is logged and changes nothing."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    hangup = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, hangup.set)
     async with Shim(settings) as shim:
         serving = asyncio.create_task(shim.wait())
         stopping = asyncio.create_task(stop.wait())
+        reloading = asyncio.create_task(_reload_on_hangup(shim, hangup, reload))
         try:
-            await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({serving, stopping, reloading}, return_when=asyncio.FIRST_COMPLETED)
             if serving.done():
                 serving.result()
+            if reloading.done():
+                reloading.result()
             logger.info("signal received; shutting down")
         finally:
-            serving.cancel()
-            stopping.cancel()
+            for task in (serving, stopping, reloading):
+                task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await serving
+
+
+async def _reload_on_hangup(shim: Shim, hangup: asyncio.Event, reload: Callable[[], Settings] | None) -> None:
+    while True:
+        await hangup.wait()
+        hangup.clear()
+        if reload is None:
+            logger.warning("SIGHUP: nothing to reload from")
+            continue
+        try:
+            new = reload()
+        except ConfigError as exc:
+            logger.error("SIGHUP: the new config is not used, nothing changed: {}", exc)
+            continue
+        logger.info("SIGHUP: reloading the config")
+        if (new.log_level, new.log_format) != (shim.settings.log_level, shim.settings.log_format):
+            logs.setup(new.log_level, new.log_format)
+        await shim.reload(new)

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import shlex
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from loguru import logger
 
-from shim import __version__
+from shim import __version__, logs
 from shim.bootstrap import run as run_shim
 from shim.errors import ShimError
 from shim.settings import ConfigError, Settings
+from shim.status import render_status
 
 app = typer.Typer(
     help="devshim: serve hardware drivers to the kubelet through every device-plugin API version.",
@@ -78,30 +82,93 @@ def run(
     log_level: Annotated[
         str | None, typer.Option(help="TRACE, DEBUG, INFO, WARNING or ERROR. Default: INFO.")
     ] = None,
+    log_format: Annotated[
+        str | None, typer.Option(help="text (default) or json: one object per line.")
+    ] = None,
 ) -> None:
-    """Serve the configured resources to the kubelet and keep them registered."""
+    """Serve the configured resources to the kubelet and keep them registered.
+
+    SIGTERM or SIGINT: stop, removing our sockets. SIGHUP: reload --config, restarting only the
+    drivers whose settings changed."""
+    load = functools.partial(
+        Settings.load,
+        config,
+        extra_resources=[parse_resource(spec) for spec in resource or []],
+        extra_drivers=[parse_driver(spec) for spec in driver or []],
+        device_plugins_dir=device_plugins_dir,
+        state_dir=state_dir,
+        log_level=log_level,
+        log_format=log_format,
+    )
     try:
-        settings = Settings.load(
-            config,
-            extra_resources=[parse_resource(spec) for spec in resource or []],
-            extra_drivers=[parse_driver(spec) for spec in driver or []],
-            device_plugins_dir=device_plugins_dir,
-            state_dir=state_dir,
-            log_level=log_level,
-        )
+        settings = load()
     except ConfigError as exc:
         typer.echo(f"devshim: {exc}", err=True)
         raise typer.Exit(2) from None
     if not settings.resources and not settings.drivers:
         typer.echo("devshim: nothing to serve: pass --resource, --driver or a --config file", err=True)
         raise typer.Exit(2)
-    logger.remove()
-    logger.add(sys.stderr, level=settings.log_level)
+    logs.setup(settings.log_level, settings.log_format)
     try:
-        asyncio.run(run_shim(settings))
+        asyncio.run(run_shim(settings, reload=load))
     except ShimError as exc:
         logger.error("{}", exc)
         raise typer.Exit(1) from None
+
+
+@app.command("check-config")
+def check_config(
+    config: Annotated[Path, typer.Argument(help="The YAML settings file to check.")],
+) -> None:
+    """Check a settings file without serving anything: exit 0 and a summary if it is valid, else
+    one line per problem with its location and exit 2."""
+    try:
+        settings = Settings.load(config)
+    except ConfigError as exc:
+        typer.echo(f"devshim: {exc}", err=True)
+        raise typer.Exit(2) from None
+    served = [r.name for r in settings.resources] + [f"driver {d.name}" for d in settings.drivers]
+    typer.echo(
+        f"{config}: valid; serves {', '.join(served) or 'nothing'}; {settings.registration} registration; "
+        f"API {', '.join(settings.api_versions)}"
+    )
+
+
+@app.command()
+def status(
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="The running devshim's settings file (for its address)."),
+    ] = None,
+    address: Annotated[
+        str | None,
+        typer.Option(help="HOST:PORT of the running devshim's ops endpoint. Default: from settings."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON.")] = False,
+) -> None:
+    """Show what a running devshim is doing: resources, registration, devices by health, drivers."""
+    try:
+        settings = Settings.load(config)
+    except ConfigError as exc:
+        typer.echo(f"devshim: {exc}", err=True)
+        raise typer.Exit(2) from None
+    host, port = settings.http.host, settings.http.port
+    if address:
+        host, _, port_text = address.rpartition(":")
+        if not port_text.isdigit():
+            typer.echo(f"devshim status: --address {address!r}: expected HOST:PORT", err=True)
+            raise typer.Exit(2)
+        port = int(port_text)
+    url = f"http://{'127.0.0.1' if host in ('', '0.0.0.0', '::') else host}:{port}/status"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            report = json.loads(response.read())
+    except (OSError, ValueError) as exc:
+        typer.echo(
+            f"devshim status: no devshim answers at {url} ({exc}); is it running with http enabled?", err=True
+        )
+        raise typer.Exit(1) from None
+    typer.echo(json.dumps(report, indent=2) if as_json else render_status(report))
 
 
 @app.command()

@@ -34,10 +34,13 @@ def check_extended_resource_name(name: str) -> str:
     domain, sep, short = name.partition("/")
     if not sep or not domain or not short:
         raise ValueError(f"{name!r} is not an extended resource name: expected 'vendor-domain/type'")
-    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+    if "kubernetes.io/" in name:
         raise ValueError(f"{name!r} is in the kubernetes.io namespace, which is reserved")
-    if len(domain) > 253 or not _DNS_SUBDOMAIN.match(domain):
-        raise ValueError(f"{name!r}: {domain!r} is not a lowercase DNS subdomain")
+    if name.startswith("requests."):
+        raise ValueError(f"{name!r} must not start with 'requests.' (the resource quota prefix)")
+    # The kubelet checks "requests." + name as a qualified name: its domain gets that prefix.
+    if len("requests." + domain) > 253 or not _DNS_SUBDOMAIN.match(domain):
+        raise ValueError(f"{name!r}: {domain!r} is not a lowercase DNS subdomain of at most 244 characters")
     # The kubelet also checks that "requests.<name>" is a valid quota name.
     if len(short) > 63 or not _QUALIFIED_NAME.match(short):
         raise ValueError(
@@ -194,6 +197,15 @@ class DriverSettings(_Strict):
         return value
 
 
+class HttpSettings(_Strict):
+    """The ops endpoint: /metrics (Prometheus), /healthz and /readyz (probes), /status."""
+
+    enabled: bool = True
+    # Every interface: the kubelet probes the pod's IP.
+    host: str = "0.0.0.0"
+    port: Annotated[int, Field(ge=0, le=65535)] = 9477
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="DEVSHIM_", env_nested_delimiter="__", extra="forbid", frozen=True
@@ -224,6 +236,9 @@ class Settings(BaseSettings):
     # Inside the kubelet's 30 s PreStartContainer deadline (constants.go upstream).
     prestart_timeout_s: Annotated[float, Field(gt=0, lt=30)] = 25.0
     log_level: Literal["TRACE", "DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # text for people; json: one object per line, for log collectors.
+    log_format: Literal["text", "json"] = "text"
+    http: HttpSettings = HttpSettings()
 
     @model_validator(mode="after")
     def _resources_fit(self) -> Self:
@@ -316,6 +331,13 @@ def format_validation_error(exc: ValidationError, source: Path | str | None, wha
     where = f" in {source}" if source else ""
     lines = [f"invalid {what}{where}:"]
     for err in exc.errors():
-        loc = ".".join(str(part) for part in err["loc"]) or "(top level)"
-        lines.append(f"  {loc}: {err['msg']}")
+        lines.append(f"  {location(err['loc'])}: {err['msg']}")
     return "\n".join(lines)
+
+
+def location(parts: tuple[int | str, ...]) -> str:
+    """("resources", 1, "name") -> "resources[1].name", the way a YAML path reads."""
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"

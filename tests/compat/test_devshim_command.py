@@ -101,7 +101,7 @@ def run_devshim(*args: str) -> subprocess.CompletedProcess[str]:
         pytest.param([], "nothing to serve", id="nothing"),
         pytest.param(["-c", "/nonexistent/devshim.yaml"], "cannot read config file", id="no-file"),
         pytest.param(["--driver", "sim"], "expected NAME=COMMAND", id="bad-driver-spec"),
-        pytest.param(["--driver", "Sim=x"], "drivers.0.name", id="bad-driver-name"),
+        pytest.param(["--driver", "Sim=x"], "drivers[0].name", id="bad-driver-name"),
     ],
 )
 def test_bad_settings_exit_2_with_a_clear_message(plugin_dir: Path, args: list[str], message: str) -> None:

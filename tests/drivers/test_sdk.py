@@ -146,11 +146,11 @@ async def test_fifty_thousand_devices_with_declared_grants_are_listed_in_time(tm
     [
         (
             {"resources": [{"name": "example.com/x", "count": 1, "grant_mode": "sometimes"}]},
-            "resources.0.grant_mode",
+            "resources[0].grant_mode",
         ),
         ({"resources": [{"name": "example.com/x"}]}, "'count' or 'devices'"),
-        ({"resources": [{"name": "x", "count": 1}]}, "resources.0.name"),
-        ({"resources": [{"name": "example.com/x", "count": 1, "colour": "red"}]}, "resources.0.colour"),
+        ({"resources": [{"name": "x", "count": 1}]}, "resources[0].name"),
+        ({"resources": [{"name": "example.com/x", "count": 1, "colour": "red"}]}, "resources[0].colour"),
         ({"resources": [{"name": "example.com/x", "count": 1, "delays": {"allocate_s": -1}}]}, "allocate_s"),
     ],
     ids=["bad-grant-mode", "no-devices", "bad-name", "unknown-key", "negative-delay"],

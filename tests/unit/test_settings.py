@@ -64,11 +64,11 @@ def test_a_valid_extended_resource_name_passes() -> None:
             [{"name": "example.com/a", **static()}] * 2, "configured twice", id="duplicate-resource"
         ),
         pytest.param(
-            [{"name": "example.com/a", "static": {"count": -1}}], "resources.0.static.count", id="neg"
+            [{"name": "example.com/a", "static": {"count": -1}}], r"resources\[0\]\.static\.count", id="neg"
         ),
         pytest.param(
             [{"name": "example.com/a", "static": {"devices": [{"id": "a b"}]}}],
-            "resources.0.static.devices",
+            r"resources\[0\]\.static\.devices",
             id="ws",
         ),
         pytest.param(
@@ -131,3 +131,47 @@ def test_a_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:
     """A wrong --config path says so rather than starting with no resources."""
     with pytest.raises(ConfigError, match="cannot read config file"):
         Settings.load(tmp_path / "absent.yaml")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "nodomain",
+        "example.com/",
+        "kubernetes.io/gpu",
+        "foo.kubernetes.io/gpu",
+        "x.io/kubernetes.io/gpu",
+        "requests.example.com/gpu",
+        "Example.com/gpu",
+        "example.com/-gpu",
+        "a" * 245 + ".com/gpu",
+        "example.com/" + "g" * 64,
+    ],
+)
+def test_resource_names_follow_the_kubelets_rules(name: str) -> None:
+    """IsExtendedResourceName: a domain, outside kubernetes.io/, not starting with "requests.", and
+    "requests." + name a qualified name; refused at load time, naming the field."""
+    with pytest.raises(ConfigError, match=r"resources\[0\]\.name"):
+        Settings.load(resources=[{"name": name, **static()}])
+
+
+def test_a_valid_long_resource_name_is_accepted() -> None:
+    name = "a" * 240 + ".com/" + "g" * 63
+    resource = {"name": name, "socket_name": "long.sock", **static()}
+    assert Settings.load(resources=[resource]).resources[0].name == name
+
+
+def test_every_problem_is_one_line_with_its_yaml_location(tmp_path: Path) -> None:
+    config = tmp_path / "devshim.yaml"
+    config.write_text(
+        "resources:\n  - name: example.com/a\n    static: {count: 1}\n"
+        "  - name: bad\n    static: {count: -2}\n"
+        "drivers:\n  - name: d\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        Settings.load(config)
+    lines = str(caught.value).splitlines()
+    assert lines[0] == f"invalid settings in {config}:"
+    assert any(line.startswith("  resources[1].name: ") for line in lines)
+    assert any(line.startswith("  resources[1].static.count: ") for line in lines)
+    assert "  drivers[0].command: Field required" in lines

@@ -1,0 +1,163 @@
+"""Operating devshim as a real process: check-config, SIGHUP reload, JSON logs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.compat.kubelet import FakeKubelet
+from tests.compat.test_devshim_command import DEVSHIM, children, start_devshim
+
+LIFECYCLE = str(Path(__file__).with_name("drivers") / "lifecycle.py")
+
+
+def sim(name: str, count: int) -> list[str]:
+    config = json.dumps({"resources": [{"name": name, "count": count}]})
+    return [sys.executable, "-m", "devshim_adapters.sim", "--config-json", config]
+
+
+def write_config(path: Path, plugin_dir: Path, state_dir: Path, **fields: Any) -> None:
+    path.write_text(
+        yaml.safe_dump({"device_plugins_dir": str(plugin_dir), "state_dir": str(state_dir), **fields})
+    )
+
+
+def check_config(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*DEVSHIM, "check-config", str(path)], capture_output=True, text=True, timeout=60)
+
+
+def test_check_config_accepts_a_valid_file_and_summarises_it(tmp_path: Path) -> None:
+    config = tmp_path / "devshim.yaml"
+    write_config(config, tmp_path / "dp", tmp_path / "state",
+                 resources=[{"name": "example.com/a", "static": {"count": 2}}],
+                 drivers=[{"name": "sim", "command": sim("example.com/s", 1)}])  # fmt: skip
+    result = check_config(config)
+    assert result.returncode == 0, result.stderr
+    assert "valid; serves example.com/a, driver sim; classic registration; API v1beta1" in result.stdout
+
+
+def test_check_config_names_every_problem_with_its_location_and_exits_2(tmp_path: Path) -> None:
+    config = tmp_path / "devshim.yaml"
+    config.write_text(
+        "resources:\n  - name: requests.example.com/a\n    static: {count: 1}\n"
+        "drivers:\n  - name: sim\n    command: []\n  - name: x\n    comand: [x]\nlog_format: xml\n"
+    )
+    result = check_config(config)
+    assert result.returncode == 2 and result.stdout == ""
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == f"devshim: invalid settings in {config}:"
+    for location in ("resources[0].name", "drivers[0].command", "drivers[1].command", "drivers[1].comand",
+                     "log_format"):  # fmt: skip
+        assert any(line.startswith(f"  {location}: ") for line in lines), (location, lines)
+
+
+def test_check_config_of_a_missing_or_broken_file_says_so(tmp_path: Path) -> None:
+    assert "cannot read config file" in check_config(tmp_path / "none.yaml").stderr
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("resources: [\n")
+    result = check_config(broken)
+    assert (
+        result.returncode == 2 and "is not valid YAML" in result.stderr and "Traceback" not in result.stderr
+    )
+
+
+@asynccontextmanager
+async def devshim(*args: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    proc = await start_devshim(*args)
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.communicate()
+
+
+def driver_pids(devshim_pid: int) -> dict[str, int]:
+    """The driver processes under devshim, by the resource or script their command line names."""
+    found = {}
+    for pid in children(devshim_pid):
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        key = "life" if "lifecycle.py" in cmdline else "sim" if "devshim_adapters.sim" in cmdline else cmdline
+        found[key] = pid
+    return found
+
+
+async def test_sighup_reloads_the_config_restarting_only_what_changed(
+    tmp_path: Path, plugin_dir: Path, state_dir: Path
+) -> None:
+    """A changed static resource and a changed driver are restarted, a new resource is served, an
+    unchanged driver keeps running; a broken config on a later SIGHUP changes nothing."""
+    config = tmp_path / "devshim.yaml"
+    life = {"name": "life", "command": [sys.executable, LIFECYCLE]}
+    write_config(config, plugin_dir, state_dir, resources=[{"name": "example.com/a", "static": {"count": 1}}],
+                 drivers=[life, {"name": "sim", "command": sim("example.com/s", 1)}])  # fmt: skip
+    async with FakeKubelet(plugin_dir) as kubelet, devshim("run", "--config", str(config)) as proc:
+        for resource in ("example.com/a", "example.com/life", "example.com/s"):
+            await (await kubelet.wait_for_plugin(resource, timeout=30)).wait_for_list()
+        before = driver_pids(proc.pid)
+        assert set(before) == {"life", "sim"}
+
+        write_config(config, plugin_dir, state_dir,
+                     resources=[{"name": "example.com/a", "static": {"count": 3}},
+                                {"name": "example.com/b", "static": {"count": 1}}],
+                     drivers=[life, {"name": "sim", "command": sim("example.com/s", 2)}])  # fmt: skip
+        proc.send_signal(signal.SIGHUP)
+        session_b = await kubelet.wait_for_plugin("example.com/b", timeout=30)
+        assert len(await session_b.wait_for_list()) == 1
+        await kubelet.wait_for_registration("example.com/a", count=2, timeout=30)
+        assert len(await kubelet.plugin("example.com/a").wait_for_list(lambda ds: len(ds) == 3)) == 3
+        await kubelet.wait_for_registration("example.com/s", count=2, timeout=30)
+        assert len(await kubelet.plugin("example.com/s").wait_for_list(lambda ds: len(ds) == 2)) == 2
+        after = driver_pids(proc.pid)
+        assert after["life"] == before["life"] and after["sim"] != before["sim"]
+        assert len([r for r in kubelet.registrations if r.resource_name == "example.com/life"]) == 1
+
+        config.write_text("resources: [{name: bad}]\n")
+        proc.send_signal(signal.SIGHUP)
+        await asyncio.sleep(1.0)
+        assert proc.returncode is None and driver_pids(proc.pid) == after
+        assert not kubelet.plugin("example.com/b").stream_ended.is_set()
+
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(proc.communicate(), 15)
+    assert proc.returncode == 0
+    assert "the new config is not used, nothing changed" in stderr.decode()
+
+
+async def test_json_logs_are_one_object_per_line_naming_the_resource(
+    plugin_dir: Path, state_dir: Path
+) -> None:
+    async with (
+        FakeKubelet(plugin_dir) as kubelet,
+        devshim(
+            *(
+                "run",
+                "--device-plugins-dir",
+                str(plugin_dir),
+                "--state-dir",
+                str(state_dir),
+                "--log-format",
+                "json",
+            ),
+            *("-r", "example.com/foo=1", "--driver", f"life={sys.executable} {LIFECYCLE}"),
+        ) as proc,
+    ):
+        await kubelet.wait_for_registration("example.com/foo", timeout=30)
+        await kubelet.wait_for_registration("example.com/life", timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(proc.communicate(), 15)
+    records = [json.loads(line) for line in stderr.decode().splitlines()]
+    assert all({"time", "level", "message"} <= set(r) for r in records)
+    registered = {r.get("resource"): r for r in records if "registered with the kubelet" in r["message"]}
+    assert set(registered) >= {"example.com/foo", "example.com/life"}
+    assert registered["example.com/life"]["driver"] == "life"
