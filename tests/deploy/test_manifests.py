@@ -1,0 +1,269 @@
+"""The kustomize manifests in deploy/: each kustomization rendered by `kubectl kustomize`, every
+object validated offline (strict: unknown fields fail) against the Kubernetes schemas that
+kubernetes-validate ships, and the properties devshim depends on asserted."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+import yaml
+
+from adapters.sim.config import load_config
+from shim.settings import Settings
+from tests.deploy.tools import DEPLOY, PROJECT, ROOT, require_tool
+
+Doc = dict[str, Any]
+NAMESPACE = "devshim-system"
+IMAGE_VENV_BIN = "/opt/devshim/bin/"  # where the Dockerfile's venv puts the project's scripts
+KUBELET_DIRS = (
+    "/var/lib/kubelet/device-plugins",
+    "/var/lib/kubelet/plugins_registry",
+    "/var/lib/kubelet/pod-resources",
+)
+# Every deployable kustomization: the base and each overlay (a new overlay is tested unasked).
+TARGETS = ["base"] + sorted(
+    f"overlays/{d.name}" for d in (DEPLOY / "overlays").iterdir() if (d / "kustomization.yaml").exists()
+)
+
+
+@cache
+def render(directory: Path) -> tuple[Doc, ...]:
+    kubectl = require_tool("kubectl")
+    result = subprocess.run(
+        [kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+
+
+def one(docs: tuple[Doc, ...], kind: str, name: str | None = None) -> Doc:
+    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def devshim_container(daemonset: Doc) -> Doc:
+    containers = daemonset["spec"]["template"]["spec"]["containers"]
+    return next(c for c in containers if c["name"] == "devshim")
+
+
+def volumes(daemonset: Doc) -> dict[str, Doc]:
+    return {v["name"]: v for v in daemonset["spec"]["template"]["spec"]["volumes"]}
+
+
+def mount_for(daemonset: Doc, path: Path) -> tuple[Doc, Doc]:
+    """The devshim container's (mount, volume) holding PATH: the deepest mount above it."""
+    mounts = [m for m in devshim_container(daemonset)["volumeMounts"] if path.is_relative_to(m["mountPath"])]
+    assert mounts, f"{path} is on no volume of the devshim container"
+    mount = max(mounts, key=lambda m: len(m["mountPath"]))
+    return mount, volumes(daemonset)[mount["name"]]
+
+
+def config_files(docs: tuple[Doc, ...], tmp_path: Path) -> tuple[Path, Doc]:
+    """The DaemonSet's ConfigMap written out as files; returns the config's directory and the
+    mount, so the paths the container sees can be mapped to the files."""
+    daemonset = one(docs, "DaemonSet")
+    args = devshim_container(daemonset)["args"]
+    config_path = Path(args[args.index("--config") + 1])
+    mount, volume = mount_for(daemonset, config_path)
+    configmap = one(docs, "ConfigMap", volume["configMap"]["name"])
+    for key, text in configmap["data"].items():
+        (tmp_path / key).write_text(text, encoding="utf-8")
+    assert (tmp_path / config_path.relative_to(mount["mountPath"])).exists(), "--config names no key"
+    return tmp_path, mount
+
+
+def validate_strictly(doc: Doc, version: str) -> None:
+    """Raise (SchemaNotFoundError) for a kind with no built-in schema; fail, in one line, on
+    any schema violation, an unknown field included."""
+    problem = None
+    try:
+        kubernetes_validate.validate(doc, version, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        problem = f"{'.'.join(str(part) for part in exc.path)}: {exc.message}"
+    if problem:  # outside the except: the schema error's own repr runs to pages
+        pytest.fail(f"{doc['kind']}/{doc['metadata']['name']}: {problem}", pytrace=False)
+
+
+@pytest.fixture
+def no_devshim_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Settings read DEVSHIM_* variables too: check the shipped files alone."""
+    for key in [k for k in os.environ if k.startswith("DEVSHIM_")]:
+        monkeypatch.delenv(key)
+    yield
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_object_validates_strictly(target: str) -> None:
+    version = kubernetes_validate.latest_version()
+    docs = render(DEPLOY / target)
+    assert {d["kind"] for d in docs} == {"Namespace", "ConfigMap", "DaemonSet"}
+    for doc in docs:
+        validate_strictly(doc, version)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_objects_are_labelled_and_namespaced(target: str) -> None:
+    for doc in render(DEPLOY / target):
+        labels = doc["metadata"].get("labels", {})
+        assert labels.get("app.kubernetes.io/name") == "devshim", doc["metadata"]
+        assert labels.get("app.kubernetes.io/version") == PROJECT["version"]
+        if doc["kind"] == "Namespace":
+            assert doc["metadata"]["name"] == NAMESPACE
+            # hostPath volumes are refused below the privileged Pod Security level.
+            assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+        else:
+            assert doc["metadata"]["namespace"] == NAMESPACE
+    daemonset = one(render(DEPLOY / target), "DaemonSet")
+    selector = daemonset["spec"]["selector"]["matchLabels"]
+    assert selector == {"app.kubernetes.io/name": "devshim", "app.kubernetes.io/instance": "devshim"}
+    assert selector.items() <= daemonset["spec"]["template"]["metadata"]["labels"].items()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_daemonset_runs_on_every_node_and_hands_over_by_surge(target: str) -> None:
+    daemonset = one(render(DEPLOY / target), "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == "system-node-critical"
+    # An Exists toleration without a key tolerates every taint.
+    assert {"operator": "Exists"} in pod["tolerations"]
+    strategy = daemonset["spec"]["updateStrategy"]
+    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    # Two pods of one node side by side during a surge: neither may claim a host port.
+    assert not pod.get("hostNetwork")
+    assert all("hostPort" not in p for c in pod["containers"] for p in c.get("ports", []))
+    assert pod["terminationGracePeriodSeconds"] >= 30
+    assert devshim_container(daemonset)["image"] == f"devshim:{PROJECT['version']}"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_probes_and_metrics_use_the_ops_port(target: str) -> None:
+    daemonset = one(render(DEPLOY / target), "DaemonSet")
+    container = devshim_container(daemonset)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    exposed = re.findall(r"^EXPOSE\s+(\d+)", (ROOT / "Dockerfile").read_text(encoding="utf-8"), re.M)
+    assert ports["ops"] == 9477 and exposed == ["9477"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "ops"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "ops"}
+    annotations = daemonset["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(ports["ops"])
+    assert annotations["prometheus.io/path"] == "/metrics"
+    resources = container["resources"]
+    assert {"cpu", "memory"} <= resources["requests"].keys() and "memory" in resources["limits"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_devshim_is_root_but_unprivileged_with_the_kubelet_dirs_mounted(target: str) -> None:
+    daemonset = one(render(DEPLOY / target), "DaemonSet")
+    container = devshim_container(daemonset)
+    security = container["securityContext"]
+    assert security.get("privileged", False) is False
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["readOnlyRootFilesystem"] is True
+    for directory in KUBELET_DIRS:
+        mount, volume = mount_for(daemonset, Path(directory))
+        assert mount["mountPath"] == directory and volume["hostPath"]["path"] == directory
+        # devshim creates sockets in the first two; the third it only connects to.
+        assert mount.get("readOnly", False) is directory.endswith("pod-resources")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_shipped_config_loads_and_lies_on_the_host_paths(
+    target: str, tmp_path: Path, no_devshim_env: None
+) -> None:
+    """The ConfigMap's config is valid Settings (strict: unknown keys fail), and every node
+    path in it is on a hostPath volume mounted at that same path, read-write where devshim
+    writes."""
+    docs = render(DEPLOY / target)
+    daemonset = one(docs, "DaemonSet")
+    folder, config_mount = config_files(docs, tmp_path)
+    settings = Settings.load(folder / "config.yaml")
+    for path, writes in [
+        (settings.device_plugins_dir, True),
+        (settings.plugins_registry_dir, True),
+        (settings.state_dir, True),
+        (settings.deallocation.pod_resources_socket, False),
+    ]:
+        mount, volume = mount_for(daemonset, path)
+        assert volume["hostPath"]["path"] == mount["mountPath"], path
+        assert not (writes and mount.get("readOnly", False)), path
+    for driver in settings.drivers:
+        # No PATH reaches a driver (its environment is exactly `env`): the image's absolute path.
+        program = driver.command[0]
+        assert program.startswith(IMAGE_VENV_BIN) and program[len(IMAGE_VENV_BIN) :] in PROJECT["scripts"]
+        for arg in driver.command[1:]:
+            if arg.startswith(config_mount["mountPath"] + "/"):
+                assert (folder / Path(arg).relative_to(config_mount["mountPath"])).exists(), arg
+
+
+def test_sim_demo_serves_four_simulated_devices(tmp_path: Path, no_devshim_env: None) -> None:
+    docs = render(DEPLOY / "overlays" / "sim-demo")
+    folder, mount = config_files(docs, tmp_path)
+    (driver,) = Settings.load(folder / "config.yaml").drivers
+    command = driver.command
+    assert command[0].endswith("/devshim-sim")
+    sim_file = folder / Path(command[command.index("--config") + 1]).relative_to(mount["mountPath"])
+    (resource,) = load_config(sim_file).resources
+    assert len(resource.initial_devices()) == 4
+
+
+def test_legacy_sidecar_shares_a_private_plugin_dir_with_the_vendor_container(
+    tmp_path: Path, no_devshim_env: None
+) -> None:
+    """The vendor plugin sees an emptyDir at the kubelet's usual path, devshim's legacy adapter
+    serves kubelet.sock in that same emptyDir, and the vendor container never sees the host's
+    device-plugins directory (it would register with the real kubelet, past devshim)."""
+    docs = render(DEPLOY / "overlays" / "legacy-sidecar")
+    daemonset = one(docs, "DaemonSet")
+    folder, _ = config_files(docs, tmp_path)
+    (driver,) = Settings.load(folder / "config.yaml").drivers
+    assert driver.command[0].endswith("/devshim-legacy") and "--" not in driver.command  # sidecar form
+    kubelet_dir = Path(driver.command[driver.command.index("--kubelet-dir") + 1])
+    shared_mount, shared = mount_for(daemonset, kubelet_dir)
+    assert shared_mount["mountPath"] == str(kubelet_dir) and "emptyDir" in shared
+    (vendor,) = [c for c in daemonset["spec"]["template"]["spec"]["containers"] if c["name"] != "devshim"]
+    vendor_mounts = {m["name"]: m["mountPath"] for m in vendor["volumeMounts"]}
+    assert vendor_mounts == {shared_mount["name"]: "/var/lib/kubelet/device-plugins"}
+
+
+def test_podmonitor_component_scrapes_the_ops_port(tmp_path: Path) -> None:
+    """components/podmonitor added to an overlay. PodMonitor is a CRD (Prometheus Operator):
+    kubernetes-validate ships only the built-in kinds' schemas, so it cannot be validated
+    offline; its fields are checked against the DaemonSet here instead."""
+    overlay = tmp_path / "with-podmonitor"
+    overlay.mkdir()
+    # kustomize refuses absolute paths to other kustomizations; relative ones may leave the root.
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": [os.path.relpath(DEPLOY / "overlays" / "sim-demo", overlay)],
+                "components": [os.path.relpath(DEPLOY / "components" / "podmonitor", overlay)],
+            }
+        ),
+        encoding="utf-8",
+    )
+    docs = render(overlay)
+    version = kubernetes_validate.latest_version()
+    monitor = one(docs, "PodMonitor")
+    with pytest.raises(kubernetes_validate.SchemaNotFoundError):
+        kubernetes_validate.validate(monitor, version, strict=True)
+    for doc in docs:
+        if doc is not monitor:
+            validate_strictly(doc, version)
+    daemonset = one(docs, "DaemonSet")
+    template = daemonset["spec"]["template"]
+    assert monitor["metadata"]["namespace"] == daemonset["metadata"]["namespace"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] in {p["name"] for p in devshim_container(daemonset)["ports"]}
+    assert endpoint["path"] == template["metadata"]["annotations"]["prometheus.io/path"]
