@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -9,6 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+# Every devshim a test starts picks a free port for its ops endpoint, never the default 9477
+# (a test that needs a known port sets DEVSHIM_HTTP__PORT itself).
+os.environ["DEVSHIM_HTTP__PORT"] = "0"
 
 
 @pytest.fixture

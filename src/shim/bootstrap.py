@@ -3,28 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
-from collections.abc import Callable, Mapping
+import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 from loguru import logger
 
-from shim import __version__, logs
+from shim import __version__
 from shim.core.resource import ResourceService
 from shim.driverhost import DriverHost
 from shim.frontend.api import ApiVersion
 from shim.frontend.deallocation import DeallocationEmulator
 from shim.frontend.dirwatch import DirWatcher
 from shim.frontend.endpoint import PluginEndpoint
+from shim.frontend.handover import Handover
 from shim.frontend.v1beta1 import API as V1BETA1
 from shim.frontend.v1beta2 import API as V1BETA2
 from shim.inventory import InventoryStore
-from shim.model import Health
-from shim.settings import ConfigError, Settings, default_socket_name
+from shim.settings import INSTANCE_ID_DIGITS, Settings, socket_prefix
 from shim.sources import DeviceSource, StaticSource
+from shim.status import driver_status, resource_status
 
 # Settings a running devshim cannot change: a reload warns and keeps them until a restart.
 _RESTART_ONLY = (
@@ -53,7 +53,11 @@ class Shim:
         self.settings = settings
         given = dict(sources or {})
         self._static = [
-            (r.name, r.socket, given.pop(r.name) if r.name in given else StaticSource.from_settings(r.static))
+            (
+                r.name,
+                r.socket_name,
+                given.pop(r.name) if r.name in given else StaticSource.from_settings(r.static),
+            )
             for r in settings.resources
         ]
         if given:
@@ -62,6 +66,9 @@ class Shim:
             DriverHost(d, self, InventoryStore(settings.state_dir / "drivers" / d.name))
             for d in settings.drivers
         ]
+        # Names this instance's sockets: a second devshim on the node (a rolling update) takes
+        # resources over from us instead of clashing (frontend/handover.py).
+        self.instance = secrets.token_hex(INSTANCE_ID_DIGITS // 2)
         self.watcher_mode = settings.registration == "watcher"
         # Offered newest first: classic registration tries them in this order.
         self.apis: list[ApiVersion] = [api for api in (V1BETA2, V1BETA1) if api.name in settings.api_versions]
@@ -97,11 +104,16 @@ class Shim:
             on_allocated=self.deallocation.allocated,
             on_released=self.deallocation.released,
         )
+        handover = None
+        if socket_name is None:  # ours to name: per instance, handed over between instances
+            handover = Handover(self.watcher.directory, socket_prefix(name), self.instance)
+            socket_name = handover.socket_name
         endpoint = PluginEndpoint(
             service,
             self.apis,
+            handover=handover,
             plugin_dir=self.settings.device_plugins_dir,
-            socket_name=socket_name or default_socket_name(name),
+            socket_name=socket_name,
             backoff_max_s=self.settings.register_backoff_max_s,
             plugins_registry=self.settings.plugins_registry_dir if self.watcher_mode else None,
         )
@@ -161,7 +173,7 @@ class Shim:
         for resource in new.resources:
             if old_static.get(resource.name) != resource:
                 await self.add_resource(
-                    resource.name, StaticSource.from_settings(resource.static), resource.socket
+                    resource.name, StaticSource.from_settings(resource.static), resource.socket_name
                 )
         for name, driver_settings in wanted.items():
             if old_drivers.get(name) is None or old_drivers[name].settings != driver_settings:
@@ -195,8 +207,8 @@ class Shim:
             "registration": self.settings.registration,
             "api_versions": list(self.settings.api_versions),
             "ready": self.ready()[1],
-            "resources": {name: _resource_status(served) for name, served in sorted(self.served.items())},
-            "drivers": {driver.name: _driver_status(driver) for driver in self.drivers},
+            "resources": {name: resource_status(served) for name, served in sorted(self.served.items())},
+            "drivers": {driver.name: driver_status(driver) for driver in self.drivers},
             "deallocation": self.deallocation.status if self.settings.deallocation.enabled else "disabled",
         }
 
@@ -222,79 +234,3 @@ class Shim:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.stop()
-
-
-def _resource_status(served: Served) -> dict[str, Any]:
-    endpoint, devices = served.endpoint, served.service.devices
-    return {
-        "registered": endpoint.registered,
-        "negotiated": endpoint.negotiated or None,
-        "registrations": endpoint.registrations,
-        "socket": str(endpoint.socket_path),
-        **({"watcher": endpoint.watcher_status} if endpoint.watcher_mode else {}),
-        "devices": {
-            "Healthy": sum(d.health is Health.HEALTHY for d in devices),
-            "Unhealthy": sum(d.health is not Health.HEALTHY for d in devices),
-        },
-        "last_error": endpoint.last_error or None,
-    }
-
-
-def _driver_status(driver: DriverHost) -> dict[str, Any]:
-    return {
-        "status": driver.status,
-        "pid": driver.process.pid if driver.process else None,
-        "resources": sorted(driver.sources),
-        "failures": driver.failures,
-        "last_failure": driver.last_failure or None,
-        "calls": {
-            m: {"ok": t.ok, "failed": t.failed, "last_error": t.last_error or None}
-            for m, t in sorted(driver.calls.items())
-        },  # fmt: skip
-    }
-
-
-async def run(settings: Settings, reload: Callable[[], Settings] | None = None) -> None:
-    """Serve until SIGTERM or SIGINT, then stop drivers, remove our sockets and return. On
-    SIGHUP, `reload()` reads the settings again and the Shim applies them; a config that does
-    not load is logged and changes nothing."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    hangup = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, hangup.set)
-    async with Shim(settings) as shim:
-        serving = asyncio.create_task(shim.wait())
-        stopping = asyncio.create_task(stop.wait())
-        reloading = asyncio.create_task(_reload_on_hangup(shim, hangup, reload))
-        try:
-            await asyncio.wait({serving, stopping, reloading}, return_when=asyncio.FIRST_COMPLETED)
-            if serving.done():
-                serving.result()
-            if reloading.done():
-                reloading.result()
-            logger.info("signal received; shutting down")
-        finally:
-            for task in (serving, stopping, reloading):
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await serving
-
-
-async def _reload_on_hangup(shim: Shim, hangup: asyncio.Event, reload: Callable[[], Settings] | None) -> None:
-    while True:
-        await hangup.wait()
-        hangup.clear()
-        if reload is None:
-            logger.warning("SIGHUP: nothing to reload from")
-            continue
-        try:
-            new = reload()
-        except ConfigError as exc:
-            logger.error("SIGHUP: the new config is not used, nothing changed: {}", exc)
-            continue
-        logger.info("SIGHUP: reloading the config")
-        if (new.log_level, new.log_format) != (shim.settings.log_level, shim.settings.log_format):
-            logs.setup(new.log_level, new.log_format)
-        await shim.reload(new)

@@ -15,8 +15,8 @@ import typer
 from loguru import logger
 
 from shim import __version__, logs
-from shim.bootstrap import run as run_shim
 from shim.errors import ShimError
+from shim.runtime import run as run_shim
 from shim.settings import ConfigError, Settings
 from shim.status import render_status
 

@@ -49,8 +49,17 @@ def check_extended_resource_name(name: str) -> str:
     return name
 
 
-def default_socket_name(resource: str) -> str:
-    return "devshim-" + resource.replace("/", "_") + ".sock"
+# Each devshim instance names its sockets with an id of this many hex digits, so two instances
+# on a node (a rolling update) never clash (shim/frontend/handover.py).
+INSTANCE_ID_DIGITS = 6
+
+
+def socket_prefix(resource: str) -> str:
+    return "devshim-" + resource.replace("/", "_")
+
+
+def default_socket_name(resource: str, instance: str = "0" * INSTANCE_ID_DIGITS) -> str:
+    return f"{socket_prefix(resource)}-{instance}.sock"
 
 
 class _Strict(BaseModel):
@@ -132,10 +141,6 @@ class ResourceSettings(_Strict):
                 f"socket_name {value!r} must be a plain file name other than {KUBELET_SOCKET_NAME}"
             )
         return value
-
-    @property
-    def socket(self) -> str:
-        return self.socket_name or default_socket_name(self.name)
 
 
 class DriverTimeouts(_Strict):
@@ -257,7 +262,7 @@ class Settings(BaseSettings):
         dupes = sorted({n for n in drivers if drivers.count(n) > 1})
         if dupes:
             raise ValueError(f"driver name(s) used twice: {', '.join(dupes)}")
-        sockets = [r.socket for r in self.resources]
+        sockets = [r.socket_name or default_socket_name(r.name) for r in self.resources]
         if len(set(sockets)) != len(sockets):
             raise ValueError("two resources share one socket_name")
         socket_dir = self.plugins_registry_dir if self.registration == "watcher" else self.device_plugins_dir

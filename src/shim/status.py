@@ -1,8 +1,44 @@
-"""`devshim status`: a running devshim's /status, rendered for a person."""
+"""What a running devshim is doing: collected for /status, rendered for `devshim status`."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from shim.model import Health
+
+if TYPE_CHECKING:
+    from shim.bootstrap import Served
+    from shim.driverhost import DriverHost
+
+
+def resource_status(served: Served) -> dict[str, Any]:
+    endpoint, devices = served.endpoint, served.service.devices
+    return {
+        "registered": endpoint.registered,
+        "negotiated": endpoint.negotiated or None,
+        "registrations": endpoint.registrations,
+        "socket": str(endpoint.socket_path),
+        **({"watcher": endpoint.watcher_status} if endpoint.watcher_mode else {}),
+        "devices": {
+            "Healthy": sum(d.health is Health.HEALTHY for d in devices),
+            "Unhealthy": sum(d.health is not Health.HEALTHY for d in devices),
+        },
+        "last_error": endpoint.last_error or None,
+    }
+
+
+def driver_status(driver: DriverHost) -> dict[str, Any]:
+    return {
+        "status": driver.status,
+        "pid": driver.process.pid if driver.process else None,
+        "resources": sorted(driver.sources),
+        "failures": driver.failures,
+        "last_failure": driver.last_failure or None,
+        "calls": {
+            m: {"ok": t.ok, "failed": t.failed, "last_error": t.last_error or None}
+            for m, t in sorted(driver.calls.items())
+        },  # fmt: skip
+    }
 
 
 def render_status(report: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ def test_the_demo_shows_every_step_with_the_sims_own_values() -> None:
     assert result.returncode == 0, result.stderr
     out = result.stdout
     expected = [
-        "registered example.com/demo-gpu (v1beta1) on devshim-example.com_demo-gpu.sock",
+        "registered example.com/demo-gpu (v1beta1) on devshim-example.com_demo-gpu-",
         "preferred allocation: yes, pre-start: yes",
         "gpu-a Healthy (NUMA 0)  gpu-b Healthy (NUMA 0)  gpu-c Healthy (NUMA 1)",
         "nic-0 Healthy  nic-1 Healthy",

@@ -112,13 +112,16 @@ def test_bad_settings_exit_2_with_a_clear_message(plugin_dir: Path, args: list[s
     assert list(plugin_dir.iterdir()) == []
 
 
-def test_a_regular_file_in_the_socket_path_is_refused_at_start(plugin_dir: Path) -> None:
-    """devshim will not delete a file that is not its socket; it exits 1 saying why."""
-    (plugin_dir / "devshim-example.com_foo.sock").write_text("someone's data")
-    result = run_devshim("run", "--device-plugins-dir", str(plugin_dir), "-r", "example.com/foo=1")
+def test_a_regular_file_in_the_socket_path_is_refused_at_start(plugin_dir: Path, tmp_path: Path) -> None:
+    """devshim will not delete a file that is not its socket (a configured socket_name); it exits
+    1 saying why."""
+    (plugin_dir / "foo.sock").write_text("someone's data")
+    config = tmp_path / "devshim.yaml"
+    config.write_text("resources: [{name: example.com/foo, socket_name: foo.sock, static: {count: 1}}]\n")
+    result = run_devshim("run", "--device-plugins-dir", str(plugin_dir), "--config", str(config))
     assert result.returncode == 1
     assert "is not a socket; refusing to replace it" in result.stderr
-    assert (plugin_dir / "devshim-example.com_foo.sock").read_text() == "someone's data"
+    assert (plugin_dir / "foo.sock").read_text() == "someone's data"
 
 
 def test_help_describes_run_and_its_options() -> None:

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.compat.kubelet import FakeKubelet
@@ -161,3 +166,82 @@ async def test_json_logs_are_one_object_per_line_naming_the_resource(
     registered = {r.get("resource"): r for r in records if "registered with the kubelet" in r["message"]}
     assert set(registered) >= {"example.com/foo", "example.com/life"}
     assert registered["example.com/life"]["driver"] == "life"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_status_metrics_and_probes_of_a_running_devshim(
+    plugin_dir: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`devshim status` reads the running process: resources, negotiated version, devices by
+    health, the driver (found on devshim's PATH by its bare name, with an empty environment) and
+    its calls; /readyz turns 200 once registered; /metrics counts the Allocate just made."""
+    if shutil.which("devshim-sim") is None:
+        pytest.skip("devshim-sim is not on PATH (the project is not installed in this environment)")
+    port = free_port()
+    monkeypatch.setenv("DEVSHIM_HTTP__PORT", str(port))
+    sim_config = json.dumps({"resources": [{"name": "example.com/st", "count": 2}]})
+    async with (
+        FakeKubelet(plugin_dir) as kubelet,
+        devshim(
+            *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
+            *("-r", "example.com/foo=3", "--driver", f"sim=devshim-sim --config-json '{sim_config}'"),
+        ) as proc,
+    ):
+        session = await kubelet.wait_for_plugin("example.com/st", timeout=30)
+        await session.allocate([(await session.wait_for_list())[0].id])
+        await kubelet.wait_for_registration("example.com/foo", timeout=30)
+        ready = await asyncio.to_thread(http_get, f"http://127.0.0.1:{port}/readyz")
+        assert ready == (200, "every resource is registered\n")
+        status = await asyncio.to_thread(
+            subprocess.run, [*DEVSHIM, "status", "--address", f"127.0.0.1:{port}"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert status.returncode == 0, status.stderr
+        assert (
+            "example.com/foo: registered as v1beta1, 1 registrations; 3 Healthy, 0 Unhealthy" in status.stdout
+        )
+        assert "example.com/st: registered as v1beta1" in status.stdout
+        assert "driver sim: up (pid " in status.stdout
+        raw = json.loads(
+            (
+                await asyncio.to_thread(
+                    subprocess.run,
+                    [*DEVSHIM, "status", "--json", "--address", f"127.0.0.1:{port}"],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
+            ).stdout  # fmt: skip
+        )
+        assert raw["drivers"]["sim"]["calls"]["allocate"]["ok"] == 1
+        code, metrics = await asyncio.to_thread(http_get, f"http://127.0.0.1:{port}/metrics")
+        assert code == 200
+        labels = 'code="OK",method="Allocate",resource="example.com/st",version="v1beta1"'
+        assert f"devshim_rpc_requests_total{{{labels}}} 1.0" in metrics
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.communicate(), 15)
+    assert proc.returncode == 0
+
+
+def test_status_without_a_running_devshim_says_so(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [*DEVSHIM, "status", "--address", f"127.0.0.1:{free_port()}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 1 and "no devshim answers at http://127.0.0.1:" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def http_get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()

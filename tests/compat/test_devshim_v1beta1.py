@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -54,7 +55,8 @@ async def test_registers_after_serving_with_upstream_fields(kubelet: FakeKubelet
     because devshim already serves: the fake kubelet dials the endpoint inside Register."""
     record = await kubelet.wait_for_registration(FOO)
     assert record.ok, record.error
-    assert (record.version, record.endpoint) == ("v1beta1", "devshim-example.com_foo.sock")
+    assert record.version == "v1beta1"
+    assert re.fullmatch(r"devshim-example\.com_foo-[0-9a-f]{6}\.sock", record.endpoint), record.endpoint
 
 
 async def test_register_request_carries_the_same_options_as_get_options(
@@ -258,9 +260,10 @@ async def test_a_deleted_socket_is_re_created_and_re_registered(
     plugin_dir: Path, kubelet: FakeKubelet, foo: tuple[StaticSource, PluginSession]
 ) -> None:
     """Deleting the plugin socket (what a restarting kubelet does) makes devshim serve anew and register."""
-    (plugin_dir / "devshim-example.com_foo.sock").unlink()
+    path = plugin_dir / foo[1].endpoint
+    path.unlink()
     await kubelet.wait_for_registration(FOO, count=2)
-    assert (plugin_dir / "devshim-example.com_foo.sock").exists()
+    assert path.exists()
 
 
 async def test_polling_notices_a_restart_when_inotify_is_off(plugin_dir: Path, kubelet: FakeKubelet) -> None:
@@ -278,7 +281,7 @@ async def test_the_socket_is_owner_only_and_serves_health_and_reflection(
     plugin_dir: Path, foo: tuple[StaticSource, PluginSession]
 ) -> None:
     """0600 socket; grpc.health.v1 reports SERVING for the plugin service; reflection lists it."""
-    path = plugin_dir / "devshim-example.com_foo.sock"
+    path = plugin_dir / foo[1].endpoint
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     async with grpc.aio.insecure_channel(f"unix:{path}") as channel:
         check = health_pb2_grpc.HealthStub(channel).Check
@@ -301,7 +304,7 @@ async def test_another_plugins_socket_is_left_alone(plugin_dir: Path, kubelet: F
         async with running_shim(plugin_dir, {FOO: {"count": 1}}):
             await kubelet.wait_for_registration(FOO)
         assert other.exists()
-        assert not (plugin_dir / "devshim-example.com_foo.sock").exists()
+        assert not list(plugin_dir.glob("devshim-example.com_foo-*.sock"))
 
 
 async def test_devshim_keeps_no_file_in_the_device_plugins_dir(
@@ -309,7 +312,7 @@ async def test_devshim_keeps_no_file_in_the_device_plugins_dir(
 ) -> None:
     """Kubelets up to 1.32 delete every regular file there, so devshim keeps only its socket."""
     names = sorted(p.name for p in plugin_dir.iterdir())
-    assert names == ["DEPRECATION", "devshim-example.com_foo.sock", "kubelet.sock"]  # DEPRECATION: kubelet
+    assert names == sorted(["DEPRECATION", foo[1].endpoint, "kubelet.sock"])  # DEPRECATION: the kubelet's
 
 
 async def test_device_list_change_under_many_watch_cycles_keeps_latest(

@@ -17,8 +17,6 @@ from tests.compat.kubelet.pluginregistration import RegistrationClient
 from tests.compat.kubelet.records import WATCHER
 from tests.compat.shim_fixtures import FOO, settings_for
 
-SOCKET = "devshim-example.com_foo.sock"
-
 
 @pytest.fixture
 def registry() -> Iterator[Path]:
@@ -52,7 +50,7 @@ async def test_the_plugin_watcher_finds_registers_and_lists_the_resource(
         assert [(n.registered, n.error) for n in kubelet.notifications][-1] == (True, "")
         assert shim.served[FOO].endpoint.watcher_status == "registered"
         assert sorted(p.name for p in plugin_dir.iterdir()) == ["DEPRECATION", "kubelet.sock"]
-        assert (registry / SOCKET).exists()
+        assert shim.served[FOO].endpoint.socket_path.exists()
 
 
 async def test_after_a_kubelet_restart_the_watcher_finds_devshim_again(
@@ -60,15 +58,15 @@ async def test_after_a_kubelet_restart_the_watcher_finds_devshim_again(
 ) -> None:
     """The restarted kubelet re-walks plugins_registry and reconnects to the same socket;
     devshim keeps serving it (the old ListAndWatch ending is not a reason to re-create it)."""
-    async with watcher_mode(plugin_dir, registry) as (kubelet, _):
+    async with watcher_mode(plugin_dir, registry) as (kubelet, shim):
         await kubelet.wait_for_registration(FOO)
-        before = sockets.identity(registry / SOCKET)
+        before = sockets.identity(shim.served[FOO].endpoint.socket_path)
         await kubelet.restart(CleanupMode.KUBELET_1_25)
         record = await kubelet.wait_for_registration(FOO, count=2)
         assert record.ok and record.path == WATCHER
         session = await kubelet.wait_for_plugin(FOO)
         assert len(await session.wait_for_list()) == 3
-        assert sockets.identity(registry / SOCKET) == before
+        assert sockets.identity(shim.served[FOO].endpoint.socket_path) == before
 
 
 async def test_a_refusal_from_the_watcher_is_answered_with_a_fresh_socket(
@@ -78,12 +76,12 @@ async def test_a_refusal_from_the_watcher_is_answered_with_a_fresh_socket(
     offers a new socket (the watcher only acts on new ones), which the kubelet registers."""
     async with watcher_mode(plugin_dir, registry) as (kubelet, shim):
         await kubelet.wait_for_registration(FOO)
-        before = sockets.identity(registry / SOCKET)
-        client = RegistrationClient(registry / SOCKET)
+        before = sockets.identity(shim.served[FOO].endpoint.socket_path)
+        client = RegistrationClient(shim.served[FOO].endpoint.socket_path)
         await client.connect()
         await client.notify(False, "simulated refusal", timeout=5)
         await client.close()
         assert shim.served[FOO].endpoint.watcher_status == "refused: simulated refusal"
         record = await kubelet.wait_for_registration(FOO, count=2, timeout=10)
         assert record.ok
-        assert sockets.identity(registry / SOCKET) != before
+        assert sockets.identity(shim.served[FOO].endpoint.socket_path) != before

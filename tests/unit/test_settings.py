@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from shim.settings import ConfigError, Settings, check_extended_resource_name
+from shim.settings import ConfigError, Settings, check_extended_resource_name, default_socket_name
 
 
 def static(count: int = 2) -> dict[str, object]:
@@ -18,7 +18,8 @@ def test_a_minimal_resource_gets_upstream_defaults() -> None:
     settings = Settings.load(resources=[{"name": "example.com/foo", **static()}])
     assert settings.device_plugins_dir == Path("/var/lib/kubelet/device-plugins")
     assert settings.kubelet_socket == Path("/var/lib/kubelet/device-plugins/kubelet.sock")
-    assert settings.resources[0].socket == "devshim-example.com_foo.sock"
+    assert settings.resources[0].socket_name is None  # devshim names it per instance:
+    assert default_socket_name("example.com/foo", "0a1b2c") == "devshim-example.com_foo-0a1b2c.sock"
 
 
 @pytest.mark.parametrize(

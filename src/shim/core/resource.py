@@ -30,6 +30,7 @@ from shim.model import (
     Health,
     PreferredAllocationRequest,
 )
+from shim.ops import metrics
 from shim.sources.base import DeviceSource
 
 
@@ -71,6 +72,7 @@ class ResourceService:
         if self._task:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        metrics.resource_stopped(self.name)
         await self.source.close()
 
     async def _follow_source(self) -> None:
@@ -94,6 +96,7 @@ class ResourceService:
         await self._latest.publish(devices)
         self._first_list.set()
         healthy = sum(d.health is Health.HEALTHY for d in devices)
+        metrics.devices(self.name, healthy, len(devices) - healthy)
         logger.debug("{}: {} devices, {} healthy", self.name, len(devices), healthy)
 
     # --- what the front end asks -----------------------------------------

@@ -30,6 +30,7 @@ from shim.driverhost.source import DriverSource
 from shim.errors import ShimError, SourceUnavailable
 from shim.inventory import InventoryStore
 from shim.model import Capabilities
+from shim.ops import metrics
 from shim.settings import DriverSettings
 from shim.sources.base import DeviceSource
 
@@ -173,6 +174,7 @@ class DriverHost:
     async def _after_failure(self, reason: str) -> None:
         self._ready.clear()
         self.failures += 1
+        metrics.driver_restarted(self.name)
         self.last_failure = reason
         self.status = f"restarting: {reason}"
         logger.error("driver {!r} failed: {}; its devices are Unhealthy until it is back", self.name, reason)
@@ -226,9 +228,11 @@ class DriverHost:
             result = await self._call(method, params)
         except ShimError as exc:
             tally.failed += 1
+            metrics.driver_call(self.name, method, ok=False)
             tally.last_error = str(exc)
             raise
         tally.ok += 1
+        metrics.driver_call(self.name, method, ok=True)
         return result
 
     async def _call(self, method: str, params: Any) -> Any:

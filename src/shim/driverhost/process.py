@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import signal
 import sys
 import time
@@ -54,7 +55,13 @@ class DriverProcess:
         self._tasks: list[asyncio.Task[Any]] = []
 
     async def start(self) -> None:
-        argv = self.settings.command
+        program, *args = self.settings.command
+        # A bare name is looked up on devshim's own PATH: the driver's environment is exactly its
+        # configured env, often without PATH, and `command: [devshim-sim, ...]` should still work.
+        found = program if "/" in program else shutil.which(program)
+        if found is None:
+            raise DriverFailed(f"cannot start {program!r}: not found on devshim's PATH")
+        argv = [found, *args]
         try:
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable, "-I", "-S", "-c", LAUNCHER, *argv,

@@ -25,6 +25,7 @@ from shim.model import (
     Device,
     PreferredAllocationRequest,
 )
+from shim.ops import metrics
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -97,8 +98,9 @@ class CommonServicer:
     pb: ModuleType  # the version's generated messages
     to_options: Callable[[Capabilities], Any]  # the version's DevicePluginOptions from capabilities
 
-    def __init__(self, resource: ResourceService, on_stream_end: Callable[[], None]) -> None:
+    def __init__(self, resource: ResourceService, on_stream_end: Callable[[], None], version: str) -> None:
         self._resource = resource
+        self._version = version
         self._on_stream_end = on_stream_end
         self._retired = False
 
@@ -118,6 +120,7 @@ class CommonServicer:
         try:
             async for devices in self._resource.watch():
                 yield list_from_model(self.pb, devices)
+                metrics.list_sent(self._resource.name, self._version)
         finally:
             if not self._retired:
                 # The kubelet ended the stream: it restarted or dropped us.
@@ -169,7 +172,7 @@ class VersionApi:
     def add_services(
         self, server: grpc.aio.Server, resource: ResourceService, on_stream_end: Callable[[], None]
     ) -> CommonServicer:
-        servicer = self._servicer(resource, on_stream_end)
+        servicer = self._servicer(resource, on_stream_end, self.name)
         self._pb_grpc.add_DevicePluginServicer_to_server(servicer, server)
         return servicer
 

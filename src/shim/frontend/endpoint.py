@@ -28,7 +28,10 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 from shim.core.resource import ResourceService
 from shim.frontend import sockets
 from shim.frontend.api import ApiVersion, ServedVersion
+from shim.frontend.handover import Handover
 from shim.frontend.pluginregistration import add_registration_service
+from shim.ops import metrics
+from shim.ops.rpc import RpcMetrics
 from shim.settings import KUBELET_SOCKET_NAME
 
 # The kubelet dials the plugin inside Register and gives up after 10 s
@@ -60,10 +63,14 @@ class PluginEndpoint:
         socket_name: str,
         backoff_max_s: float = 5.0,
         plugins_registry: Path | None = None,
+        handover: Handover | None = None,
     ) -> None:
         """``plugins_registry`` given: register through the kubelet's plugin watcher (a
-        registration socket there) instead of calling Register on kubelet.sock."""
+        registration socket there) instead of calling Register on kubelet.sock. ``handover``:
+        take the resource over from another devshim instance first, and let go when asked."""
         self.resource = resource
+        self._handover = handover
+        self.handed_over = asyncio.Event()
         # The versions offered, newest first: one socket hosts each one's DevicePlugin service.
         self.apis = tuple(apis)
         self.negotiated = ""  # the version the kubelet registered us with, last time
@@ -95,10 +102,15 @@ class PluginEndpoint:
 
     def check_files(self, name: str | None = None) -> None:
         """React to a directory change (``name`` None: anything may have changed)."""
+        if self._handover is not None and not self.handed_over.is_set() and self._handover.asked(name):
+            logger.info("{}: another devshim instance takes it over; letting go", self.resource.name)
+            self.handed_over.set()
+            self._restart.set()
+            return
         if name not in (None, KUBELET_SOCKET_NAME, self.socket_path.name) or self._server is None:
             return
         if sockets.identity(self.socket_path) != self._socket_identity:
-            self._request_restart("our socket was deleted or replaced")
+            self._request_restart("socket_removed", "our socket was deleted or replaced")
         if self.watcher_mode:
             return
         kubelet = sockets.identity(self.kubelet_socket)
@@ -106,7 +118,7 @@ class PluginEndpoint:
             if kubelet != self._attempted_with:
                 self._kubelet_seen.set()
             if self._registered_with is not None and kubelet != self._registered_with:
-                self._request_restart("kubelet.sock was re-created")
+                self._request_restart("kubelet_socket_recreated", "kubelet.sock was re-created")
 
     def _on_stream_end(self) -> None:
         if self.watcher_mode:
@@ -114,18 +126,20 @@ class PluginEndpoint:
             # plugins_registry after a restart); keep serving for its next connection.
             logger.info("{}: the kubelet ended ListAndWatch; serving on for its return", self.resource.name)
         elif self._registered_with is not None:
-            self._request_restart("the kubelet ended ListAndWatch")
+            self._request_restart("stream_ended", "the kubelet ended ListAndWatch")
 
     def _on_watcher_status(self, registered: bool, error: str) -> None:
         self.watcher_status = "registered" if registered else f"refused: {error}"
+        metrics.registration(self.resource.name, "", registered)  # the watcher does not say which version
         if registered:
             self.registrations += 1
         else:
             # The watcher only acts on new sockets: offer a fresh one after a pause.
-            self._request_restart(f"the plugin watcher refused it ({error})", pause=True)
+            self._request_restart("watcher_refused", f"the plugin watcher refused it ({error})", pause=True)
 
-    def _request_restart(self, reason: str, pause: bool = False) -> None:
+    def _request_restart(self, cause: metrics.RestartReason, reason: str, pause: bool = False) -> None:
         if not self._restart.is_set():
+            metrics.restart_noticed(self.resource.name, cause)
             logger.info("{}: {}; registering again", self.resource.name, reason)
             self._pause_before_serving = pause
             self._restart.set()
@@ -141,10 +155,16 @@ class PluginEndpoint:
         while True:
             self._restart.clear()
             self._registered_with = None
+            if self.handed_over.is_set():
+                # Close our streams now, before the new instance registers (frontend/handover.py).
+                await self._close_server()
+                return
             if self._pause_before_serving:
                 self._pause_before_serving = False
                 await asyncio.sleep(self._backoff_max_s)
             try:
+                if self._handover is not None:
+                    await self._handover.take_over()
                 await self._serve_fresh()
                 if not self.watcher_mode:
                     await self._register_with_retry()
@@ -165,7 +185,7 @@ class PluginEndpoint:
         # registration (kubernetes/kubernetes#121994).
         await self._close_server()
         sockets.clear_stale_socket(self.socket_path)
-        server = grpc.aio.server()
+        server = grpc.aio.server(interceptors=[RpcMetrics(self.resource.name)])
         self._served = [api.add_services(server, self.resource, self._on_stream_end) for api in self.apis]
         names = [name for api in self.apis for name in api.service_names]
         health_servicer = health_aio.HealthServicer()
@@ -224,6 +244,8 @@ class PluginEndpoint:
         self.last_error = ""
         self.registrations += 1
         self.negotiated = version
+        metrics.registration(self.resource.name, version, ok=True)
+        metrics.negotiated(self.resource.name, version)
         logger.info(
             "{}: registered with the kubelet as {} ({} ms)",
             self.resource.name,
@@ -242,6 +264,7 @@ class PluginEndpoint:
             except grpc.aio.AioRpcError as exc:
                 if not _version_refused(exc) or api is self.apis[-1]:
                     self.last_error = f"Register ({api.name}): {exc.code().name}: {exc.details()}"
+                    metrics.registration(self.resource.name, api.name, ok=False)
                     logger.warning(
                         "{}: Register ({}) failed: {}: {}",
                         self.resource.name,
@@ -273,3 +296,4 @@ class PluginEndpoint:
 
     async def close(self) -> None:
         await self._close_server()
+        metrics.endpoint_closed(self.resource.name)

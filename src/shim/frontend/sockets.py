@@ -27,7 +27,8 @@ def identity(path: Path) -> FileIdentity | None:
     return (st.st_dev, st.st_ino, st.st_ctime_ns)
 
 
-def _answers(path: Path) -> bool:
+def answers(path: Path) -> bool:
+    """Something accepts connections on the socket at ``path``."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(1.0)
         try:
@@ -50,7 +51,7 @@ def clear_stale_socket(path: Path) -> None:
         return
     if not stat.S_ISSOCK(mode):
         raise SocketInUse(f"{path} exists and is not a socket; refusing to replace it")
-    if _answers(path):
+    if answers(path):
         raise SocketInUse(f"another process is serving on {path}; is a second devshim running?")
     with contextlib.suppress(FileNotFoundError):
         path.unlink()

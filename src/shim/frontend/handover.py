@@ -1,0 +1,97 @@
+"""Handing a resource over between two devshim instances on one node (a rolling update).
+
+Each instance serves a resource on a socket of its own, ``devshim-<resource>-<instance>.sock``.
+A new instance that finds a live socket of another instance for the same resource asks it to let
+go, by creating ``devshim-<resource>-<instance>.handover`` beside the sockets, and waits for the
+other socket to disappear (at most ``timeout_s``: an old devshim without handover, or a hung one,
+does not hold the node hostage) before it serves and registers. The old instance, seeing the
+request, closes its streams and server and stops registering that resource. So the old stream has
+always ended before the new registration arrives, which kubelets before kubernetes PR #135437
+need: there a replaced stream that ends late tears down the new registration (#121994).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from pathlib import Path
+
+from loguru import logger
+
+from shim.frontend import sockets
+
+SUFFIX = ".handover"
+# A request older than this is a leftover of an instance that died mid-handover.
+FRESH_S = 30.0
+
+
+class Handover:
+    """The handover of one resource's socket, seen from one instance.
+
+    ``prefix``: the resource's socket name without instance and extension
+    (``devshim-example.com_gpu``); ``instance``: this instance's id.
+    """
+
+    def __init__(self, socket_dir: Path, prefix: str, instance: str, timeout_s: float = 10.0) -> None:
+        self.socket_dir = socket_dir
+        self.prefix = prefix
+        self.instance = instance
+        self.timeout_s = timeout_s
+        self.request = socket_dir / f"{prefix}-{instance}{SUFFIX}"
+
+    @property
+    def socket_name(self) -> str:
+        return f"{self.prefix}-{self.instance}.sock"
+
+    def _others(self) -> list[Path]:
+        mine = self.socket_name
+        return [p for p in self.socket_dir.glob(f"{self.prefix}-*.sock") if p.name != mine]
+
+    def live_peers(self) -> list[Path]:
+        """Other instances' sockets for this resource that answer; dead ones are removed."""
+        live = []
+        for path in self._others():
+            if sockets.answers(path):
+                live.append(path)
+            else:  # a crashed instance's leftover: nobody serves it, the kubelet has no use for it
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        return live
+
+    async def take_over(self) -> None:
+        """Ask every live peer to let go of the resource and wait until they have (or time out)."""
+        peers = self.live_peers()
+        if not peers:
+            return
+        logger.info("handover: asking {} to let go", ", ".join(p.name for p in peers))
+        self.request.touch()
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            while any(p.exists() for p in peers):
+                if time.monotonic() > deadline:
+                    logger.warning(
+                        "handover: {} still there after {:g} s; registering anyway",
+                        ", ".join(p.name for p in peers if p.exists()),
+                        self.timeout_s,
+                    )
+                    return
+                await asyncio.sleep(0.05)
+            logger.info("handover: the previous instance let go")
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                self.request.unlink()
+
+    def asked(self, name: str | None) -> bool:
+        """Another instance asks us to let go: ``name`` (a file just created beside our socket) is
+        a fresh request, or, with ``name`` None (a polling watcher), one is there."""
+        if name is None:
+            return any(self.asked(p.name) for p in self.socket_dir.glob(f"{self.prefix}-*{SUFFIX}"))
+        if not name.startswith(f"{self.prefix}-") or not name.endswith(SUFFIX) or name == self.request.name:
+            return False
+        try:
+            age = time.time() - os.stat(self.socket_dir / name).st_mtime
+        except FileNotFoundError:
+            return False
+        return age < FRESH_S

@@ -1,0 +1,1 @@
+"""Observability: Prometheus metrics and the HTTP probes (/metrics, /healthz, /readyz, /status)."""

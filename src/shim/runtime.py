@@ -1,0 +1,82 @@
+"""The devshim process around a Shim: signals, SIGHUP reload and the ops endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import AsyncIterator, Callable
+
+from loguru import logger
+
+from shim import logs
+from shim.bootstrap import Shim
+from shim.ops.http import OpsServer
+from shim.settings import ConfigError, Settings
+
+
+async def run(settings: Settings, reload: Callable[[], Settings] | None = None) -> None:
+    """Serve until SIGTERM or SIGINT, then stop drivers, remove our sockets and return. On
+    SIGHUP, `reload()` reads the settings again and the Shim applies them; a config that does
+    not load is logged and changes nothing."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    hangup = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, hangup.set)
+    async with Shim(settings) as shim, _ops_server(shim):
+        serving = asyncio.create_task(shim.wait())
+        stopping = asyncio.create_task(stop.wait())
+        reloading = asyncio.create_task(_reload_on_hangup(shim, hangup, reload))
+        try:
+            await asyncio.wait({serving, stopping, reloading}, return_when=asyncio.FIRST_COMPLETED)
+            if serving.done():
+                serving.result()
+            if reloading.done():
+                reloading.result()
+            logger.info("signal received; shutting down")
+        finally:
+            for task in (serving, stopping, reloading):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving
+
+
+@contextlib.asynccontextmanager
+async def _ops_server(shim: Shim) -> AsyncIterator[None]:
+    """/metrics, /healthz, /readyz and /status while serving. A port that cannot be bound is
+    logged, not fatal: the node's devices matter more than their metrics (the readiness probe
+    then fails, which shows it)."""
+    http = shim.settings.http
+    server = OpsServer(http.host, http.port, ready=shim.ready, status=shim.status) if http.enabled else None
+    if server is not None:
+        try:
+            await server.start()
+            logger.info("ops endpoint on {}:{} (/metrics /healthz /readyz /status)", http.host, server.port)
+        except OSError as exc:
+            logger.error("ops endpoint: cannot listen on {}:{}: {}", http.host, http.port, exc)
+            server = None
+    try:
+        yield
+    finally:
+        if server is not None:
+            await server.stop()
+
+
+async def _reload_on_hangup(shim: Shim, hangup: asyncio.Event, reload: Callable[[], Settings] | None) -> None:
+    while True:
+        await hangup.wait()
+        hangup.clear()
+        if reload is None:
+            logger.warning("SIGHUP: nothing to reload from")
+            continue
+        try:
+            new = reload()
+        except ConfigError as exc:
+            logger.error("SIGHUP: the new config is not used, nothing changed: {}", exc)
+            continue
+        logger.info("SIGHUP: reloading the config")
+        if (new.log_level, new.log_format) != (shim.settings.log_level, shim.settings.log_format):
+            logs.setup(new.log_level, new.log_format)
+        await shim.reload(new)

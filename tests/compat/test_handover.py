@@ -1,0 +1,72 @@
+"""devshim's own upgrade: a second devshim process takes the node's resources over from the first
+(a DaemonSet rolling update), against kubelets with and without the late-stream race (#121994)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.compat.kubelet import FakeKubelet
+from tests.compat.test_devshim_command import start_devshim
+
+LIFECYCLE = str(Path(__file__).with_name("drivers") / "lifecycle.py")
+EXPECTED = {"example.com/foo": 3, "example.com/life": 4}  # a static resource and a driver's
+
+
+def has_count(count: int, devices: tuple[object, ...]) -> bool:
+    return len(devices) == count
+
+
+def args(plugin_dir: Path, state_dir: Path) -> list[str]:
+    return [
+        *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
+        *("-r", "example.com/foo=3", "--driver", f"life={sys.executable} {LIFECYCLE}"),
+    ]
+
+
+@pytest.mark.parametrize("profile", ["1.25-1.32", "1.33+", "next"])
+async def test_a_new_devshim_takes_over_without_a_list_ever_lacking_a_device(
+    plugin_dir: Path, state_dir: Path, profile: str
+) -> None:
+    """The new instance asks the old one to let go, the old one closes its streams, only then does
+    the new one register; the old one exits on SIGTERM without touching the new one's sockets. The
+    kubelet ends with a live registration of the new instance, and no list it received (before,
+    during or after) lacks a device."""
+    procs: list[asyncio.subprocess.Process] = []
+    async with FakeKubelet(plugin_dir, profile=profile) as kubelet:
+        try:
+            procs.append(old := await start_devshim(*args(plugin_dir, state_dir)))
+            old_sessions = {r: await kubelet.wait_for_plugin(r, timeout=30) for r in EXPECTED}
+            for resource, count in EXPECTED.items():
+                await old_sessions[resource].wait_for_list(functools.partial(has_count, count))
+
+            procs.append(await start_devshim(*args(plugin_dir, state_dir)))
+            for resource in EXPECTED:
+                await kubelet.wait_for_registration(resource, count=2, timeout=30)
+            new_sessions = {r: kubelet.plugin(r) for r in EXPECTED}
+            for resource, session in new_sessions.items():
+                assert session.endpoint != old_sessions[resource].endpoint
+                # The old stream had ended before the new registration (else it is torn down).
+                assert old_sessions[resource].stream_ended.is_set()
+
+            old.send_signal(signal.SIGTERM)
+            _, old_err = await asyncio.wait_for(old.communicate(), 20)
+            assert old.returncode == 0, old_err.decode()
+            await asyncio.sleep(1.0)  # time for a late teardown to show
+            for resource, count in EXPECTED.items():
+                session = kubelet.plugin(resource)
+                assert session is new_sessions[resource] and not session.stream_ended.is_set(), session
+                assert (plugin_dir / session.endpoint).exists()
+                for listed in [*old_sessions[resource].lists, *session.lists]:
+                    assert len(listed) == count, (resource, listed)
+            assert (await kubelet.plugin("example.com/foo").allocate(["dev0"])) is not None
+        finally:
+            for proc in procs:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.communicate()

@@ -1,0 +1,112 @@
+"""The ops HTTP server: probes and /status from a real devshim, and what it does with bad requests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from shim.bootstrap import Shim
+from shim.ops.http import MAX_HEAD_BYTES, OpsServer
+from tests.compat.kubelet import FakeKubelet
+from tests.compat.shim_fixtures import running_shim
+from tests.ops.scrape import Samples, ops_for, raw, request
+
+NAME = "example.com/ops-http"
+
+
+@pytest.fixture
+async def shim(plugin_dir: Path) -> AsyncIterator[Shim]:
+    """A devshim serving one static resource, no kubelet (tests start one when they need it)."""
+    async with running_shim(plugin_dir, {NAME: {"count": 2}}, register_backoff_max_s=0.2) as (shim, _):
+        yield shim
+
+
+@pytest.fixture
+async def ops(shim: Shim) -> AsyncIterator[OpsServer]:
+    async with ops_for(shim) as server:
+        yield server
+
+
+async def test_readyz_is_503_naming_the_resource_until_the_kubelet_registers_it(
+    plugin_dir: Path, shim: Shim, ops: OpsServer
+) -> None:
+    """Not ready while no kubelet has the resource (the reason names it); 200 once registered."""
+    waiting = await request(ops.port, "/readyz")
+    async with FakeKubelet(plugin_dir) as kubelet:
+        await kubelet.wait_for_registration(NAME)
+        ready = await request(ops.port, "/readyz")
+    assert (waiting.status, waiting.body.decode()) == (503, f"not registered: {NAME}\n")
+    assert (ready.status, ready.body.decode()) == (200, "every resource is registered\n")
+
+
+async def test_healthz_status_and_metrics_answer_with_their_content_types(ops: OpsServer) -> None:
+    """/healthz says ok, /status is the shim's status as JSON, /metrics is Prometheus text."""
+    health = await request(ops.port, "/healthz")
+    status = await request(ops.port, "/status")
+    metrics = await request(ops.port, "/metrics?debug=1")  # a query string is ignored
+    assert (health.status, health.body) == (200, b"ok\n")
+    assert status.status == 200 and status.headers["content-type"] == "application/json"
+    assert json.loads(status.body)["resources"][NAME]["devices"] == {"Healthy": 2, "Unhealthy": 0}
+    assert metrics.headers["content-type"] == CONTENT_TYPE_LATEST
+    assert Samples(metrics.body.decode()).get("devshim_devices", resource=NAME, health="Healthy") == 2
+    for reply in (health, status, metrics):
+        assert reply.headers["connection"] == "close"
+        assert int(reply.headers["content-length"]) == len(reply.body)
+
+
+async def test_head_gets_the_headers_without_the_body(ops: OpsServer) -> None:
+    """HEAD answers like GET, Content-Length included, and sends no body."""
+    answer = await raw(ops.port, b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"Content-Length: 3\r\n" in answer
+    assert answer.endswith(b"\r\n\r\n")
+
+
+async def test_unknown_paths_are_404_and_other_methods_405(ops: OpsServer) -> None:
+    """Only the four paths exist, and only GET and HEAD are allowed on them."""
+    missing = await request(ops.port, "/nope")
+    posted = await request(ops.port, "/metrics", method="POST")
+    assert missing.status == 404
+    assert posted.status == 405 and posted.headers["allow"] == "GET, HEAD"
+
+
+@pytest.mark.parametrize(
+    ("data", "status"),
+    [
+        pytest.param(b"\x00\xff\x13garbage\r\n\r\n", b"400", id="garbage"),
+        pytest.param(b"GET\r\n\r\n", b"400", id="no-path"),
+        pytest.param(b"GET /healthz SPDY/3\r\n\r\n", b"400", id="not-http"),
+        pytest.param(
+            b"GET /healthz HTTP/1.1\r\nX: " + b"a" * MAX_HEAD_BYTES + b"\r\n\r\n", b"431", id="huge"
+        ),
+    ],
+)
+async def test_a_malformed_request_gets_an_error_and_the_server_answers_on(
+    ops: OpsServer, data: bytes, status: bytes
+) -> None:
+    """A bad request line or an oversized head is refused with its status; the next request,
+    and one from a client that hung up at once, change nothing."""
+    answer = await raw(ops.port, data)
+    assert answer.startswith(b"HTTP/1.1 " + status + b" ")
+    _, writer = await asyncio.open_connection("127.0.0.1", ops.port)
+    writer.close()
+    assert (await request(ops.port, "/healthz")).status == 200
+
+
+async def test_stop_does_not_wait_for_a_client_that_never_sends(shim: Shim) -> None:
+    """A silent open connection cannot hold up devshim's shutdown."""
+    server = OpsServer("127.0.0.1", 0, ready=shim.ready, status=shim.status)
+    await server.start()
+    port = server.port
+    assert port != 0
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    await asyncio.sleep(0.05)
+    await asyncio.wait_for(server.stop(), 2)
+    writer.close()
+    with pytest.raises(ConnectionRefusedError):
+        await asyncio.open_connection("127.0.0.1", port)
