@@ -188,4 +188,4 @@ async def test_an_invalid_config_exits_2_naming_the_field(tmp_path: Path) -> Non
     config.write_text("groups:\n  - resource: serial\n    paths: [/dev/ttyUSB*]\n    cout: 2\n")
     driver = await DriverProcess.start(*DEVFS, "--config", str(config))
     assert await driver.finish() == 2
-    assert "groups.0.resource" in driver.stderr and "groups.0.cout" in driver.stderr
+    assert "groups[0].resource" in driver.stderr and "groups[0].cout" in driver.stderr
