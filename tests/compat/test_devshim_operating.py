@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import yaml
 
@@ -159,6 +160,8 @@ async def test_json_logs_are_one_object_per_line_naming_the_resource(
     ):
         await kubelet.wait_for_registration("example.com/foo", timeout=30)
         await kubelet.wait_for_registration("example.com/life", timeout=30)
+        with pytest.raises(grpc.aio.AioRpcError):  # an unknown device: refused, and logged
+            await (await kubelet.wait_for_plugin("example.com/foo")).allocate(["no-such-device"])
         proc.send_signal(signal.SIGTERM)
         _, stderr = await asyncio.wait_for(proc.communicate(), 15)
     records = [json.loads(line) for line in stderr.decode().splitlines()]
@@ -166,6 +169,8 @@ async def test_json_logs_are_one_object_per_line_naming_the_resource(
     registered = {r.get("resource"): r for r in records if "registered with the kubelet" in r["message"]}
     assert set(registered) >= {"example.com/foo", "example.com/life"}
     assert registered["example.com/life"]["driver"] == "life"
+    refused = [r for r in records if "no-such-device" in r["message"]]
+    assert refused and refused[0]["resource"] == "example.com/foo" and refused[0]["version"] == "v1beta1"
 
 
 def free_port() -> int:

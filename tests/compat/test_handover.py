@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import shutil
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -29,16 +31,26 @@ def args(plugin_dir: Path, state_dir: Path) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("profile", ["1.25-1.32", "1.33+", "next"])
+@pytest.mark.parametrize(
+    ("profile", "registration"),
+    [("1.25-1.32", "classic"), ("1.33+", "classic"), ("next", "classic"), ("1.33+", "watcher")],
+)
 async def test_a_new_devshim_takes_over_without_a_list_ever_lacking_a_device(
-    plugin_dir: Path, state_dir: Path, profile: str
-) -> None:
+    plugin_dir: Path, state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, profile: str,
+    registration: str,
+) -> None:  # fmt: skip
     """The new instance asks the old one to let go, the old one closes its streams, only then does
     the new one register; the old one exits on SIGTERM without touching the new one's sockets. The
     kubelet ends with a live registration of the new instance, and no list it received (before,
     during or after) lacks a device."""
     procs: list[asyncio.subprocess.Process] = []
-    async with FakeKubelet(plugin_dir, profile=profile) as kubelet:
+    registry = None
+    if registration == "watcher":
+        registry = Path(tempfile.mkdtemp(prefix="ds-reg-", dir="/tmp"))  # short: socket paths
+        monkeypatch.setenv("DEVSHIM_REGISTRATION", "watcher")
+        monkeypatch.setenv("DEVSHIM_PLUGINS_REGISTRY_DIR", str(registry))
+    socket_dir = registry or plugin_dir
+    async with FakeKubelet(plugin_dir, profile=profile, plugins_registry=registry) as kubelet:
         try:
             procs.append(old := await start_devshim(*args(plugin_dir, state_dir)))
             old_sessions = {r: await kubelet.wait_for_plugin(r, timeout=30) for r in EXPECTED}
@@ -61,7 +73,7 @@ async def test_a_new_devshim_takes_over_without_a_list_ever_lacking_a_device(
             for resource, count in EXPECTED.items():
                 session = kubelet.plugin(resource)
                 assert session is new_sessions[resource] and not session.stream_ended.is_set(), session
-                assert (plugin_dir / session.endpoint).exists()
+                assert (socket_dir / Path(session.endpoint).name).exists()
                 for listed in [*old_sessions[resource].lists, *session.lists]:
                     assert len(listed) == count, (resource, listed)
             assert (await kubelet.plugin("example.com/foo").allocate(["dev0"])) is not None
@@ -70,3 +82,5 @@ async def test_a_new_devshim_takes_over_without_a_list_ever_lacking_a_device(
                 if proc.returncode is None:
                     proc.kill()
                     await proc.communicate()
+            if registry is not None:
+                shutil.rmtree(registry, ignore_errors=True)

@@ -1,4 +1,5 @@
-"""Counts and times every kubelet-facing device-plugin RPC, with the status code the kubelet got.
+"""Counts and times every kubelet-facing device-plugin RPC, with the status code the kubelet got,
+and binds the API version to the log lines the call writes.
 
 A server interceptor, not code in each handler: it sees every version's DevicePlugin methods
 (v1beta2's Deallocate and PostStopContainer too) and the final status, whichever way a
@@ -13,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from loguru import logger
 
 from shim.ops import metrics
 
@@ -57,7 +59,8 @@ class RpcMetrics(_Interceptor):
             started = time.perf_counter()
             code = "UNKNOWN"  # what grpc answers for an exception that is not an abort
             try:
-                response = await behavior(request, context)
+                with logger.contextualize(version=version):  # on every log line of the call
+                    response = await behavior(request, context)
                 code = _name(context.code()) or "OK"
                 return response
             except asyncio.CancelledError:
