@@ -198,7 +198,7 @@ def test_shipped_config_loads_and_lies_on_the_host_paths(
         assert volume["hostPath"]["path"] == mount["mountPath"], path
         assert not (writes and mount.get("readOnly", False)), path
     for driver in settings.drivers:
-        # No PATH reaches a driver (its environment is exactly `env`): the image's absolute path.
+        # The shipped configs name the image's absolute paths, which must exist in the image.
         program = driver.command[0]
         assert program.startswith(IMAGE_VENV_BIN) and program[len(IMAGE_VENV_BIN) :] in PROJECT["scripts"]
         for arg in driver.command[1:]:

@@ -176,3 +176,15 @@ def test_every_problem_is_one_line_with_its_yaml_location(tmp_path: Path) -> Non
     assert any(line.startswith("  resources[1].name: ") for line in lines)
     assert any(line.startswith("  resources[1].static.count: ") for line in lines)
     assert "  drivers[0].command: Field required" in lines
+
+
+def test_the_example_in_docs_configuration_md_is_valid(tmp_path: Path) -> None:
+    """The documented example is a settings file devshim accepts, with every key it shows."""
+    text = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    example = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    config = tmp_path / "devshim.yaml"
+    config.write_text(example)
+    settings = Settings.load(config)
+    assert settings.http.port == 9477 and settings.log_format == "text"
+    assert [d.name for d in settings.drivers] == ["sim"]
+    assert [r.name for r in settings.resources] == ["example.com/foo", "example.com/bar"]

@@ -1,0 +1,81 @@
+"""docs/operations.md's "Try it on one machine first", as a new user would type it: the config it
+shows, check-config, devshim run, the fake kubelet from the command line, status and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.compat.test_devshim_command import DEVSHIM
+
+DOC = Path(__file__).parents[2] / "docs" / "operations.md"
+
+
+def documented_config() -> str:
+    section = DOC.read_text().split("## Try it on one machine first", 1)[1].split("\n## ", 1)[0]
+    match = re.search(r"cat > /tmp/devshim.yaml <<'EOF'\n(.*?)\nEOF\n", section, re.S)
+    assert match, "the walkthrough's config is gone from docs/operations.md"
+    return match.group(1)
+
+
+async def test_the_walkthrough_in_docs_operations_md_works(
+    tmp_path: Path, plugin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "devshim.yaml"
+    text = (
+        documented_config()
+        .replace("/tmp/dp", str(plugin_dir))
+        .replace("/tmp/devshim-state", str(tmp_path / "s"))
+    )
+    config.write_text(text)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("DEVSHIM_HTTP__PORT", str(port))
+
+    checked = subprocess.run(
+        [*DEVSHIM, "check-config", str(config)], capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0 and "valid; serves driver sim" in checked.stdout, checked.stderr
+    pipe = asyncio.subprocess.PIPE
+    shim = await asyncio.create_subprocess_exec(
+        *DEVSHIM, "run", "--config", str(config), stdout=pipe, stderr=pipe
+    )
+    kubelet = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "devshim_compat.serve", str(plugin_dir), stdout=pipe, stderr=pipe
+    )
+    try:
+        assert kubelet.stdout is not None
+        seen: list[str] = []
+        while not any("4 devices" in line for line in seen):
+            seen.append((await asyncio.wait_for(kubelet.stdout.readline(), 30)).decode())
+        assert any("example.com/sim: registered (v1beta1" in line for line in seen), seen
+        status = await asyncio.to_thread(
+            subprocess.run, [*DEVSHIM, "status"], capture_output=True, text=True, timeout=30
+        )
+        assert (
+            "example.com/sim: registered as v1beta1, 1 registrations; 4 Healthy, 0 Unhealthy" in status.stdout
+        )
+        assert "driver sim: up" in status.stdout
+        with urllib.request.urlopen(f"http://localhost:{port}/metrics", timeout=5) as response:
+            metrics = response.read().decode()
+        assert 'devshim_devices{health="Healthy",resource="example.com/sim"} 4.0' in metrics
+        assert "_created" not in metrics
+    finally:
+        for proc in (shim, kubelet):
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    await asyncio.wait_for(proc.communicate(), 15)
+                except TimeoutError:
+                    proc.kill()
+                    await proc.communicate()
+    assert shim.returncode == 0
