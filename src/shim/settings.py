@@ -8,11 +8,13 @@ Later issues extend these classes rather than inventing flags per feature.
 from __future__ import annotations
 
 import re
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 # Upstream constants (deviceplugin/v1beta1/constants.go).
@@ -287,8 +289,8 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Flags (init) over environment; the config file is merged in load().
-        return (init_settings, env_settings)
+        # Flags (init) over the environment over the config file (load() hands it over).
+        return (init_settings, env_settings, _FileSource(settings_cls))
 
     @classmethod
     def load(
@@ -304,15 +306,31 @@ class Settings(BaseSettings):
         that are not None replace the file's values.
         """
         data: dict[str, Any] = read_config_file(config_file) if config_file else {}
-        data.update({k: v for k, v in overrides.items() if v is not None})
         if extra_resources:
             data["resources"] = [*data.get("resources", []), *extra_resources]
         if extra_drivers:
             data["drivers"] = [*data.get("drivers", []), *extra_drivers]
+        token = _FILE_DATA.set(data)
         try:
-            return cls(**data)
+            return cls(**{k: v for k, v in overrides.items() if v is not None})
         except ValidationError as exc:
             raise ConfigError(format_validation_error(exc, config_file)) from None
+        finally:
+            _FILE_DATA.reset(token)
+
+
+# The config file's contents while load() builds a Settings (pydantic-settings asks each source).
+_FILE_DATA: ContextVar[dict[str, Any] | None] = ContextVar("devshim_config_file", default=None)
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """The config file as the lowest-priority settings source, below the environment."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return (_FILE_DATA.get() or {}).get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_FILE_DATA.get() or {})
 
 
 def read_config_file(path: Path) -> dict[str, Any]:

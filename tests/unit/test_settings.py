@@ -178,8 +178,26 @@ def test_every_problem_is_one_line_with_its_yaml_location(tmp_path: Path) -> Non
     assert "  drivers[0].command: Field required" in lines
 
 
-def test_the_example_in_docs_configuration_md_is_valid(tmp_path: Path) -> None:
+def test_the_environment_overrides_the_file_and_flags_override_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """File < DEVSHIM_* < flags, nested fields merged key by key (a ConfigMap plus a pod's env)."""
+    config = tmp_path / "devshim.yaml"
+    config.write_text("poll_interval_s: 2\nhttp: {host: 127.0.0.5, port: 9000}\nlog_level: DEBUG\n")
+    monkeypatch.setenv("DEVSHIM_POLL_INTERVAL_S", "0.5")
+    monkeypatch.setenv("DEVSHIM_HTTP__PORT", "1234")
+    monkeypatch.setenv("DEVSHIM_LOG_LEVEL", "WARNING")
+    settings = Settings.load(config, log_level="ERROR")
+    assert settings.poll_interval_s == 0.5
+    assert (settings.http.host, settings.http.port) == ("127.0.0.5", 1234)
+    assert settings.log_level == "ERROR"
+
+
+def test_the_example_in_docs_configuration_md_is_valid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The documented example is a settings file devshim accepts, with every key it shows."""
+    monkeypatch.delenv("DEVSHIM_HTTP__PORT", raising=False)
     text = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
     example = text.split("```yaml\n", 1)[1].split("```", 1)[0]
     config = tmp_path / "devshim.yaml"
