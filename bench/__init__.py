@@ -1,4 +1,4 @@
-"""Benchmarks, run by hand: python -m bench.allocate, python -m bench.reregister (docs/benchmarks.md)."""
+"""Benchmarks, run by hand: python -m bench [--quick] [--rows ...] [--json FILE] (docs/benchmarks.md)."""
 
 import os
 

@@ -1,150 +1,186 @@
-"""Allocate latency through devshim beside a bare grpc.aio echo, in one run.
+"""Rows 1-3: Allocate and GetPreferredAllocation through devshim beside a bare grpc.aio echo.
 
-devshim and the echo run in their own processes on unix sockets in one temp
-dir; every row is measured in alternating rounds so machine noise hits all
-alike. Rows:
-  echo (raw client)           the floor: a grpc.aio server returning fixed bytes
-  static (raw client)         the same client against devshim's static source
-  static (fake kubelet)       the fake kubelet's Allocate call (its own translation included)
-  sim declared (fake kubelet) a sim driver resource with declared grants: no driver round trip
-  sim per-call (fake kubelet) a sim driver resource answering allocate over the JSON-RPC pipe
-
-Usage: python -m bench.allocate [--calls N] [--rounds R]
+devshim (with the sim driver, a subprocess behind the JSON-RPC pipe) and the
+echo (bench/echo_server.py, answering with devshim's own reply bytes) run in
+their own processes on unix sockets; one raw grpc.aio client sends both the
+same request bytes in alternating rounds, so the ratio is devshim's own cost.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import shutil
-import statistics
+import contextlib
 import sys
-import tempfile
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
-import yaml
 
-from bench.common import percentile, start_devshim, stop, summary_ms
+from bench.common import (
+    ROOT,
+    Result,
+    interleaved,
+    ratio,
+    running,
+    sim_command,
+    start_devshim,
+    stats_ms,
+    workdir,
+    write_config,
+)
 from shim.generated.v1beta1 import api_pb2 as pb
 from tests.compat.kubelet import FakeKubelet, PluginSession
 
-STATIC = "example.com/bench"
 DECLARED = "example.com/sim-declared"
 PER_CALL = "example.com/sim-call"
+NUMA = "example.com/sim-numa"
 GRANT = {
     "envs": {"BENCH": "{ids}"},
     "device_nodes": [{"container_path": "/dev/b{id}", "host_path": "/dev/b{id}"}],
 }
-
-
-def devshim_config(workdir: Path) -> Path:
-    sim = workdir / "sim.yaml"
-    sim.write_text(
-        yaml.safe_dump(
-            {
-                "resources": [
-                    {
-                        "name": DECLARED,
-                        "count": 8,
-                        "id_prefix": "dev",
-                        "grant_mode": "declared",
-                        "grant": GRANT,
-                    },
-                    {
-                        "name": PER_CALL,
-                        "count": 8,
-                        "id_prefix": "dev",
-                        "grant_mode": "per_call",
-                        "grant": GRANT,
-                    },
-                ]
-            }
+# 64 devices, 16 on each of 4 NUMA nodes; the kubelet offers them interleaved across nodes and
+# must include one on node 2, so the sim's rule (must_include, then its NUMA neighbours) picks
+# the 8 from node 2.
+NUMA_IDS = [f"gpu{i}" for i in range(64)]
+AVAILABLE = sorted(NUMA_IDS, key=lambda i: (int(i[3:]) % 16, int(i[3:])))
+MUST_INCLUDE = ["gpu33"]
+ALLOCATE = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=["dev1"])])
+PREFERRED = pb.PreferredAllocationRequest(
+    container_requests=[
+        pb.ContainerPreferredAllocationRequest(
+            available_deviceIDs=AVAILABLE, must_include_deviceIDs=MUST_INCLUDE, allocation_size=8
         )
-    )
-    config = workdir / "devshim.yaml"
-    command = [sys.executable, "-m", "devshim_adapters.sim", "--config", str(sim)]
-    drivers = [{"name": "sim", "command": command}]
-    config.write_text(yaml.safe_dump({"state_dir": str(workdir / "state"), "drivers": drivers}))
-    return config
+    ]
+)
 
 
-Call = Callable[[], Awaitable[object]]
+def sim_resources() -> list[dict[str, Any]]:
+    common = {"count": 8, "id_prefix": "dev", "grant": GRANT}
+    numa = [{"id": i, "numa_nodes": [int(i[3:]) // 16]} for i in NUMA_IDS]
+    return [
+        {"name": DECLARED, "grant_mode": "declared", **common},
+        {"name": PER_CALL, "grant_mode": "per_call", **common},
+        {"name": NUMA, "devices": numa, "preferred_allocation": True, "grant": GRANT},
+    ]
 
 
-async def timed(call: Call, calls: int) -> list[float]:
-    samples = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        await call()
-        samples.append(time.perf_counter() - start)
-    return samples
+@dataclass
+class Setup:
+    sessions: dict[str, PluginSession]
+    devshim: dict[str, grpc.aio.Channel]  # resource -> a raw channel to its socket
+    echo: grpc.aio.Channel
+
+    @staticmethod
+    def call(channel: grpc.aio.Channel, method: str, payload: bytes) -> Callable[[], Awaitable[bytes]]:
+        """A raw call: request bytes in, reply bytes out, no (de)serialization."""
+        rpc = channel.unary_unary(f"/v1beta1.DevicePlugin/{method}", None, None)
+        return lambda: rpc(payload, timeout=10)
 
 
-def kubelet_call(session: PluginSession) -> Call:
-    return lambda: session.allocate(["dev1"])
-
-
-async def main(calls: int, rounds: int) -> None:
-    workdir = Path(tempfile.mkdtemp(prefix="ds-bench-", dir="/tmp"))
-    plugin_dir = workdir / "dp"
-    request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=["dev1"])])
-    payload = request.SerializeToString()
-    kubelet = FakeKubelet(plugin_dir)
-    await kubelet.start()
-    devshim = await start_devshim(plugin_dir, f"{STATIC}=8", config=devshim_config(workdir))
-    echo = None
-    try:
-        sessions = {r: await kubelet.wait_for_plugin(r, timeout=60) for r in (STATIC, DECLARED, PER_CALL)}
+@contextlib.asynccontextmanager
+async def serving(work: Path) -> AsyncIterator[Setup]:
+    """devshim serving the three sim resources to a fake kubelet, and an echo of its replies."""
+    plugin_dir = work / "dp"
+    config = write_config(work / "devshim.yaml", {"sim": sim_command(work, sim_resources())})
+    async with FakeKubelet(plugin_dir) as kubelet, running(await start_devshim(plugin_dir, config=config)):
+        names = (DECLARED, PER_CALL, NUMA)
+        sessions = {r: await kubelet.wait_for_plugin(r, timeout=60) for r in names}
         for session in sessions.values():
             await session.wait_for_list()
-        raw_devshim = grpc.aio.insecure_channel(f"unix:{plugin_dir / sessions[STATIC].endpoint}")
-        raw_allocate = raw_devshim.unary_unary("/v1beta1.DevicePlugin/Allocate", None, None)
-        reply = await raw_allocate(payload)
-        # The echo answers with devshim's own reply bytes, so both move the same payload.
-        echo_path = workdir / "echo.sock"
-        echo = await asyncio.create_subprocess_exec(
-            sys.executable, str(Path(__file__).with_name("echo_server.py")), str(echo_path), reply.hex()
-        )
-        raw_echo = grpc.aio.insecure_channel(f"unix:{echo_path}")
-        await asyncio.wait_for(raw_echo.channel_ready(), 10)
-        echo_allocate = raw_echo.unary_unary("/v1beta1.DevicePlugin/Allocate", None, None)
-        rows: dict[str, Call] = {
-            "echo (raw client)": lambda: echo_allocate(payload, timeout=10),
-            "static (raw client)": lambda: raw_allocate(payload, timeout=10),
-            "static (fake kubelet)": kubelet_call(sessions[STATIC]),
-            "sim declared (fake kubelet)": kubelet_call(sessions[DECLARED]),
-            "sim per-call (fake kubelet)": kubelet_call(sessions[PER_CALL]),
+        channels = {
+            r: grpc.aio.insecure_channel(f"unix:{plugin_dir / s.endpoint}") for r, s in sessions.items()
         }
-        results: dict[str, list[float]] = {name: [] for name in rows}
-        for call in rows.values():
-            await timed(call, 200)
-        for _ in range(rounds):
-            for name, call in rows.items():
-                results[name] += await timed(call, calls // rounds)
-        await raw_echo.close(None)
-        await raw_devshim.close(None)
-    finally:
-        if echo is not None:
-            await stop(echo)
-        await stop(devshim)
-        await kubelet.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
-    print(f"Allocate of 1 device, {calls} calls per row in {rounds} alternating rounds, unix sockets")
-    for name, samples in results.items():
-        print(f"  {name:28s} {summary_ms(samples)}")
-    floor = results["echo (raw client)"]
-    for name in list(rows)[1:]:
-        p50 = statistics.median(results[name]) / statistics.median(floor)
-        p99 = percentile(results[name], 99) / percentile(floor, 99)
-        print(f"  {name:28s} / echo: p50 {p50:.2f}x, p99 {p99:.2f}x")
+        allocate = ALLOCATE.SerializeToString()
+        preferred = PREFERRED.SerializeToString()
+        replies = {
+            "Allocate": await Setup.call(channels[PER_CALL], "Allocate", allocate)(),
+            "GetPreferredAllocation": await Setup.call(channels[NUMA], "GetPreferredAllocation", preferred)(),
+        }
+        echo_path = work / "echo.sock"
+        args = [f"{method}={reply.hex()}" for method, reply in replies.items()]
+        echo_proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.echo_server", str(echo_path), *args, cwd=ROOT
+        )
+        async with running(echo_proc):
+            echo = grpc.aio.insecure_channel(f"unix:{echo_path}")
+            await asyncio.wait_for(echo.channel_ready(), 10)
+            try:
+                yield Setup(sessions, channels, echo)
+            finally:
+                for channel in [echo, *channels.values()]:
+                    await channel.close(None)
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=3000)
-    parser.add_argument("--rounds", type=int, default=10)
-    args = parser.parse_args()
-    asyncio.run(main(args.calls, args.rounds))
+def judge(
+    name: str, results: dict[str, list[float]], goal50: float, goal99: float | None, goal: str
+) -> Result:
+    base, ours = stats_ms(results["echo"]), stats_ms(results["devshim"])
+    r50, r99 = ratio(ours["p50_ms"], base["p50_ms"]), ratio(ours["p99_ms"], base["p99_ms"])
+    misses = [f"p50 {r50 - goal50:.2f}x over"] if r50 > goal50 else []
+    if goal99 is not None and r99 > goal99:
+        misses.append(f"p99 {r99 - goal99:.2f}x over")
+    return Result(
+        name,
+        base,
+        ours,
+        f"p50 {r50}x, p99 {r99}x",
+        goal,
+        not misses,
+        "; ".join(misses),
+        extra={"n": base["n"]},
+    )
+
+
+def counts(quick: bool) -> tuple[int, int, int]:
+    """calls per arm, rounds, warm-up calls"""
+    return (400, 4, 50) if quick else (3000, 10, 200)
+
+
+async def allocate_per_call(quick: bool) -> Result:
+    """Row 1: Allocate of one device, the sim answering allocate over the pipe."""
+    with workdir() as work:
+        async with serving(work) as s:
+            payload = ALLOCATE.SerializeToString()
+            arms = {
+                "echo": s.call(s.echo, "Allocate", payload),
+                "devshim": s.call(s.devshim[PER_CALL], "Allocate", payload),
+                "fake kubelet": lambda: s.sessions[PER_CALL].allocate(["dev1"]),
+            }
+            results = await interleaved(arms, *counts(quick))
+    row = judge("Allocate, per-call sim driver", results, 1.3, 1.5, "p50 ≤ 1.3x, p99 ≤ 1.5x echo")
+    via = stats_ms(results["fake kubelet"])
+    row.extra["via_fake_kubelet"] = via
+    row.note = f"through the fake kubelet's client: p50 {via['p50_ms']} ms, p99 {via['p99_ms']} ms"
+    return row
+
+
+async def allocate_declared(quick: bool) -> Result:
+    """Row 2: Allocate of one device whose grant the sim declared in its list (no pipe hop)."""
+    with workdir() as work:
+        async with serving(work) as s:
+            payload = ALLOCATE.SerializeToString()
+            arms = {
+                "echo": s.call(s.echo, "Allocate", payload),
+                "devshim": s.call(s.devshim[DECLARED], "Allocate", payload),
+            }
+            results = await interleaved(arms, *counts(quick))
+    return judge("Allocate, declared grants", results, 1.1, None, "p50 ≤ 1.1x echo")
+
+
+async def preferred_allocation(quick: bool) -> Result:
+    """Row 3: GetPreferredAllocation, 8 of 64 devices on 4 NUMA nodes, asked of the sim."""
+    with workdir() as work:
+        async with serving(work) as s:
+            payload = PREFERRED.SerializeToString()
+            chosen = await s.sessions[NUMA].preferred_allocation(AVAILABLE, MUST_INCLUDE, 8)
+            arms = {
+                "echo": s.call(s.echo, "GetPreferredAllocation", payload),
+                "devshim": s.call(s.devshim[NUMA], "GetPreferredAllocation", payload),
+            }
+            results = await interleaved(arms, *counts(quick))
+    row = judge("GetPreferredAllocation, 8 of 64 on 4 NUMA", results, 1.3, None, "p50 ≤ 1.3x echo")
+    nodes = sorted({int(i[3:]) // 16 for i in chosen})
+    row.note = f"the sim chose {len(chosen)} devices on NUMA node(s) {nodes}"
+    return row

@@ -1,12 +1,44 @@
-"""Shared bits of the benchmarks: percentiles, a devshim subprocess, table printing."""
+"""Shared bits of the benchmarks: the result record, percentiles, A/B rounds, devshim as a subprocess."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import shutil
+import socket
 import statistics
 import sys
-from collections.abc import Sequence
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
+
+import yaml
+
+BENCH_DIR = Path(__file__).parent
+ROOT = BENCH_DIR.parent  # the working directory of every process started here (for -m bench.*)
+Call = Callable[[], Awaitable[object]]
+
+
+@dataclass
+class Result:
+    """One row of the table: figures of the baseline and of devshim, and the goal's verdict."""
+
+    name: str
+    baseline: dict[str, float]
+    devshim: dict[str, float]
+    value: str  # the ratio or absolute figure the goal is judged on
+    goal: str
+    met: bool | None  # None: nothing to judge (the row failed, or only reports)
+    by: str = ""  # how far from the goal, e.g. "0.12x over"
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
@@ -15,32 +47,118 @@ def percentile(samples: Sequence[float], q: float) -> float:
     return ordered[index]
 
 
-def summary_ms(samples: Sequence[float]) -> str:
-    ms = [s * 1000 for s in samples]
-    return (
-        f"n={len(ms):5d}  p50={statistics.median(ms):7.3f} ms  p90={percentile(ms, 90):7.3f} ms  "
-        f"p99={percentile(ms, 99):7.3f} ms  max={max(ms):7.3f} ms"
-    )
+def stats_ms(samples: Sequence[float]) -> dict[str, float]:
+    """n, p50, p99 and max in milliseconds of samples given in seconds."""
+    return {
+        "n": len(samples),
+        "p50_ms": round(statistics.median(samples) * 1000, 3),
+        "p99_ms": round(percentile(samples, 99) * 1000, 3),
+        "max_ms": round(max(samples) * 1000, 3),
+    }
+
+
+def ratio(a: float, b: float) -> float:
+    return round(a / b, 2) if b else float("inf")
+
+
+async def timed(call: Call, calls: int) -> list[float]:
+    samples = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        await call()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+async def interleaved(
+    arms: Mapping[str, Call], calls: int, rounds: int, warmup: int
+) -> dict[str, list[float]]:
+    """Each arm ``warmup`` calls, then ``calls`` in ``rounds`` alternating rounds; seconds per call."""
+    results: dict[str, list[float]] = {name: [] for name in arms}
+    for call in arms.values():
+        await timed(call, warmup)
+    for _ in range(rounds):
+        for name, call in arms.items():
+            results[name] += await timed(call, max(1, calls // rounds))
+    return results
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def workdir() -> Any:
+    path = Path(tempfile.mkdtemp(prefix="ds-bench-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def write_config(
+    path: Path, drivers: dict[str, list[str]], restart: dict[str, Any] | None = None, **settings: Any
+) -> Path:
+    """A devshim settings file running ``drivers`` (name -> command, each with the ``restart``
+    policy if given), with more settings."""
+    entries = [
+        {"name": n, "command": c, **({"restart": restart} if restart else {})} for n, c in drivers.items()
+    ]
+    path.write_text(yaml.safe_dump({"drivers": entries, **settings}))
+    return path
+
+
+def sim_command(workdir: Path, resources: list[dict[str, Any]]) -> list[str]:
+    """The simulated driver (devshim_adapters.sim) serving ``resources`` (its config's list)."""
+    sim = workdir / "sim.yaml"
+    sim.write_text(yaml.safe_dump({"resources": resources}))
+    return [sys.executable, "-m", "devshim_adapters.sim", "--config", str(sim)]
+
+
+def bench_driver_command(stamps: Path, resources: dict[str, int]) -> list[str]:
+    """bench/driver.py: GPU-like devices, a health flip on SIGUSR1 (stamped in ``stamps``)."""
+    args = [f"--resource={name}={count}" for name, count in resources.items()]
+    return [sys.executable, "-m", "bench.driver", f"--stamps={stamps}", *args]
 
 
 async def start_devshim(
-    plugin_dir: Path, *resources: str, config: Path | None = None
+    plugin_dir: Path,
+    *resources: str,
+    config: Path | None = None,
+    http_port: int = 0,
 ) -> asyncio.subprocess.Process:
-    args = [
-        sys.executable,
-        "-m",
-        "shim",
-        "run",
-        "--device-plugins-dir",
-        str(plugin_dir),
-        "--log-level",
-        "WARNING",
-    ]
+    """``devshim run`` with its state and its log (stderr, drivers' included) beside
+    ``plugin_dir`` (devshim_log), its ops endpoint on ``http_port`` (0: any free port, never 9477).
+    Deallocate emulation is off: no driver here declares deallocate, and no PodResources."""
+    args = [sys.executable, "-m", "shim", "run", "--device-plugins-dir", str(plugin_dir)]
+    args += ["--state-dir", str(plugin_dir.parent / f"state-{plugin_dir.name}"), "--log-level", "WARNING"]
     for resource in resources:
         args += ["-r", resource]
     if config is not None:
         args += ["--config", str(config)]
-    return await asyncio.create_subprocess_exec(*args)
+    env = {
+        **os.environ,
+        "DEVSHIM_HTTP__PORT": str(http_port),
+        "DEVSHIM_HTTP__HOST": "127.0.0.1",
+        "DEVSHIM_DEALLOCATION__ENABLED": "false",
+    }
+    with devshim_log(plugin_dir).open("ab") as stderr:
+        return await asyncio.create_subprocess_exec(*args, env=env, cwd=ROOT, stderr=stderr)
+
+
+def devshim_log(plugin_dir: Path) -> Path:
+    return plugin_dir.parent / f"devshim-{plugin_dir.name}.log"
+
+
+@contextlib.asynccontextmanager
+async def running(proc: asyncio.subprocess.Process) -> AsyncIterator[asyncio.subprocess.Process]:
+    try:
+        yield proc
+    finally:
+        await stop(proc)
 
 
 async def stop(proc: asyncio.subprocess.Process) -> None:
@@ -51,3 +169,35 @@ async def stop(proc: asyncio.subprocess.Process) -> None:
         except TimeoutError:
             proc.kill()
             await proc.wait()
+
+
+def children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (devshim's drivers)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+_UNITS = (("_per_s", "/s"), ("_mib", " MiB"), ("_mb", " MB"), ("_ms", " ms"), ("_s", " s"))
+
+
+def number(value: float) -> str:
+    if isinstance(value, int) or abs(value) >= 100:
+        return f"{value:.0f}"
+    return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
+
+
+def fmt(figures: dict[str, float]) -> str:
+    """Figures for the table: "p50 1.09 ms, p99 4.51 ms" (n and max left to the JSON)."""
+    parts = []
+    for key, value in figures.items():
+        if key == "n" or key.startswith("max"):
+            continue
+        name, unit = key, ""
+        for suffix, shown in _UNITS:
+            if key.endswith(suffix):
+                name, unit = key.removesuffix(suffix), shown
+                break
+        parts.append(f"{name.replace('_', ' ')} {number(value)}{unit}")
+    return ", ".join(parts)

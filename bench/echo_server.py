@@ -1,26 +1,31 @@
-"""A bare grpc.aio server answering /v1beta1.DevicePlugin/Allocate with a fixed reply.
+"""A bare grpc.aio server answering v1beta1.DevicePlugin unary methods with fixed replies.
 
-The floor for Allocate over a unix socket in Python: no translation, no
+The floor for a unary call over a unix socket in Python: no translation, no
 validation, no device source. Run by bench/allocate.py in its own process.
-Usage: python bench/echo_server.py SOCKET_PATH REPLY_HEX
+Usage: python -m bench.echo_server SOCKET_PATH METHOD=REPLY_HEX ...   (METHOD: Allocate, ...)
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 
 
-async def main(path: str, reply: bytes) -> None:
-    async def allocate(request: bytes, context: Any) -> bytes:
+def answer(reply: bytes) -> Callable[[bytes, Any], Awaitable[bytes]]:
+    async def handle(request: bytes, context: Any) -> bytes:
         return reply
 
+    return handle
+
+
+async def main(path: str, replies: dict[str, bytes]) -> None:
     handler = grpc.method_handlers_generic_handler(
         "v1beta1.DevicePlugin",
-        {"Allocate": grpc.unary_unary_rpc_method_handler(allocate)},
+        {method: grpc.unary_unary_rpc_method_handler(answer(reply)) for method, reply in replies.items()},
     )
     server = grpc.aio.server()
     server.add_generic_rpc_handlers((handler,))
@@ -30,4 +35,5 @@ async def main(path: str, reply: bytes) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], bytes.fromhex(sys.argv[2])))
+    pairs = (arg.partition("=") for arg in sys.argv[2:])
+    asyncio.run(main(sys.argv[1], {method: bytes.fromhex(reply) for method, _, reply in pairs}))

@@ -1,89 +1,100 @@
-"""Driver crash -> what the kubelet sees, and how fast: devshim and the sim as real processes.
+"""Row 7: driver SIGKILL -> the kubelet sees every device Unhealthy; -> Healthy again.
 
-For each of N rounds: SIGKILL the sim driver (a child of devshim), then measure
-  crash -> a list with every device Unhealthy received by the fake kubelet,
-  crash -> a list with every device Healthy again (devshim restarted the driver),
-  crash -> an Allocate sent once the devices show Unhealthy succeeds (it waits for the restart).
-
-Usage: python -m bench.failover [--rounds N]
+devshim runs the sim driver (4 devices); each round the driver is SIGKILLed
+after it has been up for a moment (a crash, not a crash loop: no backoff), and
+the fake kubelet's lists are timed from the kill. The baseline, in alternation:
+the same sim command spawned here, from the spawn to its answer to initialize
+(the driver's own start-up, which any recovery must wait for).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import json
 import os
-import shutil
 import signal
-import sys
-import tempfile
+import statistics
 import time
-from pathlib import Path
 
-import yaml
-
-from bench.common import start_devshim, stop, summary_ms
+from bench.common import (
+    Result,
+    children,
+    number,
+    running,
+    sim_command,
+    start_devshim,
+    stats_ms,
+    workdir,
+    write_config,
+)
+from shim.sdk import PROTOCOL_VERSION
 from tests.compat.kubelet import FakeKubelet
 
 RESOURCE = "example.com/failover"
+INITIALIZE = {"protocol_version": PROTOCOL_VERSION, "devshim_version": "0.0.0", "allocations": []}
 
 
-def driver_pid(devshim_pid: int) -> int:
-    for task in Path(f"/proc/{devshim_pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            return int(child)
-    raise LookupError("devshim has no driver process")
-
-
-async def main(rounds: int) -> None:
-    workdir = Path(tempfile.mkdtemp(prefix="ds-bench-", dir="/tmp"))
-    sim = workdir / "sim.yaml"
-    sim.write_text(yaml.safe_dump({"resources": [{"name": RESOURCE, "count": 4, "id_prefix": "d"}]}))
-    config = workdir / "devshim.yaml"
-    command = [sys.executable, "-m", "devshim_adapters.sim", "--config", str(sim)]
-    # A driver up for 50 ms counts as stable, so each crash below is restarted at once: the
-    # figures are devshim's reaction, not the crash-loop backoff.
-    restart = {"stable_after_s": 0.05}
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "state_dir": str(workdir / "state"),
-                "drivers": [{"name": "sim", "command": command, "restart": restart}],
-            }
-        )
+async def start_up(command: list[str]) -> float:
+    """Seconds from spawning ``command`` to its answer to initialize."""
+    start = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
     )
-    kubelet = FakeKubelet(workdir / "dp")
-    await kubelet.start()
-    devshim = await start_devshim(workdir / "dp", config=config)
-    to_unhealthy, to_healthy, allocate = [], [], []
-    try:
-        session = await kubelet.wait_for_plugin(RESOURCE, timeout=60)
-        await session.wait_for_list(lambda ds: len(ds) == 4 and all(d.healthy for d in ds))
-        for _ in range(rounds):
-            await session.wait_for_list(lambda ds: all(d.healthy for d in ds))
-            await asyncio.sleep(0.1)  # up for a moment: a crash, not a crash loop
-            pid = driver_pid(devshim.pid)
-            crashed = time.perf_counter()
-            os.kill(pid, signal.SIGKILL)
-            await session.wait_for_list(lambda ds: all(not d.healthy for d in ds), timeout=10)
-            to_unhealthy.append(time.perf_counter() - crashed)
-            # The kubelet chose d1 while it was Healthy; its Allocate arrives mid-restart.
-            allocation = asyncio.create_task(session.allocate(["d1"]))
-            await session.wait_for_list(lambda ds: all(d.healthy for d in ds), timeout=10)
-            to_healthy.append(time.perf_counter() - crashed)
-            await allocation
-            allocate.append(time.perf_counter() - crashed)
-    finally:
-        await stop(devshim)
-        await kubelet.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
-    print(f"Driver SIGKILLed {rounds} times (sim, 4 devices), seen from the fake kubelet")
-    print(f"  crash -> all Unhealthy list   {summary_ms(to_unhealthy)}")
-    print(f"  crash -> all Healthy again    {summary_ms(to_healthy)}")
-    print(f"  crash -> Allocate succeeded   {summary_ms(allocate)}")
+    assert proc.stdin is not None and proc.stdout is not None
+    request = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE}
+    proc.stdin.write(json.dumps(request).encode() + b"\n")
+    answer = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+    elapsed = time.perf_counter() - start
+    assert "result" in answer, answer
+    proc.kill()
+    await proc.wait()
+    return elapsed
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=30)
-    asyncio.run(main(parser.parse_args().rounds))
+async def failover(quick: bool) -> Result:
+    rounds = 6 if quick else 30
+    with workdir() as work:
+        command = sim_command(work, [{"name": RESOURCE, "count": 4, "id_prefix": "d"}])
+        # A driver up for 50 ms counts as stable, so each crash below is restarted at once: the
+        # figures are devshim's reaction, not the crash-loop backoff.
+        config = write_config(work / "devshim.yaml", {"sim": command}, restart={"stable_after_s": 0.05})
+        to_unhealthy, to_healthy, startup = [], [], []
+        async with (
+            FakeKubelet(work / "dp") as kubelet,
+            running(await start_devshim(work / "dp", config=config)) as devshim,
+        ):
+            session = await kubelet.wait_for_plugin(RESOURCE, timeout=60)
+            for _ in range(rounds):
+                await session.wait_for_list(lambda ds: len(ds) == 4 and all(d.healthy for d in ds))
+                startup.append(await start_up(command))
+                await asyncio.sleep(0.1)  # up for a moment: a crash, not a crash loop
+                (pid,) = children(devshim.pid)
+                crashed = time.perf_counter()
+                os.kill(pid, signal.SIGKILL)
+                await session.wait_for_list(lambda ds: all(not d.healthy for d in ds), timeout=10)
+                to_unhealthy.append(time.perf_counter() - crashed)
+                await session.wait_for_list(lambda ds: all(d.healthy for d in ds), timeout=10)
+                to_healthy.append(time.perf_counter() - crashed)
+    base, down, up = stats_ms(startup), stats_ms(to_unhealthy), stats_ms(to_healthy)
+    budget = base["p50_ms"] + 200
+    misses = [f"Unhealthy p99 {down['p99_ms'] - 100:.0f} ms over"] if down["p99_ms"] > 100 else []
+    if up["p50_ms"] > budget:
+        misses.append(f"Healthy p50 {up['p50_ms'] - budget:.0f} ms over")
+    beyond = statistics.median(h - s for h, s in zip(to_healthy, startup, strict=True)) * 1000
+    return Result(
+        "driver SIGKILL -> Unhealthy; -> Healthy again",
+        {"start_up_p50_ms": base["p50_ms"], "start_up_p99_ms": base["p99_ms"]},
+        {
+            "unhealthy_p50_ms": down["p50_ms"],
+            "unhealthy_p99_ms": down["p99_ms"],
+            "healthy_p50_ms": up["p50_ms"],
+            "healthy_p99_ms": up["p99_ms"],
+        },
+        f"Unhealthy p99 {number(down['p99_ms'])} ms; "
+        f"Healthy p50 = start-up + {up['p50_ms'] - base['p50_ms']:.0f} ms",
+        "Unhealthy p99 ≤ 100 ms; Healthy p50 ≤ start-up p50 + 200 ms",
+        not misses,
+        "; ".join(misses),
+        f"{rounds} kills; start-up: the sim spawned here until it answers initialize; "
+        f"median of (Healthy again - start-up) per round: {beyond:.0f} ms",
+    )

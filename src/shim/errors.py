@@ -48,6 +48,12 @@ class SourceFailed(ShimError):
     status = grpc.StatusCode.INTERNAL
 
 
+class ListTooLarge(ShimError):
+    """A device list the kubelet could not receive (over its gRPC message limit): not sent."""
+
+    status = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 def grpc_status(error: BaseException) -> tuple[grpc.StatusCode, str]:
     """The status a gRPC handler answers with for ``error``; the only such mapping."""
     if isinstance(error, ShimError):

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from shim.core.resource import ResourceService
+from shim.model import Device
+
+
+@dataclass(frozen=True)
+class ListRefused:
+    """devshim ended a ListAndWatch stream itself: ``devices`` cannot reach the kubelet (``reason``)."""
+
+    devices: tuple[Device, ...]
+    reason: str
 
 
 class ServedVersion(Protocol):
@@ -24,11 +34,13 @@ class ApiVersion(Protocol):
     service_names: tuple[str, ...]
 
     def add_services(
-        self, server: Any, resource: ResourceService, on_stream_end: Callable[[], None]
+        self, server: Any, resource: ResourceService, on_stream_end: Callable[[ListRefused | None], None]
     ) -> ServedVersion:
         """Host this version's DevicePlugin service for ``resource`` on ``server``.
 
-        ``on_stream_end`` is called when the kubelet, not devshim, ends a ListAndWatch stream.
+        ``on_stream_end`` is called with None when the kubelet ends a ListAndWatch stream, and
+        with a ListRefused when devshim ended it because the list cannot be sent; not at all
+        when devshim closes the server.
         """
         ...
 

@@ -17,7 +17,8 @@ import grpc
 from loguru import logger
 
 from shim.core.resource import ResourceService
-from shim.errors import grpc_status
+from shim.errors import ListTooLarge, grpc_status
+from shim.frontend.api import ListRefused
 from shim.model import (
     Capabilities,
     ContainerAllocateRequest,
@@ -28,6 +29,13 @@ from shim.model import (
 from shim.ops import metrics
 
 Context = grpc.aio.ServicerContext[Any, Any]
+
+# The largest ListAndWatchResponse the kubelet accepts: it dials plugins without raising gRPC's
+# default 4 MiB receive limit (pkg/kubelet/cm/devicemanager/plugin/v1beta1/client.go dial passes
+# no grpc.MaxCallRecvMsgSize). grpc-go compares the limit with the serialized message alone, the
+# length in the 5-byte frame prefix, which does not count the prefix (rpc_util.go recvMsg:
+# `if int(length) > maxReceiveMessageSize`), so a message of exactly this size still arrives.
+KUBELET_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 # --- pure translation ------------------------------------------------------
 
@@ -98,7 +106,9 @@ class CommonServicer:
     pb: ModuleType  # the version's generated messages
     to_options: Callable[[Capabilities], Any]  # the version's DevicePluginOptions from capabilities
 
-    def __init__(self, resource: ResourceService, on_stream_end: Callable[[], None], version: str) -> None:
+    def __init__(
+        self, resource: ResourceService, on_stream_end: Callable[[ListRefused | None], None], version: str
+    ) -> None:
         self._resource = resource
         self._version = version
         self._on_stream_end = on_stream_end
@@ -117,14 +127,32 @@ class CommonServicer:
     async def ListAndWatch(self, request: Any, context: Context) -> AsyncIterator[Any]:
         # Never returns while the plugin means to stay registered: the kubelet
         # takes a returned stream as the plugin going away (devicemanager client.go Run()).
+        refused: ListRefused | None = None
         try:
             async for devices in self._resource.watch():
-                yield list_from_model(self.pb, devices)
+                message = list_from_model(self.pb, devices)
+                size = message.ByteSize()
+                if size > KUBELET_MAX_MESSAGE_BYTES:
+                    # Sent anyway, the kubelet's stream would fail with RESOURCE_EXHAUSTED on its
+                    # side only and the plugin re-register into the same failure: say it here, once.
+                    refused = self._refuse(devices, size)
+                    await context.abort(*grpc_status(ListTooLarge(refused.reason)))
+                yield message
                 metrics.list_sent(self._resource.name, self._version)
         finally:
             if not self._retired:
-                # The kubelet ended the stream: it restarted or dropped us.
-                self._on_stream_end()
+                # Refused: devshim ended the stream. Otherwise the kubelet did: it restarted or dropped us.
+                self._on_stream_end(refused)
+
+    def _refuse(self, devices: tuple[Device, ...], size: int) -> ListRefused:
+        name = self._resource.name
+        reason = (
+            f"{name}: ListAndWatch: the list of {len(devices)} devices is {size:,} bytes, over the "
+            f"kubelet's {KUBELET_MAX_MESSAGE_BYTES:,}-byte gRPC message limit; not sent"
+        )
+        logger.error("{}", reason)
+        metrics.list_too_large(name)
+        return ListRefused(devices, reason)
 
     async def Allocate(self, request: Any, context: Context) -> Any:
         try:
@@ -170,7 +198,10 @@ class VersionApi:
         self._options = options
 
     def add_services(
-        self, server: grpc.aio.Server, resource: ResourceService, on_stream_end: Callable[[], None]
+        self,
+        server: grpc.aio.Server,
+        resource: ResourceService,
+        on_stream_end: Callable[[ListRefused | None], None],
     ) -> CommonServicer:
         servicer = self._servicer(resource, on_stream_end, self.name)
         self._pb_grpc.add_DevicePluginServicer_to_server(servicer, server)

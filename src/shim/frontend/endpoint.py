@@ -8,6 +8,8 @@ Life cycle, repeated for every kubelet restart:
 A restart is noticed three ways, each checked against the facts on disk
 (``check_files``) so a late or duplicate signal cannot cause a needless cycle:
 our socket deleted, kubelet.sock re-created, the kubelet ending ListAndWatch.
+A device list too large for the kubelet ends the cycle too (devshim ends the
+stream): the endpoint registers again only once the list has changed.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from shim.core.resource import ResourceService
 from shim.frontend import sockets
-from shim.frontend.api import ApiVersion, ServedVersion
+from shim.frontend.api import ApiVersion, ListRefused, ServedVersion
 from shim.frontend.handover import Handover
 from shim.frontend.pluginregistration import add_registration_service
 from shim.ops import metrics
@@ -88,8 +90,9 @@ class PluginEndpoint:
         self._kubelet_seen = asyncio.Event()
         self.registrations = 0
         self.watcher_status = ""  # the plugin watcher's last word, in watcher mode
-        self.last_error = ""  # why the last Register failed, if it did
+        self.last_error = ""  # why the last Register failed or the last list was refused, if so
         self._pause_before_serving = False
+        self._refused: ListRefused | None = None  # a list devshim could not send, until it changes
 
     @property
     def registered(self) -> bool:
@@ -120,8 +123,14 @@ class PluginEndpoint:
             if self._registered_with is not None and kubelet != self._registered_with:
                 self._request_restart("kubelet_socket_recreated", "kubelet.sock was re-created")
 
-    def _on_stream_end(self) -> None:
-        if self.watcher_mode:
+    def _on_stream_end(self, refused: ListRefused | None = None) -> None:
+        if refused is not None:
+            # Registering again would only fail the same way: wait for another list (run()).
+            logger.info("{}: serving again once its device list changes", self.resource.name)
+            self._refused = refused
+            self._show_refusal(refused)
+            self._restart.set()
+        elif self.watcher_mode:
             # The kubelet finds our registration socket again itself (it re-walks
             # plugins_registry after a restart); keep serving for its next connection.
             logger.info("{}: the kubelet ended ListAndWatch; serving on for its return", self.resource.name)
@@ -133,6 +142,7 @@ class PluginEndpoint:
         metrics.registration(self.resource.name, "", registered)  # the watcher does not say which version
         if registered:
             self.registrations += 1
+            self.last_error = ""  # a refused list's error, which registering again follows
         else:
             # The watcher only acts on new sockets: offer a fresh one after a pause.
             self._request_restart("watcher_refused", f"the plugin watcher refused it ({error})", pause=True)
@@ -159,6 +169,10 @@ class PluginEndpoint:
                 # Close our streams now, before the new instance registers (frontend/handover.py).
                 await self._close_server()
                 return
+            if self._refused is not None:
+                await self._wait_for_another_list(self._refused)
+                self._refused = None
+                continue  # handed over meanwhile, or serve again
             if self._pause_before_serving:
                 self._pause_before_serving = False
                 await asyncio.sleep(self._backoff_max_s)
@@ -178,6 +192,33 @@ class PluginEndpoint:
                 await asyncio.sleep(self._backoff_max_s)
                 continue
             await self._restart.wait()
+
+    async def _wait_for_another_list(self, refused: ListRefused) -> None:
+        """Not registered (status shows why) until the resource publishes a different list, and
+        at least the backoff has passed; or until another instance takes it over. The old server
+        stays until then: removing its socket now could make a watcher kubelet disconnect before
+        it has read the refusal's status."""
+        self._show_refusal(refused)  # again: a Register answered after the refusal cleared it
+
+        async def another_list() -> None:
+            await asyncio.sleep(self._backoff_max_s)  # a list changing often is no busy loop either
+            async with contextlib.aclosing(self.resource.watch()) as lists:
+                async for devices in lists:
+                    if devices is not refused.devices and devices != refused.devices:
+                        return
+
+        waits = [asyncio.create_task(another_list()), asyncio.create_task(self.handed_over.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+
+    def _show_refusal(self, refused: ListRefused) -> None:
+        self.last_error = refused.reason
+        if self.watcher_mode:
+            self.watcher_status = "device list too large for the kubelet"
 
     async def _serve_fresh(self) -> None:
         # Close every old stream and the old server *before* registering again: on

@@ -56,6 +56,12 @@ LIST_MESSAGES = Counter(
     ["resource", "version"],
     registry=REGISTRY,
 )
+LIST_TOO_LARGE = Counter(
+    "devshim_list_too_large_total",
+    "Device lists not sent because they exceed the kubelet's 4 MiB gRPC message limit (stream ended).",
+    ["resource"],
+    registry=REGISTRY,
+)
 KUBELET_RESTARTS = Counter(
     "devshim_kubelet_restarts_total",
     "Re-registration cycles an endpoint started, by what it noticed (mostly kubelet restarts).",
@@ -117,6 +123,10 @@ def resource_stopped(resource: str) -> None:
 
 def list_sent(resource: str, version: str) -> None:
     LIST_MESSAGES.labels(resource, version).inc()
+
+
+def list_too_large(resource: str) -> None:
+    LIST_TOO_LARGE.labels(resource).inc()
 
 
 def driver_restarted(driver: str) -> None:

@@ -1,0 +1,100 @@
+"""python -m bench: every benchmark row beside its baseline, as one table with each goal met or missed.
+
+Usage: python -m bench [--quick] [--rows allocate,health,...] [--json FILE]
+Rows (docs/benchmarks.md): allocate, declared, preferred, health, listsize,
+reregister, failover, memory, concurrency. Default settings take under 5
+minutes on 2 cores; --quick about one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import grpc
+
+from bench import allocate, concurrency, failover, health, listsize, memory, reregister
+from bench.common import Result, fmt
+
+Row = Callable[[bool], Awaitable[Result]]
+ROWS: dict[str, Row] = {
+    "allocate": allocate.allocate_per_call,
+    "declared": allocate.allocate_declared,
+    "preferred": allocate.preferred_allocation,
+    "health": health.health_change,
+    "listsize": listsize.list_size,
+    "reregister": reregister.reregister,
+    "failover": failover.failover,
+    "memory": memory.memory,
+    "concurrency": concurrency.concurrency,
+}
+
+
+async def run(names: list[str], quick: bool) -> list[Result]:
+    results = []
+    for name in names:
+        started = time.monotonic()
+        print(f"{name} ...", end=" ", flush=True, file=sys.stderr)
+        try:
+            result = await ROWS[name](quick)
+        except Exception as exc:  # one broken row must not cost the others
+            traceback.print_exc()
+            result = Result(name, {}, {}, "", "", None, note=f"failed: {exc!r}")
+        result.extra["row"], result.extra["seconds"] = name, round(time.monotonic() - started, 1)
+        print(f"{result.extra['seconds']} s", file=sys.stderr)
+        results.append(result)
+    return results
+
+
+def verdict(result: Result) -> str:
+    if result.met is None:
+        return "n/a" if not result.note.startswith("failed") else "FAILED"
+    return "MET" if result.met else f"MISSED ({result.by})" if result.by else "MISSED"
+
+
+def table(results: list[Result]) -> str:
+    lines = ["| row | baseline | devshim | value | goal | result |", "|---|---|---|---|---|---|"]
+    for r in results:
+        cells = [r.name, fmt(r.baseline) or "—", fmt(r.devshim), r.value, r.goal, verdict(r)]
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    notes = [f"- {r.name}: {r.note}" for r in results if r.note]
+    return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer samples: a ~1 minute smoke run")
+    parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows (default: all)")
+    parser.add_argument("--json", type=Path, help="write every figure to this file")
+    args = parser.parse_args()
+    names = [n.strip() for n in args.rows.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ROWS]
+    if unknown:
+        parser.error(f"unknown row(s) {', '.join(unknown)}; rows: {', '.join(ROWS)}")
+    started = time.monotonic()
+    results = asyncio.run(run(names, args.quick))
+    total = time.monotonic() - started
+    print(table(results))
+    machine = f"{os.cpu_count()} CPUs, Python {platform.python_version()}, grpcio {grpc.__version__}"
+    print(f"\n{len(results)} rows in {total:.0f} s{' (--quick)' if args.quick else ''}; {machine}")
+    if args.json is not None:
+        document = {
+            "quick": args.quick,
+            "total_s": round(total, 1),
+            "machine": machine,
+            "date": time.strftime("%Y-%m-%d"),
+            "rows": [r.as_json() for r in results],
+        }
+        args.json.write_text(json.dumps(document, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
