@@ -84,7 +84,11 @@ class DriverSource(DeviceSource):
         unknown = set(changes) - {d.id for d in self._real}
         if unknown:
             logger.warning("{}: health_changed names unknown devices {}", self.name, sorted(unknown))
-        self._real = tuple(replace(d, health=changes.get(d.id, d.health)) for d in self._real)
+        # Unchanged devices stay the same objects: the front end re-encodes only what changed.
+        self._real = tuple(
+            replace(d, health=changes[d.id]) if changes.get(d.id, d.health) != d.health else d
+            for d in self._real
+        )
         await self._publish()
 
     async def outage(self) -> None:

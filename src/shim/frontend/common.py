@@ -18,6 +18,7 @@ from loguru import logger
 
 from shim.core.resource import ResourceService
 from shim.errors import ListTooLarge, grpc_status
+from shim.frontend import listcache
 from shim.frontend.api import ListRefused
 from shim.model import (
     Capabilities,
@@ -129,9 +130,10 @@ class CommonServicer:
         # takes a returned stream as the plugin going away (devicemanager client.go Run()).
         refused: ListRefused | None = None
         try:
+            encoder = listcache.ListEncoder(self.pb, device_from_model)
             async for devices in self._resource.watch():
-                message = list_from_model(self.pb, devices)
-                size = message.ByteSize()
+                message = encoder.encode(devices)
+                size = len(message)
                 if size > KUBELET_MAX_MESSAGE_BYTES:
                     # Sent anyway, the kubelet's stream would fail with RESOURCE_EXHAUSTED on its
                     # side only and the plugin re-register into the same failure: say it here, once.
@@ -204,7 +206,7 @@ class VersionApi:
         on_stream_end: Callable[[ListRefused | None], None],
     ) -> CommonServicer:
         servicer = self._servicer(resource, on_stream_end, self.name)
-        self._pb_grpc.add_DevicePluginServicer_to_server(servicer, server)
+        server.add_generic_rpc_handlers((listcache.handlers(self._pb, servicer),))
         return servicer
 
     async def register(
