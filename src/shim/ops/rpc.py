@@ -9,6 +9,7 @@ handler ended (``abort`` from errors.grpc_status, an unexpected exception, a dea
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,8 @@ class RpcMetrics(_Interceptor):
 
     def __init__(self, resource: str) -> None:
         self._resource = resource
+        # The wrapped handler per method: built once, not on every call (the hot path).
+        self._wrapped: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
 
     async def intercept_service(
         self,
@@ -48,13 +51,20 @@ class RpcMetrics(_Interceptor):
             return handler
         if handler.unary_unary is None:
             return handler
-        return grpc.unary_unary_rpc_method_handler(
-            self._timed(handler.unary_unary, package, method),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        wrapped = self._wrapped.get(handler_call_details.method)
+        if wrapped is None:
+            wrapped = self._wrapped[handler_call_details.method] = grpc.unary_unary_rpc_method_handler(
+                self._timed(handler.unary_unary, package, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return wrapped
 
     def _timed(self, behavior: Callable[..., Any], version: str, method: str) -> Callable[..., Any]:
+        duration = metrics.RPC_DURATION.labels(self._resource, version, method)
+        requests = functools.partial(metrics.RPC_REQUESTS.labels, self._resource, version, method)
+        counters: dict[str, Any] = {}
+
         async def timed(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             started = time.perf_counter()
             code = "UNKNOWN"  # what grpc answers for an exception that is not an abort
@@ -70,10 +80,9 @@ class RpcMetrics(_Interceptor):
                 code = _name(context.code()) or code
                 raise
             finally:
-                metrics.RPC_REQUESTS.labels(self._resource, version, method, code).inc()
-                metrics.RPC_DURATION.labels(self._resource, version, method).observe(
-                    time.perf_counter() - started
-                )
+                counter = counters.get(code) or counters.setdefault(code, requests(code))
+                counter.inc()
+                duration.observe(time.perf_counter() - started)
 
         return timed
 
