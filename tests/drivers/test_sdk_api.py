@@ -12,9 +12,11 @@ from typing import Any
 
 import betterproto2
 import pytest
+from google.protobuf import json_format
 
+from shim.generated.driver.v1 import driver_pb2
 from shim.jsonrpc import MAX_LINE_BYTES, ConnectionClosed, Peer, RemoteError, StreamTransport
-from shim.sdk import Driver, DriverError, ErrorCode, UnknownDevice, serve, types
+from shim.sdk import Driver, DriverError, ErrorCode, UnknownDevice, codec, serve, types
 from shim.sdk.codec import device_json
 
 TOY = "example.com/toy"
@@ -208,3 +210,35 @@ def test_the_fast_device_encoding_equals_betterproto2s(device: types.Device) -> 
     """device_json writes exactly what betterproto2's to_dict writes (snake_case, defaults left
     out, an optional grant present even when empty), only faster."""
     assert device_json(device) == device.to_dict(casing=betterproto2.Casing.SNAKE)
+
+
+ALLOCATIONS = [{"resource": "example.com/a", "device_ids": ["a0", "a1"]}, {}]
+SIXTY_FOUR = [f"d{i}" for i in range(64)]
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        (
+            "InitializeParams",
+            {"protocol_version": "1.0.0", "devshim_version": "0.1", "allocations": ALLOCATIONS},
+        ),
+        ("ListDevicesParams", {"resource": "example.com/a"}),
+        ("AllocateParams", {"resource": "r", "containers": [{"device_ids": ["a0"]}, {"deviceIds": []}]}),
+        (
+            "PreferredAllocationParams",
+            {
+                "resource": "r",
+                "containers": [{"available": SIXTY_FOUR, "must_include": ["d9"], "size": 8}, {}],
+            },
+        ),
+        ("DevicesParams", {"resource": "example.com/a", "device_ids": ["a0"]}),
+        ("ShutdownParams", {}),
+    ],
+)
+def test_decoded_params_equal_betterproto2s_own_parse(name: str, params: dict[str, Any]) -> None:
+    """codec.from_checked copies fields by descriptor instead of re-parsing bytes: it must give
+    exactly what betterproto2 parses from the same checked message, for every request's params."""
+    checked = json_format.ParseDict(params, getattr(driver_pb2, name)())
+    cls = getattr(types, name)
+    assert codec.decode(cls, "m", params) == cls.parse(checked.SerializeToString())
