@@ -22,7 +22,7 @@ from shim.frontend.handover import Handover
 from shim.frontend.v1beta1 import API as V1BETA1
 from shim.frontend.v1beta2 import API as V1BETA2
 from shim.inventory import InventoryStore
-from shim.settings import INSTANCE_ID_DIGITS, Settings, socket_prefix
+from shim.settings import INSTANCE_ID_DIGITS, DriverSettings, Settings, socket_prefix
 from shim.sources import DeviceSource, StaticSource
 from shim.status import driver_status, resource_status
 
@@ -62,10 +62,7 @@ class Shim:
         ]
         if given:
             raise ValueError(f"sources given for unconfigured resources: {', '.join(given)}")
-        self.drivers = [
-            DriverHost(d, self, InventoryStore(settings.state_dir / "drivers" / d.name))
-            for d in settings.drivers
-        ]
+        self.drivers = [self._driver_host(d) for d in settings.drivers]
         # Names this instance's sockets: a second devshim on the node (a rolling update) takes
         # resources over from us instead of clashing (frontend/handover.py).
         self.instance = secrets.token_hex(INSTANCE_ID_DIGITS // 2)
@@ -177,13 +174,14 @@ class Shim:
                 )
         for name, driver_settings in wanted.items():
             if old_drivers.get(name) is None or old_drivers[name].settings != driver_settings:
-                host = DriverHost(
-                    driver_settings, self, InventoryStore(self.settings.state_dir / "drivers" / name)
-                )
+                host = self._driver_host(driver_settings)
                 self.drivers.append(host)
                 with logger.contextualize(driver=name):
                     await host.start()
         logger.info("reload: {} drivers, {} static resources", len(self.drivers), len(new.resources))
+
+    def _driver_host(self, driver: DriverSettings) -> DriverHost:
+        return DriverHost(driver, self, InventoryStore(self.settings.state_dir / "drivers" / driver.name))
 
     async def _stop_driver(self, host: DriverHost) -> None:
         self.drivers.remove(host)

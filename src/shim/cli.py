@@ -8,6 +8,7 @@ import json
 import shlex
 import sys
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -44,6 +45,15 @@ def parse_resource(spec: str) -> dict[str, object]:
     if not sep or not count.isdigit():
         raise typer.BadParameter(f"{spec!r}: expected NAME=COUNT, e.g. example.com/foo=4")
     return {"name": name, "static": {"count": int(count)}}
+
+
+def _settings_or_exit(load: Callable[[], Settings]) -> Settings:
+    """The settings, or exit 2 with every problem on its own line (never a traceback)."""
+    try:
+        return load()
+    except ConfigError as exc:
+        typer.echo(f"devshim: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 @app.command()
@@ -100,11 +110,7 @@ def run(
         log_level=log_level,
         log_format=log_format,
     )
-    try:
-        settings = load()
-    except ConfigError as exc:
-        typer.echo(f"devshim: {exc}", err=True)
-        raise typer.Exit(2) from None
+    settings = _settings_or_exit(load)
     if not settings.resources and not settings.drivers:
         typer.echo("devshim: nothing to serve: pass --resource, --driver or a --config file", err=True)
         raise typer.Exit(2)
@@ -122,11 +128,7 @@ def check_config(
 ) -> None:
     """Check a settings file without serving anything: exit 0 and a summary if it is valid, else
     one line per problem with its location and exit 2."""
-    try:
-        settings = Settings.load(config)
-    except ConfigError as exc:
-        typer.echo(f"devshim: {exc}", err=True)
-        raise typer.Exit(2) from None
+    settings = _settings_or_exit(functools.partial(Settings.load, config))
     served = [r.name for r in settings.resources] + [f"driver {d.name}" for d in settings.drivers]
     typer.echo(
         f"{config}: valid; serves {', '.join(served) or 'nothing'}; {settings.registration} registration; "
@@ -147,11 +149,7 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON.")] = False,
 ) -> None:
     """Show what a running devshim is doing: resources, registration, devices by health, drivers."""
-    try:
-        settings = Settings.load(config)
-    except ConfigError as exc:
-        typer.echo(f"devshim: {exc}", err=True)
-        raise typer.Exit(2) from None
+    settings = _settings_or_exit(functools.partial(Settings.load, config))
     host, port = settings.http.host, settings.http.port
     if address:
         host, _, port_text = address.rpartition(":")

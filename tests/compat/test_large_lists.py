@@ -9,25 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import yaml
 from loguru import logger
 
-from shim.bootstrap import Shim
 from shim.frontend.common import KUBELET_MAX_MESSAGE_BYTES
 from shim.ops.metrics import REGISTRY
-from shim.settings import Settings
 from shim.status import render_status
 from tests.compat.kubelet import FakeKubelet
 from tests.compat.shim_fixtures import running_shim
+from tests.compat.test_sim_driver import start
 
 GPU = "example.com/biggpu"
 EXACT = "example.com/exact"
@@ -98,45 +94,6 @@ async def test_the_limit_is_the_kubelets_exactly(plugin_dir: Path) -> None:
         assert refused_lists(OVER) == before + 1
 
 
-@dataclass
-class Sim:
-    kubelet: FakeKubelet
-    shim: Shim
-    control: Path
-
-    def command(self, line: str) -> None:
-        with self.control.open("a") as control:
-            control.write(line + "\n")
-
-
-@asynccontextmanager
-async def sim_behind_devshim(
-    plugin_dir: Path, state_dir: Path, count: int, id_prefix: str, registration: str
-) -> AsyncIterator[Sim]:
-    control = state_dir / "control"
-    control.touch()
-    config = state_dir / "sim.yaml"
-    resource = {"name": GPU, "count": count, "id_prefix": id_prefix}
-    config.write_text(yaml.safe_dump({"resources": [resource], "control_file": str(control)}))
-    registry = state_dir / "plugins_registry"  # used by the watcher path only
-    settings = Settings.load(
-        device_plugins_dir=plugin_dir,
-        state_dir=state_dir / "state",
-        registration=registration,
-        plugins_registry_dir=registry,
-        register_backoff_max_s=0.5,
-        drivers=[
-            {
-                "name": "sim",
-                "command": [sys.executable, "-m", "devshim_adapters.sim", "--config", str(config)],
-            }
-        ],
-    )
-    watching = registry if registration == "watcher" else None
-    async with FakeKubelet(plugin_dir, plugins_registry=watching) as kubelet, Shim(settings) as shim:
-        yield Sim(kubelet, shim, control)
-
-
 @pytest.mark.parametrize("registration", ["classic", "watcher"])
 async def test_a_list_over_the_limit_is_refused_once_and_sent_when_it_shrinks(
     plugin_dir: Path, state_dir: Path, registration: str
@@ -149,7 +106,8 @@ async def test_a_list_over_the_limit_is_refused_once_and_sent_when_it_shrinks(
     size = f"{sum(13 + len(f'{prefix}{n}') for n in range(100_000)):,} bytes"  # as in ids_totalling
     before = refused_lists(GPU)
     with errors_logged() as errors:
-        async with sim_behind_devshim(plugin_dir, state_dir, 100_000, prefix, registration) as sim:
+        resource = {"name": GPU, "count": 100_000, "id_prefix": prefix}
+        async with start(plugin_dir, state_dir, [resource], registration) as sim:
             first = await sim.kubelet.wait_for_plugin(GPU, timeout=30)
             await asyncio.wait_for(first.stream_ended.wait(), 30)
             assert first.lists == []

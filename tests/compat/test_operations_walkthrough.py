@@ -6,15 +6,14 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
-import socket
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.compat.test_devshim_command import DEVSHIM
+from tests.compat.test_devshim_operating import free_port, http_get
 
 DOC = Path(__file__).parents[2] / "docs" / "operations.md"
 
@@ -36,9 +35,7 @@ async def test_the_walkthrough_in_docs_operations_md_works(
         .replace("/tmp/devshim-state", str(tmp_path / "s"))
     )
     config.write_text(text)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     monkeypatch.setenv("DEVSHIM_HTTP__PORT", str(port))
 
     checked = subprocess.run(
@@ -65,8 +62,8 @@ async def test_the_walkthrough_in_docs_operations_md_works(
             "example.com/sim: registered as v1beta1, 1 registrations; 4 Healthy, 0 Unhealthy" in status.stdout
         )
         assert "driver sim: up" in status.stdout
-        with urllib.request.urlopen(f"http://localhost:{port}/metrics", timeout=5) as response:
-            metrics = response.read().decode()
+        code, metrics = await asyncio.to_thread(http_get, f"http://localhost:{port}/metrics")
+        assert code == 200
         assert 'devshim_devices{health="Healthy",resource="example.com/sim"} 4.0' in metrics
         assert "_created" not in metrics
     finally:

@@ -39,15 +39,24 @@ class Running:
 
 @asynccontextmanager
 async def start(
-    plugin_dir: Path, state_dir: Path, resources: list[dict[str, Any]], **timeouts: float
+    plugin_dir: Path,
+    state_dir: Path,
+    resources: list[dict[str, Any]],
+    registration: str = "classic",
+    **timeouts: float,
 ) -> AsyncIterator[Running]:
+    """The sim serving `resources` behind devshim, registered by `registration` with a fake kubelet;
+    `Running.command` writes its control file."""
     control = plugin_dir.parent / f"{plugin_dir.name}-control"
     control.touch()
     config = plugin_dir.parent / f"{plugin_dir.name}-sim.yaml"
     config.write_text(yaml.safe_dump({"resources": resources, "control_file": str(control)}))
+    registry = state_dir / "plugins_registry"  # used by the watcher path only
     settings = Settings.load(
         device_plugins_dir=plugin_dir,
-        state_dir=state_dir,
+        state_dir=state_dir / "state",
+        registration=registration,
+        plugins_registry_dir=registry,
         register_backoff_max_s=0.5,
         drivers=[
             {
@@ -58,7 +67,8 @@ async def start(
         ],
     )
     try:
-        async with FakeKubelet(plugin_dir) as kubelet, Shim(settings) as shim:
+        watching = registry if registration == "watcher" else None
+        async with FakeKubelet(plugin_dir, plugins_registry=watching) as kubelet, Shim(settings) as shim:
             yield Running(kubelet, shim, control)
     finally:
         control.unlink(missing_ok=True)

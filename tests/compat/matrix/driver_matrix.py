@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from .driver_scenarios import SCENARIOS, starts_one_step_up
 from .driver_world import DriverUnderTest, driver_world
 from .modes import MODES, Mode
-from .results import Result, Skip, run_cell
+from .results import Result, Skip, run_cells
 
 CELL_TIMEOUT_S = 90.0
 
@@ -32,14 +32,8 @@ async def run_driver_matrix(
     progress: Callable[[Result], None] = lambda result: None,
 ) -> list[Result]:
     """Run `cells` (scenario, mode) one after another; a result per cell, in order."""
-    results = []
-    for scenario, mode in cells:
-        result = await run_cell(
-            scenario, mode.id, functools.partial(run_driver_cell, driver, mode, scenario), timeout_s
-        )
-        progress(result)
-        results.append(result)
-    return results
+    runs = ((s, m.id, functools.partial(run_driver_cell, driver, m, s)) for s, m in cells)
+    return await run_cells(runs, timeout_s, progress)
 
 
 def driver_cells(

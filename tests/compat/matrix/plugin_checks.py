@@ -22,7 +22,7 @@ from devshim_compat.records import HEALTHY, UNHEALTHY, DeviceState
 
 from .modes import PROFILES
 from .plugin_world import RPC_TIMEOUT_S, PluginUnderTest, PluginWorld, plugin_world
-from .results import Failed, Result, Skip, expect, run_cell
+from .results import Failed, Result, Skip, expect, run_cells
 
 Check = Callable[[PluginWorld], Awaitable[None]]
 CELL_TIMEOUT_S = 60.0
@@ -197,13 +197,8 @@ async def run_plugin_matrix(
     progress: Callable[[Result], None] = lambda result: None,
 ) -> list[Result]:
     """Run `cells` (check, profile) one after another; a result per cell, in order."""
-    results = []
-    for check, profile in cells:
-        cell = functools.partial(run_plugin_cell, plugin, profile, check)
-        result = await run_cell(check, profile, cell, timeout_s)
-        progress(result)
-        results.append(result)
-    return results
+    runs = ((c, p, functools.partial(run_plugin_cell, plugin, p, c)) for c, p in cells)
+    return await run_cells(runs, timeout_s, progress)
 
 
 def plugin_cells(

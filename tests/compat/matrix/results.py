@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -66,3 +66,18 @@ async def run_cell(row: str, column: str, check: Callable[[], Awaitable[None]], 
     except Exception as err:
         return result(Status.FAIL, f"{type(err).__name__}: {err}")
     return result(Status.PASS)
+
+
+Check = Callable[[], Awaitable[None]]
+
+
+async def run_cells(
+    cells: Iterable[tuple[str, str, Check]], timeout_s: float, progress: Callable[[Result], None]
+) -> list[Result]:
+    """Run (row, column, check) cells one after another; a result per cell, in order."""
+    results = []
+    for row, column, check in cells:
+        result = await run_cell(row, column, check, timeout_s)
+        progress(result)
+        results.append(result)
+    return results
