@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from shim.model import ContainerGrant, DeviceNode, Mount
 from shim.settings import GrantSettings
@@ -54,3 +54,22 @@ def merge(grants: Iterable[ContainerGrant]) -> ContainerGrant:
         annotations={k: ",".join(v) for k, v in annotations.items()},
         cdi_devices=tuple(cdi),
     )
+
+
+class ByDevices:
+    """Grants built once per device-ID tuple. A source that answers the same devices with the same
+    grant object lets the front end reuse that grant's encoding (shim/frontend/encoded.py)."""
+
+    LIMIT = 4096  # tuples kept: bounded, whatever the kubelet asks for
+
+    def __init__(self, build: Callable[[tuple[str, ...]], ContainerGrant]) -> None:
+        self._build = build
+        self._built: dict[tuple[str, ...], ContainerGrant] = {}
+
+    def get(self, device_ids: tuple[str, ...]) -> ContainerGrant:
+        grant = self._built.get(device_ids)
+        if grant is None:
+            if len(self._built) >= self.LIMIT:
+                self._built.clear()
+            grant = self._built[device_ids] = self._build(device_ids)
+        return grant

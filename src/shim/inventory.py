@@ -18,6 +18,7 @@ import json
 import os
 import re
 import tempfile
+import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import TypeVar
 
 from loguru import logger
 
+from shim.incremental import EncodedList
 from shim.model import Device, Health
 
 VERSION = 1
@@ -61,19 +63,23 @@ def _file_name(resource: str) -> str:
     return resource.replace("/", "_", 1) + ".json"
 
 
-def _encode(resource: str, saved: SavedResource) -> str:
-    return json.dumps(
+def _device_json(device: Device) -> str:
+    return json.dumps({"id": device.id, "health": device.health.value, "numa_nodes": device.numa_nodes})
+
+
+def _encode(resource: str, saved: SavedResource, devices: EncodedList[Device, str]) -> str:
+    # Saved on a thread, but a C call such as one json.dumps of 10,000 devices holds the GIL
+    # throughout (~30 ms), stalling the event loop as it sends the kubelet the very change being
+    # saved: the devices are encoded one by one, and only those that changed.
+    head = json.dumps(
         {
             "version": VERSION,
             "resource": resource,
-            "devices": [
-                {"id": d.id, "health": str(d.health), "numa_nodes": list(d.numa_nodes)} for d in saved.devices
-            ],
-            "in_use": [list(group) for group in saved.in_use],
+            "in_use": saved.in_use,
             "saved_at": datetime.now(UTC).isoformat(),
-        },
-        indent=1,
+        }
     )
+    return head[:-1] + ', "devices": [' + ", ".join(devices.encode(saved.devices)) + "]}"
 
 
 def _field(obj: dict[str, object], key: str, kind: type[_T], where: str) -> _T:
@@ -139,6 +145,8 @@ class InventoryStore:
 
     def __init__(self, state_dir: Path) -> None:
         self._dir = state_dir
+        self._devices: dict[str, EncodedList[Device, str]] = {}  # per resource, kept between saves
+        self._encoding = threading.Lock()  # saves run on threads; a closing source saves at once
 
     def _path(self, resource: str) -> Path:
         return self._dir / _file_name(resource)
@@ -162,7 +170,8 @@ class InventoryStore:
     def save(self, resource: str, saved: SavedResource) -> None:
         """Replace the saved inventory; on failure log an error and keep the previous file whole."""
         path = self._path(resource)
-        text = _encode(resource, saved)
+        with self._encoding:
+            text = _encode(resource, saved, self._devices.setdefault(resource, EncodedList(_device_json)))
         tmp: str | None = None
         try:
             if not self._dir.is_dir():

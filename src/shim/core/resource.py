@@ -8,6 +8,7 @@ that list before the source sees it, so every source gets the same guard.
 from __future__ import annotations
 
 import asyncio
+import operator
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import replace
 
@@ -32,6 +33,10 @@ from shim.model import (
 )
 from shim.ops import metrics
 from shim.sources.base import DeviceSource
+
+
+_ID = operator.attrgetter("id")
+_HEALTH = operator.attrgetter("health")
 
 
 class ResourceService:
@@ -92,10 +97,11 @@ class ResourceService:
 
     async def _publish(self, devices: tuple[Device, ...]) -> None:
         self._devices = devices
-        self._by_id = {d.id: d for d in devices}
+        # map and zip run in C: a change among 10,000 devices must not cost a Python pass over all.
+        self._by_id = dict(zip(map(_ID, devices), devices, strict=True))
         await self._latest.publish(devices)
         self._first_list.set()
-        healthy = sum(d.health is Health.HEALTHY for d in devices)
+        healthy = list(map(_HEALTH, devices)).count(Health.HEALTHY)
         metrics.devices(self.name, healthy, len(devices) - healthy)
         logger.debug("{}: {} devices, {} healthy", self.name, len(devices), healthy)
 

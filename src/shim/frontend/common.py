@@ -18,7 +18,7 @@ from loguru import logger
 
 from shim.core.resource import ResourceService
 from shim.errors import ListTooLarge, grpc_status
-from shim.frontend import listcache
+from shim.frontend import encoded, service
 from shim.frontend.api import ListRefused
 from shim.model import (
     Capabilities,
@@ -27,7 +27,7 @@ from shim.model import (
     Device,
     PreferredAllocationRequest,
 )
-from shim.ops import metrics
+from shim.ops import metrics, rpc
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -114,6 +114,7 @@ class CommonServicer:
         self._version = version
         self._on_stream_end = on_stream_end
         self._retired = False
+        self._grants = encoded.GrantEncoder(self.pb, grant_from_model)
 
     def retire(self) -> None:
         """devshim is closing this server: the streams that end now are our doing."""
@@ -128,9 +129,10 @@ class CommonServicer:
     async def ListAndWatch(self, request: Any, context: Context) -> AsyncIterator[Any]:
         # Never returns while the plugin means to stay registered: the kubelet
         # takes a returned stream as the plugin going away (devicemanager client.go Run()).
+        rpc.stream_opened(self._resource.name, self._version, "ListAndWatch")
         refused: ListRefused | None = None
         try:
-            encoder = listcache.ListEncoder(self.pb, device_from_model)
+            encoder = encoded.ListEncoder(self.pb, device_from_model)
             async for devices in self._resource.watch():
                 message = encoder.encode(devices)
                 size = len(message)
@@ -156,12 +158,12 @@ class CommonServicer:
         metrics.list_too_large(name)
         return ListRefused(devices, reason)
 
-    async def Allocate(self, request: Any, context: Context) -> Any:
+    async def Allocate(self, request: Any, context: Context) -> bytes:
         try:
             grants = await self._resource.allocate(allocate_request_to_model(request))
         except Exception as exc:
             await abort(context, exc)
-        return self.pb.AllocateResponse(container_responses=[grant_from_model(self.pb, g) for g in grants])
+        return self._grants.encode(grants)
 
     async def GetPreferredAllocation(self, request: Any, context: Context) -> Any:
         try:
@@ -206,7 +208,7 @@ class VersionApi:
         on_stream_end: Callable[[ListRefused | None], None],
     ) -> CommonServicer:
         servicer = self._servicer(resource, on_stream_end, self.name)
-        server.add_generic_rpc_handlers((listcache.handlers(self._pb, servicer),))
+        server.add_generic_rpc_handlers((service.handlers(self._pb, servicer, resource.name, self.name),))
         return servicer
 
     async def register(

@@ -33,7 +33,6 @@ from shim.frontend.api import ApiVersion, ListRefused, ServedVersion
 from shim.frontend.handover import Handover
 from shim.frontend.pluginregistration import add_registration_service
 from shim.ops import metrics
-from shim.ops.rpc import RpcMetrics
 from shim.settings import KUBELET_SOCKET_NAME
 
 # The kubelet dials the plugin inside Register and gives up after 10 s
@@ -226,7 +225,7 @@ class PluginEndpoint:
         # registration (kubernetes/kubernetes#121994).
         await self._close_server()
         sockets.clear_stale_socket(self.socket_path)
-        server = grpc.aio.server(interceptors=[RpcMetrics(self.resource.name)])
+        server = grpc.aio.server()
         self._served = [api.add_services(server, self.resource, self._on_stream_end) for api in self.apis]
         names = [name for api in self.apis for name in api.service_names]
         health_servicer = health_aio.HealthServicer()

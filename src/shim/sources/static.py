@@ -30,7 +30,8 @@ class StaticSource(DeviceSource):
         capabilities: Capabilities | None = None,
     ) -> None:
         self._devices = tuple(devices)
-        self._grant = grant or GrantSettings()
+        template = grant or GrantSettings()
+        self._grants = grants.ByDevices(lambda ids: grants.expand(template, ids))
         self._capabilities = capabilities or Capabilities(preferred_allocation=True)
         self._latest: Latest[tuple[Device, ...]] = Latest()
 
@@ -71,7 +72,7 @@ class StaticSource(DeviceSource):
         )
 
     async def allocate(self, requests: Sequence[ContainerAllocateRequest]) -> list[ContainerGrant]:
-        return [grants.expand(self._grant, r.device_ids) for r in requests]
+        return [self._grants.get(r.device_ids) for r in requests]
 
     async def preferred_allocation(self, request: PreferredAllocationRequest) -> list[str]:
         """Must-include first, then devices sharing their NUMA nodes, then the rest in order."""

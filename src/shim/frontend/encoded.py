@@ -1,0 +1,90 @@
+"""Replies kept encoded: ListAndWatch lists per device, Allocate responses per grant.
+
+A health change among 10,000 devices used to rebuild and re-serialize all 10,000 Device
+messages (about 100 ms in Python). A ListAndWatchResponse is nothing but its repeated
+``devices`` field, whose encoding is the concatenation of one length-delimited record per
+device, so each device's record is kept until that device changes, and a new list is a join
+of records. An AllocateResponse is likewise its repeated ``container_responses``: a grant the
+source hands out again (a declared grant) is encoded once. The bytes reach the wire through
+shim/frontend/service.py, whose serializer passes bytes through. tests/unit/test_encoded.py
+checks the bytes equal protobuf's own encoding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+from shim.incremental import EncodedList
+from shim.model import ContainerGrant, Device
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _record(tag: bytes, body: bytes) -> bytes:
+    return tag + _varint(len(body)) + body
+
+
+def _tag(message: Any, field: str) -> bytes:
+    return _varint(message.DESCRIPTOR.fields_by_name[field].number << 3 | 2)  # length-delimited
+
+
+class ListEncoder:
+    """One stream's ListAndWatchResponse bytes, re-encoding only devices not in the last list."""
+
+    def __init__(self, pb: ModuleType, encode_device: Callable[[ModuleType, Device], Any]) -> None:
+        self._pb = pb
+        self._encode_device = encode_device
+        self._tag = _tag(pb.ListAndWatchResponse, "devices")
+        self._records = EncodedList(self._record)
+        # Equal devices in new objects (a driver's full list re-read) are not encoded again either.
+        self._by_value: dict[Device, bytes] = {}
+
+    def encode(self, devices: Sequence[Device]) -> bytes:
+        message = b"".join(self._records.encode(devices))
+        if len(self._by_value) > 2 * len(devices):  # a long-lived stream does not grow
+            self._by_value = {}
+        return message
+
+    def _record(self, device: Device) -> bytes:
+        record = self._by_value.get(device)
+        if record is None:
+            record = self._by_value[device] = _record(
+                self._tag, self._encode_device(self._pb, device).SerializeToString()
+            )
+        return record
+
+
+class GrantEncoder:
+    """AllocateResponse bytes; a grant object seen before (sources hand out the same object for
+    the same declared grant) is not encoded again."""
+
+    LIMIT = 1024  # grants kept; per-call grants are new objects each time, so the cache is bounded
+
+    def __init__(self, pb: ModuleType, encode_grant: Callable[[ModuleType, ContainerGrant], Any]) -> None:
+        self._pb = pb
+        self._encode_grant = encode_grant
+        self._tag = _tag(pb.AllocateResponse, "container_responses")
+        # By identity, each entry holding its grant (so an id is never reused while cached):
+        # grants hold mappings and are not hashable.
+        self._by_id: dict[int, tuple[ContainerGrant, bytes]] = {}
+
+    def encode(self, grants: Sequence[ContainerGrant]) -> bytes:
+        parts = []
+        for grant in grants:
+            entry = self._by_id.get(id(grant))
+            if entry is None or entry[0] is not grant:
+                if len(self._by_id) >= self.LIMIT:
+                    self._by_id.clear()
+                body = self._encode_grant(self._pb, grant).SerializeToString()
+                entry = self._by_id[id(grant)] = (grant, _record(self._tag, body))
+            parts.append(entry[1])
+        return b"".join(parts)

@@ -1,0 +1,44 @@
+"""The DevicePlugin service of one API version, as the gRPC server sees it.
+
+Built from the version's descriptor, so every method it declares is served: not the generated
+``add_DevicePluginServicer_to_server``, for two reasons. A method may answer with bytes already
+encoded (ListAndWatch lists and Allocate responses are kept encoded, shim/frontend/encoded.py),
+which the serializer passes through; and each unary method is wrapped once, here, in the
+metrics and log context of shim/ops/rpc.py rather than through a per-call interceptor.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import grpc
+
+from shim.ops import rpc
+
+
+def _serialize(response: Any) -> bytes:
+    return response if isinstance(response, bytes) else bytes(response.SerializeToString())
+
+
+def handlers(pb: ModuleType, servicer: Any, resource: str, version: str) -> grpc.GenericRpcHandler[Any, Any]:
+    """``servicer``'s methods as the DevicePlugin service of ``pb``'s version; unary methods are
+    counted and timed under ``resource`` and ``version``."""
+    service = pb.DESCRIPTOR.services_by_name["DevicePlugin"]
+    table: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+    for method in service.methods:
+        behavior = getattr(servicer, method.name)
+        deserialize = getattr(pb, method.input_type.name).FromString
+        if method.server_streaming:
+            # Counted by the servicer as it opens (rpc.stream_opened): grpc.aio tells an async
+            # generator handler by its function type, so it cannot be wrapped in a plain call.
+            table[method.name] = grpc.unary_stream_rpc_method_handler(
+                behavior, request_deserializer=deserialize, response_serializer=_serialize
+            )
+        else:
+            table[method.name] = grpc.unary_unary_rpc_method_handler(
+                rpc.timed(behavior, resource, version, method.name),
+                request_deserializer=deserialize,
+                response_serializer=_serialize,
+            )
+    return grpc.method_handlers_generic_handler(service.full_name, table)
