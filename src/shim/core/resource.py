@@ -34,7 +34,6 @@ from shim.model import (
 from shim.ops import metrics
 from shim.sources.base import DeviceSource
 
-
 _ID = operator.attrgetter("id")
 _HEALTH = operator.attrgetter("health")
 
