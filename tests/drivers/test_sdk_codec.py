@@ -119,7 +119,7 @@ def test_devshims_own_params_take_the_fast_path() -> None:
         "resource": "example.com/gpu",
         "containers": [{"available": [f"gpu{i}" for i in range(64)], "must_include": ["gpu3"], "size": 8}],
     }
-    descriptor = driver_pb2.PreferredAllocationParams.DESCRIPTOR
+    descriptor: Any = driver_pb2.PreferredAllocationParams.DESCRIPTOR  # upb or python Descriptor
     read = codec.read_canonical(types.PreferredAllocationParams, descriptor, preference)
     assert read == by_protobuf(types.PreferredAllocationParams, preference)
     assert read is not None and read.containers[0].size == 8
