@@ -22,14 +22,15 @@ from shim.frontend.handover import Handover
 from shim.frontend.v1beta1 import API as V1BETA1
 from shim.frontend.v1beta2 import API as V1BETA2
 from shim.inventory import InventoryStore
-from shim.settings import INSTANCE_ID_DIGITS, DriverSettings, Settings, socket_prefix
+from shim.policy import GrantPolicy
+from shim.settings import INSTANCE_ID_DIGITS, DriverSettings, GrantPolicySettings, Settings, socket_prefix
 from shim.sources import DeviceSource, StaticSource
 from shim.status import driver_status, resource_status
 
 # Settings a running devshim cannot change: a reload warns and keeps them until a restart.
 _RESTART_ONLY = (
     "device_plugins_dir", "state_dir", "deallocation", "registration", "api_versions", "plugins_registry_dir",
-    "watch_mode", "poll_interval_s", "register_backoff_max_s", "prestart_timeout_s", "http",
+    "watch_mode", "poll_interval_s", "register_backoff_max_s", "prestart_timeout_s", "http", "socket",
 )  # fmt: skip
 
 
@@ -57,6 +58,7 @@ class Shim:
                 r.name,
                 r.socket_name,
                 given.pop(r.name) if r.name in given else StaticSource.from_settings(r.static),
+                r.policy,
             )
             for r in settings.resources
         ]
@@ -84,13 +86,21 @@ class Shim:
         if self.settings.deallocation.enabled and self.drivers:
             # Only drivers can act on deallocate; static devices need no release.
             self._tasks.append(asyncio.create_task(self.deallocation.run(), name="deallocation"))
-        for name, socket_name, source in self._static:
-            await self.add_resource(name, source, socket_name)
+        for name, socket_name, source, policy in self._static:
+            await self.add_resource(name, source, socket_name, policy=policy)
         for driver in self.drivers:
             with logger.contextualize(driver=driver.name):
                 await driver.start()
 
-    async def add_resource(self, name: str, source: DeviceSource, socket_name: str | None = None) -> None:
+    async def add_resource(
+        self,
+        name: str,
+        source: DeviceSource,
+        socket_name: str | None = None,
+        *,
+        policy: GrantPolicySettings | None = None,
+        driver: str | None = None,
+    ) -> None:
         if name in self.served:
             logger.error("{} is already served; ignoring a second source for it", name)
             return
@@ -100,6 +110,8 @@ class Shim:
             prestart_timeout_s=self.settings.prestart_timeout_s,
             on_allocated=self.deallocation.allocated,
             on_released=self.deallocation.released,
+            policy=GrantPolicy(name, policy),
+            driver=driver,
         )
         handover = None
         if socket_name is None:  # ours to name: per instance, handed over between instances
@@ -113,6 +125,7 @@ class Shim:
             socket_name=socket_name,
             backoff_max_s=self.settings.register_backoff_max_s,
             plugins_registry=self.settings.plugins_registry_dir if self.watcher_mode else None,
+            socket=self.settings.socket,
         )
         endpoint.preflight()
         # Every log line of this resource's tasks (they copy the context) names it.
@@ -170,7 +183,10 @@ class Shim:
         for resource in new.resources:
             if old_static.get(resource.name) != resource:
                 await self.add_resource(
-                    resource.name, StaticSource.from_settings(resource.static), resource.socket_name
+                    resource.name,
+                    StaticSource.from_settings(resource.static),
+                    resource.socket_name,
+                    policy=resource.policy,
                 )
         for name, driver_settings in wanted.items():
             if old_drivers.get(name) is None or old_drivers[name].settings != driver_settings:
@@ -181,7 +197,8 @@ class Shim:
         logger.info("reload: {} drivers, {} static resources", len(self.drivers), len(new.resources))
 
     def _driver_host(self, driver: DriverSettings) -> DriverHost:
-        return DriverHost(driver, self, InventoryStore(self.settings.state_dir / "drivers" / driver.name))
+        store = InventoryStore(self.settings.state_dir / "drivers" / driver.name)
+        return DriverHost(driver, _DriverResources(self, driver), store)
 
     async def _stop_driver(self, host: DriverHost) -> None:
         self.drivers.remove(host)
@@ -232,3 +249,18 @@ class Shim:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.stop()
+
+
+@dataclass
+class _DriverResources:
+    """The ResourceRegistry one driver sees: its resources are served under its grant policy."""
+
+    shim: Shim
+    driver: DriverSettings
+
+    async def add_resource(self, name: str, source: DeviceSource) -> None:
+        policy = self.driver.policy_for(name)
+        await self.shim.add_resource(name, source, policy=policy, driver=self.driver.name)
+
+    async def remove_resource(self, name: str) -> None:
+        await self.shim.remove_resource(name)

@@ -99,6 +99,8 @@ async def demo(out: Callable[[str], None] = print) -> None:
             {
                 "name": "sim",
                 "command": [sys.executable, "-m", "devshim_adapters.sim", "--config", str(config)],
+                # The NICs' grant mounts a host directory: beyond the default grant policy.
+                "resource_policies": {NIC: {"mount_path_prefixes": ["/opt/demo-nic"]}},
             }
         ],
     )

@@ -48,14 +48,43 @@ class SourceFailed(ShimError):
     status = grpc.StatusCode.INTERNAL
 
 
+class GrantRefused(ShimError):
+    """A grant outside the resource's grant policy (shim/policy.py): Allocate is refused."""
+
+    status = grpc.StatusCode.PERMISSION_DENIED
+
+    def __init__(self, resource: str, field: str, value: str, rule: str, kind: str) -> None:
+        # A driver chose the value: cut it short, as gRPC details travel in an 8 KiB header block.
+        self.shown = repr(value) if len(value) <= 200 else repr(value[:200]) + "..."
+        super().__init__(f"{resource}: grant policy refuses {field} {self.shown}: {rule}")
+        self.field = field  # where in the grant, e.g. 'mounts[1].host_path'
+        self.value = value
+        self.rule = rule
+        self.kind = kind  # the field without index or key, a bounded metric label
+
+
 class ListTooLarge(ShimError):
     """A device list the kubelet could not receive (over its gRPC message limit): not sent."""
 
     status = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+# A status message travels in the HTTP/2 trailers, percent-encoded (up to 12 bytes a character),
+# and clients cap their size: grpc C-core at 8 KiB (soft) and 16 KiB (hard). An error echoing a
+# 100 kB device ID from the request would reach such a caller as RESOURCE_EXHAUSTED instead of
+# its real status (found by tests/fuzz), so messages are cut to this many characters.
+MAX_STATUS_MESSAGE_CHARS = 512
+
+
 def grpc_status(error: BaseException) -> tuple[grpc.StatusCode, str]:
     """The status a gRPC handler answers with for ``error``; the only such mapping."""
     if isinstance(error, ShimError):
-        return error.status, str(error)
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(error).__name__}: {error}"
+        return error.status, _bounded(str(error))
+    return grpc.StatusCode.INTERNAL, _bounded(f"internal error: {type(error).__name__}: {error}")
+
+
+def _bounded(message: str) -> str:
+    if len(message) <= MAX_STATUS_MESSAGE_CHARS:
+        return message
+    cut = MAX_STATUS_MESSAGE_CHARS - 40  # room for the note, so the result stays within the cap
+    return f"{message[:cut]}... ({len(message) - cut:,} more characters)"

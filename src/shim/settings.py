@@ -7,13 +7,25 @@ Later issues extend these classes rather than inventing flags per feature.
 
 from __future__ import annotations
 
+import grp
+import posixpath
+import pwd
 import re
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -22,6 +34,9 @@ DEFAULT_DEVICE_PLUGINS_DIR = Path("/var/lib/kubelet/device-plugins")
 KUBELET_SOCKET_NAME = "kubelet.sock"
 # sun_path is 108 bytes on Linux, including the terminating NUL.
 MAX_SOCKET_PATH = 107
+# devshim binds each socket first as <dir>/.devshim-bind-<8 hex>/.s (frontend/sockets.py):
+# that path must fit in sun_path too.
+PRIVATE_BIND_EXTRA = len("/.devshim-bind-01234567/.s")
 
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -96,6 +111,51 @@ class GrantSettings(_Strict):
     cdi_devices: list[str] = []
 
 
+def _path_prefix(value: str) -> str:
+    """An allowed host path prefix: absolute, without NUL or '..', normalised."""
+    if "\x00" in value:
+        raise ValueError("a path prefix must not contain a NUL byte")
+    if not value.startswith("/"):
+        raise ValueError(f"{value!r} is not an absolute path")
+    if ".." in value.split("/"):
+        raise ValueError(f"{value!r} must not contain '..'")
+    # normpath keeps a leading '//' (POSIX leaves its meaning open); on Linux it is '/'.
+    return "/" + posixpath.normpath(value).lstrip("/")
+
+
+def _regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"{value!r} is not a valid regular expression: {exc}") from None
+    return value
+
+
+PathPrefix = Annotated[str, AfterValidator(_path_prefix)]
+ResourceName = Annotated[str, AfterValidator(check_extended_resource_name)]
+# A CDI vendor ("example.com") or a vendor and class ("example.com/gpu").
+CdiKindPrefix = Annotated[str, Field(pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*(/[A-Za-z0-9][-A-Za-z0-9_.]*)?$")]
+
+
+class GrantPolicySettings(_Strict):
+    """What a resource's source may grant; anything else fails Allocate (shim/policy.py,
+    docs/configuration.md "Grant policy"). The defaults allow device nodes under /dev only."""
+
+    # Host paths of device nodes and of mounts must lie under one of these, both as written
+    # (normalised) and with symlinks resolved; matched on whole path components.
+    device_path_prefixes: list[PathPrefix] = ["/dev"]
+    mount_path_prefixes: list[PathPrefix] = []
+    read_only_mounts: bool = True
+    env_name_pattern: Annotated[str, AfterValidator(_regex)] = r"^[A-Za-z_][A-Za-z0-9_]*$"
+    # The dynamic loader's hooks: a value for them runs code of the driver's choosing in the container.
+    denied_env_names: list[str] = ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"]
+    # Plain string prefixes; null: any key. None by default: container runtimes act on some
+    # annotations (cdi.k8s.io/ injects CDI devices, CRI-O's io.kubernetes.cri-o.Devices adds nodes).
+    annotation_key_prefixes: list[Annotated[str, Field(min_length=1)]] | None = []
+    # None: any CDI device name; a list: only names of these vendors or vendor/classes.
+    cdi_vendor_prefixes: list[CdiKindPrefix] | None = None
+
+
 class StaticDeviceSettings(_Strict):
     id: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[^\s,]+$")]
     numa_nodes: list[Annotated[int, Field(ge=0)]] = []
@@ -129,6 +189,7 @@ class ResourceSettings(_Strict):
     name: str
     socket_name: str | None = None
     static: StaticSourceSettings
+    policy: GrantPolicySettings = GrantPolicySettings()
 
     @field_validator("name")
     @classmethod
@@ -186,6 +247,64 @@ class RestartPolicy(_Strict):
     max_notifications_per_s: Annotated[int, Field(ge=1)] = 1000
 
 
+def user_id(value: str | int) -> int:
+    """A user name or numeric id as a uid; a name must be in this node's user database."""
+    if isinstance(value, int) or value.isdigit():
+        return _numeric_id(int(value), "user")
+    try:
+        return pwd.getpwnam(value).pw_uid
+    except KeyError:
+        raise ValueError(f"there is no user named {value!r} on this node") from None
+
+
+def group_id(value: str | int) -> int:
+    """A group name or numeric id as a gid; a name must be in this node's group database."""
+    if isinstance(value, int) or value.isdigit():
+        return _numeric_id(int(value), "group")
+    try:
+        return grp.getgrnam(value).gr_gid
+    except KeyError:
+        raise ValueError(f"there is no group named {value!r} on this node") from None
+
+
+def account(user: str | int) -> pwd.struct_passwd | None:
+    """The user database's entry for a user name or uid; None for a uid it does not list."""
+    try:
+        return pwd.getpwuid(int(user)) if isinstance(user, int) or user.isdigit() else pwd.getpwnam(user)
+    except KeyError:
+        return None
+
+
+def _numeric_id(number: int, what: str) -> int:
+    # (uid_t)-1 means "leave unchanged" to setuid and chown: it is never an id.
+    if not 0 <= number < 2**32 - 1:
+        raise ValueError(f"{number} is not a {what} id")
+    return number
+
+
+def _known_user(value: str | int) -> str | int:
+    user_id(value)
+    return value
+
+
+def _known_group(value: str | int) -> str | int:
+    group_id(value)
+    return value
+
+
+UserName = Annotated[str | int, AfterValidator(_known_user)]
+GroupName = Annotated[str | int, AfterValidator(_known_group)]
+
+
+class DriverStderrSettings(_Strict):
+    """How much of a driver's stderr reaches devshim's log; the rest is read and dropped."""
+
+    # Longer lines are cut here and marked; the rest of the line is skipped.
+    max_line_bytes: Annotated[int, Field(ge=80, le=1024 * 1024)] = 4096
+    # Lines beyond this in one second are dropped, and counted in one warning when it ends.
+    max_lines_per_s: Annotated[int, Field(ge=1, le=100_000)] = 100
+
+
 class DriverSettings(_Strict):
     """A driver subprocess: started from ``command`` (an argv list, never a shell)
     with exactly ``env`` as its environment."""
@@ -195,6 +314,16 @@ class DriverSettings(_Strict):
     env: dict[str, str] = {}
     timeouts: DriverTimeouts = DriverTimeouts()
     restart: RestartPolicy = RestartPolicy()
+    # Run the driver as this user and group (names or numeric ids) instead of as devshim;
+    # switching needs CAP_SETUID and CAP_SETGID (root has them). Supplementary groups: the
+    # user's own from the group database (docs/configuration.md, "Drivers").
+    user: UserName | None = None
+    group: GroupName | None = None
+    stderr: DriverStderrSettings = DriverStderrSettings()
+    # The grant policy of every resource the driver serves, unless resource_policies names it:
+    # a policy there replaces this one whole (nothing is inherited, so nothing widens by surprise).
+    policy: GrantPolicySettings = GrantPolicySettings()
+    resource_policies: dict[ResourceName, GrantPolicySettings] = {}
 
     @field_validator("command")
     @classmethod
@@ -202,6 +331,45 @@ class DriverSettings(_Strict):
         if not value[0]:
             raise ValueError("the program (first item) must not be empty")
         return value
+
+    @model_validator(mode="after")
+    def _group_known(self) -> Self:
+        if self.user is not None and self.group is None and account(self.user) is None:
+            raise ValueError(f"user {self.user} is not in this node's user database: give its group too")
+        return self
+
+    def policy_for(self, resource: str) -> GrantPolicySettings:
+        return self.resource_policies.get(resource, self.policy)
+
+
+def _octal_mode(value: object) -> object:
+    """A mode written as a string is octal ("0660", "0o660"); unquoted YAML 0660 is octal already."""
+    if isinstance(value, str):
+        digits = value.strip().lower().removeprefix("0o")
+        if not digits or any(c not in "01234567" for c in digits):
+            raise ValueError(f'{value!r} is not an octal mode such as "0660"')
+        return int(digits, 8)
+    return value
+
+
+def _socket_mode(value: int) -> int:
+    if not 0 <= value <= 0o777:
+        raise ValueError(f'{value} is not a permission mode: write it in octal, as a string ("0660")')
+    if value & 0o600 != 0o600:
+        raise ValueError(f"mode {value:04o} must let the owner read and write (0600)")
+    if value & 0o007:
+        raise ValueError(
+            f"mode {value:04o} would let every local user use the plugin; grant a group access instead"
+        )
+    return value
+
+
+class SocketSettings(_Strict):
+    """Who may connect to devshim's plugin sockets. The kubelet runs as root, which the default
+    (owner only) serves; a reader running as another user (a sidecar) gets in through ``group``."""
+
+    mode: Annotated[int, BeforeValidator(_octal_mode), AfterValidator(_socket_mode)] = 0o600
+    group: GroupName | None = None
 
 
 class HttpSettings(_Strict):
@@ -246,6 +414,8 @@ class Settings(BaseSettings):
     # text for people; json: one object per line, for log collectors.
     log_format: Literal["text", "json"] = "text"
     http: HttpSettings = HttpSettings()
+    # The plugin sockets' permissions (and group), set before the kubelet can see them.
+    socket: SocketSettings = SocketSettings()
 
     @model_validator(mode="after")
     def _resources_fit(self) -> Self:
@@ -274,6 +444,12 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"socket path {path} is longer than the {MAX_SOCKET_PATH} bytes a unix socket allows"
                 )
+        served = self.resources or self.drivers
+        if served and len(str(socket_dir).encode()) + PRIVATE_BIND_EXTRA > MAX_SOCKET_PATH:
+            raise ValueError(
+                f"{socket_dir} is too long: devshim binds its sockets in a subdirectory there first, "
+                f"and that path would be longer than the {MAX_SOCKET_PATH} bytes a unix socket allows"
+            )
         return self
 
     @property

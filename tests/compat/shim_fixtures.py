@@ -15,11 +15,21 @@ FOO = "example.com/foo"
 BAR = "example.com/bar"
 
 
-def settings_for(plugin_dir: Path, resources: dict[str, dict[str, Any]], **extra: Any) -> Settings:
-    """Settings serving each resource from a static source described by its dict."""
+def settings_for(
+    plugin_dir: Path,
+    resources: dict[str, dict[str, Any]],
+    *,
+    policies: dict[str, dict[str, Any]] | None = None,
+    **extra: Any,
+) -> Settings:
+    """Settings serving each resource from a static source described by its dict, under its
+    grant policy in ``policies`` (the default policy where none is given)."""
     return Settings.load(
         device_plugins_dir=plugin_dir,
-        resources=[{"name": name, "static": static} for name, static in resources.items()],
+        resources=[
+            {"name": name, "static": static, "policy": (policies or {}).get(name, {})}
+            for name, static in resources.items()
+        ],
         # Fast backoff keeps restart tests quick; the default is 5 s.
         register_backoff_max_s=extra.pop("register_backoff_max_s", 0.5),
         **extra,

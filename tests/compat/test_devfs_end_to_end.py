@@ -35,6 +35,8 @@ async def served(
             {
                 "name": "devfs",
                 "command": [sys.executable, "-m", "devshim_adapters.devfs", "--config", str(config)],
+                # The test's nodes are files in a temp dir, not under /dev (the default policy).
+                "policy": {"device_path_prefixes": [str(dev)]},
             }
         ],
     )

@@ -27,6 +27,8 @@ GRANT = {
     "cdi_devices": ["example.com/foo={id}"],
 }
 FOUR = {"count": 4, "grant": GRANT}
+# What GRANT needs beyond the default policy (device nodes under /dev only).
+POLICY = {"mount_path_prefixes": ["/opt/foo"], "annotation_key_prefixes": ["example.com/"]}
 
 
 def ids(devices: tuple[DeviceState, ...]) -> list[str]:
@@ -41,7 +43,7 @@ async def kubelet(plugin_dir: Path) -> AsyncIterator[FakeKubelet]:
 
 @pytest.fixture
 async def foo(plugin_dir: Path, kubelet: FakeKubelet) -> AsyncIterator[tuple[StaticSource, PluginSession]]:
-    async with running_shim(plugin_dir, {FOO: FOUR}) as (_, sources):
+    async with running_shim(plugin_dir, {FOO: FOUR}, policies={FOO: POLICY}) as (_, sources):
         session = await kubelet.wait_for_plugin(FOO)
         await session.wait_for_list()
         yield sources[FOO], session

@@ -15,6 +15,7 @@ from dataclasses import replace
 from loguru import logger
 
 from shim.errors import (
+    GrantRefused,
     RequestError,
     SourceFailed,
     SourceTimeout,
@@ -32,6 +33,7 @@ from shim.model import (
     PreferredAllocationRequest,
 )
 from shim.ops import metrics
+from shim.policy import GrantPolicy
 from shim.sources.base import DeviceSource
 
 _ID = operator.attrgetter("id")
@@ -47,9 +49,14 @@ class ResourceService:
         prestart_timeout_s: float = 25.0,
         on_allocated: Callable[[str, list[str]], None] | None = None,
         on_released: Callable[[str, list[str]], None] | None = None,
+        policy: GrantPolicy | None = None,
+        driver: str | None = None,
     ) -> None:
         self.name = name
         self.source = source
+        # Every grant of every source is held to it; the default allows device nodes under /dev.
+        self.policy = policy or GrantPolicy(name)
+        self._granter = f"driver {driver!r}" if driver else "the static grant"
         self._on_allocated = on_allocated
         self._on_released = on_released
         self._prestart_timeout_s = prestart_timeout_s
@@ -59,6 +66,7 @@ class ResourceService:
         self._latest: Latest[tuple[Device, ...]] = Latest()
         self._first_list = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
 
     # --- lifecycle -------------------------------------------------------
 
@@ -73,9 +81,10 @@ class ResourceService:
             ) from None
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        tasks = [t for t in (self._task, *self._background) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         metrics.resource_stopped(self.name)
         await self.source.close()
 
@@ -129,10 +138,29 @@ class ResourceService:
             raise SourceFailed(
                 f"{self.name}: device source answered {len(grants)} grants for {len(requests)} containers"
             )
+        for grant in grants:
+            try:
+                self.policy.check(grant)
+            except GrantRefused as refused:
+                self._refused(refused, requests)
+                raise
         if self._on_allocated is not None:
             for request in requests:
                 self._on_allocated(self.name, list(request.device_ids))
         return grants
+
+    def _refused(self, refused: GrantRefused, requests: Sequence[ContainerAllocateRequest]) -> None:
+        metrics.policy_refused(self.name, refused.kind)
+        logger.warning(
+            "{}: {} granted {} {} outside the policy ({}); Allocate refused",
+            self.name, self._granter, refused.field, refused.shown, refused.rule,
+        )  # fmt: skip
+        # The kubelet frees the devices of a failed Allocate (devicemanager manager.go restores
+        # allocatedDevices from podDevices): a driver that tracks allocations hears so.
+        for request in requests:
+            task = asyncio.create_task(self.deallocate(request.device_ids), name=f"refused:{self.name}")
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     async def deallocate_now(self, device_ids: Sequence[str]) -> None:
         """The kubelet says these devices are free (v1beta2 Deallocate); errors reach it."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import signal
 import sys
@@ -17,25 +18,75 @@ from typing import Any
 
 from loguru import logger
 
+from shim.driverhost.stderr import StderrLines
 from shim.jsonrpc import MAX_LINE_BYTES, ConnectionClosed, Peer, StreamTransport
 from shim.jsonrpc.errors import ProtocolError
 from shim.jsonrpc.peer import NotificationHandler
-from shim.settings import DriverSettings
+from shim.settings import DriverSettings, account, group_id, user_id
 
-# Run first in the child: PR_SET_PDEATHSIG makes the kernel kill the driver if devshim
-# dies, even by SIGKILL, so no driver outlives it. Done in a fresh process rather than
-# in preexec_fn, which is unsafe in devshim's multi-threaded (gRPC) process.
+# Run first in the child, in a fresh process rather than in preexec_fn, which is unsafe in
+# devshim's multi-threaded (gRPC) process. Arguments: devshim's pid; the ids to switch to,
+# "uid:gid:group,group" (uid empty: keep it), or "" to keep devshim's; the driver's argv.
+# PR_SET_PDEATHSIG makes the kernel kill the driver if devshim dies, even by SIGKILL, so no
+# driver outlives it; it comes after the switch, because changing ids clears it. The ids
+# change groups first: once the uid is dropped, changing groups is no longer permitted.
+# The driver gets the environment the launcher was started with, read back from /proc (before
+# the switch makes /proc/self root's): the interpreter adds LC_CTYPE to its own when the locale
+# is C (PEP 538).
 LAUNCHER = r"""
 import ctypes, os, signal, sys
+parent, ids, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+try:
+    with open("/proc/self/environ", "rb") as given:
+        env = dict(e.split(b"=", 1) for e in given.read().split(b"\0") if b"=" in e)
+except OSError:
+    env = dict(os.environb)
+if ids:
+    uid, gid, groups = ids.split(":")
+    try:
+        os.setgroups([int(g) for g in groups.split(",")])
+        os.setgid(int(gid))
+        if uid:
+            os.setuid(int(uid))
+    except OSError as error:
+        who = f"uid {uid or os.getuid()}, gid {gid}, groups {groups}"
+        sys.stderr.write(f"cannot run as {who}: {error.strerror}\n")
+        sys.exit(71)
 ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-if os.getppid() == 1:
+if os.getppid() != parent:
     sys.exit(70)  # devshim died before the death signal was armed
 try:
-    os.execvp(sys.argv[1], sys.argv[1:])
+    os.execve(argv[0], argv, env)
 except OSError as error:
-    sys.stderr.write(f"cannot run {sys.argv[1]!r}: {error.strerror}\n")
+    sys.stderr.write(f"cannot run {argv[0]!r}: {error.strerror}\n")
     sys.exit(127)
 """
+# The launcher's exit codes for its own failures.
+EXEC_FAILED, SWITCH_FAILED, PARENT_GONE = 127, 71, 70
+# How much of the driver's stderr one read takes.
+STDERR_CHUNK = 256 * 1024
+
+
+def switch_ids(settings: DriverSettings) -> str:
+    """The launcher's ids argument: who the driver runs as (see LAUNCHER), resolved now, so a
+    change in the user or group database counts from the driver's next start."""
+    if settings.user is None and settings.group is None:
+        return ""
+    entry = account(settings.user) if settings.user is not None else None
+    try:
+        uid = "" if settings.user is None else str(user_id(settings.user))
+        gid = group_id(settings.group) if settings.group is not None else None
+    except ValueError as exc:
+        raise DriverFailed(f"cannot start it: {exc}") from None
+    if gid is None:
+        if entry is None:
+            raise DriverFailed(f"cannot start it: user {settings.user} is no longer in the user database")
+        gid = entry.pw_gid
+    # Supplementary groups as a login gets them: the user's, from the group database (device
+    # access is often granted to a group, such as video or dialout). Without a user database
+    # entry, or without a user, only the driver's group: none of devshim's own is kept.
+    groups = os.getgrouplist(entry.pw_name, gid) if entry is not None else [gid]
+    return f"{uid}:{gid}:{','.join(str(g) for g in groups)}"
 
 
 class DriverFailed(Exception):
@@ -53,6 +104,7 @@ class DriverProcess:
         self.last_log = ""
         self._peer: Peer | None = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self.hung = False  # failed by not answering in time: maybe frozen, deaf to EOF and SIGTERM
 
     async def start(self) -> None:
         program, *args = self.settings.command
@@ -62,9 +114,10 @@ class DriverProcess:
         if found is None:
             raise DriverFailed(f"cannot start {program!r}: not found on devshim's PATH")
         argv = [found, *args]
+        ids = switch_ids(self.settings)
         try:
             self.process = await asyncio.create_subprocess_exec(
-                sys.executable, "-I", "-S", "-c", LAUNCHER, *argv,
+                sys.executable, "-I", "-S", "-c", LAUNCHER, str(os.getpid()), ids, *argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -117,8 +170,16 @@ class DriverProcess:
             reason = f"it did not answer {method} within {timeout:g} s"
             if hang_is_failure:
                 # A driver that stops answering is hung: restart it rather than wait forever.
+                self.hung = True
                 self.fail(reason)
             raise TimeoutError(reason) from None
+        except ConnectionError as exc:
+            # Our write found the driver's input closed: it died as we wrote (its exit status, if
+            # it comes at once, is the better reason) or it no longer reads. Either way it is broken.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.failed), 0.5)
+            self.fail(f"it closed its input ({exc})")
+            raise ConnectionClosed(self.failed.result()) from None
         except ConnectionClosed as exc:
             # The stream ended before the exit status is known: wait briefly for the real reason.
             with contextlib.suppress(TimeoutError):
@@ -129,15 +190,17 @@ class DriverProcess:
         code = await process.wait()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._tasks[2]), 0.5)  # its last log lines
-        if code == 127 and self.last_log.startswith("cannot run"):
-            how = self.last_log
-        elif code == 70:
-            how = "its launcher found devshim gone"
+        if code in (EXEC_FAILED, SWITCH_FAILED) and self.last_log.startswith("cannot run"):
+            reason = self.last_log
+            if code == SWITCH_FAILED and "not permitted" in reason:
+                reason += " (running a driver as another user or group needs CAP_SETUID and CAP_SETGID)"
+        elif code == PARENT_GONE:
+            reason = "its launcher found devshim gone"
         elif code < 0:
-            how = f"was killed by {signal.Signals(-code).name}"
+            reason = f"it was killed by {signal.Signals(-code).name}"
         else:
-            how = f"exited with code {code}"
-        self.fail(how if code == 127 and how.startswith("cannot run") else f"it {how}")
+            reason = f"it exited with code {code}"
+        self.fail(reason)
 
     def _rate_limited(self, method: str, handler: NotificationHandler) -> NotificationHandler:
         limit = self.settings.restart.max_notifications_per_s
@@ -158,10 +221,28 @@ class DriverProcess:
         return handle
 
     async def _copy_log(self, stderr: asyncio.StreamReader) -> None:
-        with contextlib.suppress(ValueError, ConnectionError):
-            async for line in stderr:
-                self.last_log = line.decode(errors="replace").rstrip()
-                logger.info("driver {!r}: {}", self.name, self.last_log)
+        """Read all the driver writes to stderr, at once and to the end, so that it never blocks
+        on a full pipe; only a bounded part of it reaches the log (driverhost/stderr.py)."""
+        loop = asyncio.get_running_loop()
+        limits = self.settings.stderr
+        lines = StderrLines(limits.max_line_bytes, limits.max_lines_per_s, self._log_stderr)
+        summary_at = -1.0  # the window end a summary is scheduled for
+        try:
+            while chunk := await stderr.read(STDERR_CHUNK):
+                lines.feed(chunk, loop.time())
+                if lines.dropped and summary_at != lines.window_end:
+                    # Say what the window dropped when it ends, even if the driver falls silent.
+                    summary_at = lines.window_end
+                    loop.call_at(summary_at, lines.end_window, summary_at)
+        except ConnectionError:
+            pass
+        finally:
+            lines.close(loop.time())
+
+    def _log_stderr(self, level: str, text: str) -> None:
+        if level == "INFO":
+            self.last_log = text
+        logger.log(level, "driver {!r}: {}", self.name, text)
 
     async def stop(self, *, graceful: bool) -> None:
         """graceful: shutdown, then close stdin; then SIGTERM, then SIGKILL; each bounded."""
@@ -173,6 +254,10 @@ class DriverProcess:
         if self._peer is not None:
             await self._peer.close()
         if self.process is not None:
+            if not graceful and self.hung and self.process.returncode is None:
+                # A hung driver may be frozen (stopped, or stuck in the kernel): it acts on neither
+                # EOF nor SIGTERM, and waiting for either only delays its replacement.
+                self.process.kill()
             await self._reap(self.process, wait_s if graceful else 1.0)
         for task in self._tasks:
             task.cancel()

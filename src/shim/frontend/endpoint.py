@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import _async as health_aio
@@ -33,7 +34,7 @@ from shim.frontend.api import ApiVersion, ListRefused, ServedVersion
 from shim.frontend.handover import Handover
 from shim.frontend.pluginregistration import add_registration_service
 from shim.ops import metrics
-from shim.settings import KUBELET_SOCKET_NAME
+from shim.settings import KUBELET_SOCKET_NAME, SocketSettings
 
 # The kubelet dials the plugin inside Register and gives up after 10 s
 # (devicemanager/plugin/v1beta1/client.go dial()); allow for that and the options call.
@@ -65,10 +66,13 @@ class PluginEndpoint:
         backoff_max_s: float = 5.0,
         plugins_registry: Path | None = None,
         handover: Handover | None = None,
+        socket: SocketSettings | None = None,
     ) -> None:
         """``plugins_registry`` given: register through the kubelet's plugin watcher (a
         registration socket there) instead of calling Register on kubelet.sock. ``handover``:
-        take the resource over from another devshim instance first, and let go when asked."""
+        take the resource over from another devshim instance first, and let go when asked.
+        ``socket``: the socket's permissions (default: owner only)."""
+        self._socket_settings = socket or SocketSettings()
         self.resource = resource
         self._handover = handover
         self.handed_over = asyncio.Event()
@@ -238,18 +242,20 @@ class PluginEndpoint:
                 )
             )
         reflection.enable_server_reflection(services, server)
-        server.add_insecure_port(f"unix:{self.socket_path}")
-        await server.start()
-        self._server = server
-        if self.watcher_mode:
-            self.watcher_status = "waiting for the plugin watcher"
-        try:
-            sockets.restrict_socket(self.socket_path)
-        except FileNotFoundError:
-            raise SocketGone from None
-        self._socket_identity = sockets.identity(self.socket_path)
-        for service in ("", *names):
-            await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+        # Bound where nobody can connect yet; the kubelet sees the socket only once it serves,
+        # with its final permissions (frontend/sockets.py).
+        with sockets.PrivateBind(self.socket_path, self._socket_settings) as bind:
+            server.add_insecure_port(f"unix:{bind.path}")
+            await server.start()
+            self._server = server
+            for service in ("", *names):
+                await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+            if self.watcher_mode:
+                self.watcher_status = "waiting for the plugin watcher"
+            try:
+                self._socket_identity = bind.publish()
+            except FileNotFoundError:
+                raise SocketGone from None
         logger.info(
             "{}: serving {} on {}", self.resource.name, ", ".join(a.name for a in self.apis), self.socket_path
         )
@@ -279,7 +285,7 @@ class PluginEndpoint:
             raise RegistrationFailed
         self._told_waiting = False
         started = time.monotonic()
-        version = await self._negotiate()
+        version = await self._unless_restarted(self._negotiate())
         self._registered_with = kubelet
         self.last_error = ""
         self.registrations += 1
@@ -292,6 +298,23 @@ class PluginEndpoint:
             version,
             round((time.monotonic() - started) * 1000),
         )
+
+    async def _unless_restarted(self, registering: Coroutine[Any, Any, str]) -> str:
+        """The Register's outcome, unless a restart signal (our socket deleted, a handover) comes
+        first: then the attempt is abandoned, since a kubelet dialling a gone socket can only time
+        out (10 s), and the cycle serves afresh."""
+        register = asyncio.ensure_future(registering)
+        restart = asyncio.ensure_future(self._restart.wait())
+        try:
+            await asyncio.wait({register, restart}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            restart.cancel()
+            if not register.done():
+                register.cancel()
+            await asyncio.gather(register, restart, return_exceptions=True)
+        if register.cancelled():
+            raise SocketGone
+        return register.result()
 
     async def _negotiate(self) -> str:
         """Register through the newest offered version the kubelet speaks; the version it took."""
@@ -333,6 +356,8 @@ class PluginEndpoint:
         server, self._server = self._server, None
         await server.stop(grace=None)
         sockets.remove_own_socket(self.socket_path, self._socket_identity)
+        # No socket of ours until the next one is published: its absence is no restart signal.
+        self._socket_identity = None
 
     async def close(self) -> None:
         await self._close_server()

@@ -80,6 +80,13 @@ DRIVER_CALLS = Counter(
     ["driver", "method", "outcome"],
     registry=REGISTRY,
 )
+POLICY_REFUSALS = Counter(
+    "devshim_policy_refusals_total",
+    "Allocate calls refused because the source granted something outside the resource's grant policy.",
+    # field: where in the grant, without index or key (mounts.host_path, envs): a bounded label.
+    ["resource", "field"],
+    registry=REGISTRY,
+)
 
 _HEALTH = ("Healthy", "Unhealthy")
 _negotiated: dict[str, str] = {}  # resource -> the version its gauge series is set for
@@ -135,3 +142,7 @@ def driver_restarted(driver: str) -> None:
 
 def driver_call(driver: str, method: str, ok: bool) -> None:
     DRIVER_CALLS.labels(driver, method, _outcome(ok)).inc()
+
+
+def policy_refused(resource: str, field: str) -> None:
+    POLICY_REFUSALS.labels(resource, field).inc()

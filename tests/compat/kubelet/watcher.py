@@ -147,7 +147,14 @@ class PluginWatcher:
                 inotify.add_recursive_watch(self.directory, mask)
                 for socket in self._walk(self.directory):
                     self._created(socket)
-                async for event in inotify:
+                while True:
+                    try:
+                        event = await inotify.get()
+                    except (ValueError, FileNotFoundError):
+                        # RecursiveInotify could not watch a directory removed before its
+                        # creation was read (devshim binds in short-lived private ones);
+                        # upstream's handleCreateEvent fails its stat, logs it, and goes on.
+                        continue
                     if event.mask & Mask.DELETE_SELF and event.path == self.directory:
                         break  # nothing left to watch: poll until it is back
                     if event.path is None:

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from devshim_compat import FakeKubelet, PluginSession
 from devshim_compat.records import DeviceState
@@ -152,6 +153,20 @@ class DriverWorld:
         os.kill(self.driver_pid(), signal.SIGKILL)
 
 
+# compat judges how a driver speaks the protocol, not what a node lets it grant: that is the
+# operator's grant policy (docs/configuration.md), which would fail the allocate rows of a
+# driver granting, say, nodes in a temp dir.
+ALLOW_ANY_GRANT: dict[str, Any] = {
+    "device_path_prefixes": ["/"],
+    "mount_path_prefixes": ["/"],
+    "read_only_mounts": False,
+    "env_name_pattern": "(?s).*",
+    "denied_env_names": [],
+    "annotation_key_prefixes": None,
+    "cdi_vendor_prefixes": None,
+}
+
+
 def settings_for(driver: DriverUnderTest, mode: Mode, root: Path) -> Settings:
     return Settings.load(
         device_plugins_dir=root / "device-plugins",
@@ -167,6 +182,7 @@ def settings_for(driver: DriverUnderTest, mode: Mode, root: Path) -> Settings:
                 "env": dict(driver.env),
                 # Restart a crashed driver at once (the crash row times its recovery).
                 "restart": {"backoff_initial_s": 0.05, "backoff_max_s": 1.0},
+                "policy": ALLOW_ANY_GRANT,
             }
         ],
         deallocation={

@@ -1,0 +1,107 @@
+"""A driver's stderr as log lines, bounded in length and in rate (no I/O here).
+
+devshim reads a driver's stderr as fast as the driver writes it, whatever it writes: a pipe
+nobody drains blocks the driver at its next write. What reaches the log is bounded instead.
+A line longer than ``max_line_bytes`` is logged cut, with a marker, and the rest of it is
+skipped as it arrives, so memory stays bounded even for a line with no end. Beyond
+``max_lines_per_s`` lines in a one-second window, lines are counted and dropped, and one
+warning says how many once the window is over. Control characters are shown escaped, so a
+driver cannot forge or garble log lines with them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+# (level, message): called for each line to log and for each summary of dropped lines.
+Emit = Callable[[str, str], None]
+
+# C0 controls (except tab) and DEL, shown as \xNN.
+_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F) if c != 0x09}
+
+
+class StderrLines:
+    def __init__(self, max_line_bytes: int, max_lines_per_s: int, emit: Emit) -> None:
+        self._max_bytes = max_line_bytes
+        self._max_lines = max_lines_per_s
+        self._emit = emit
+        self._line = bytearray()  # the start of the current line, at most max_line_bytes
+        self._skipping = False  # the current line is already decided (logged cut, or dropped)
+        self.window_end = -math.inf
+        self._logged = 0
+        self.dropped = 0  # lines dropped in the current window
+
+    def feed(self, data: bytes, now: float) -> None:
+        """Take the next bytes the driver wrote, read at ``now`` (seconds, monotonic)."""
+        start = 0
+        while start < len(data):
+            if now < self.window_end and self._logged >= self._max_lines:
+                self._drop_all(data[start:])
+                return
+            newline = data.find(b"\n", start)
+            end = len(data) if newline < 0 else newline
+            if not self._skipping:
+                room = self._max_bytes - len(self._line)
+                self._line += data[start : start + min(room, end - start)]
+                if end - start > room:
+                    self._decide(now, cut=True)
+            if newline < 0:
+                return
+            if not self._skipping:
+                self._decide(now, cut=False)
+            self._skipping = False
+            start = newline + 1
+
+    def _drop_all(self, data: bytes) -> None:
+        """The window's budget is spent: decide every line in ``data`` at C speed, dropping it."""
+        newlines = data.count(b"\n")
+        tail = data
+        if newlines:
+            # The first newline only ends a line that was decided already, if one was.
+            self.dropped += newlines - (1 if self._skipping else 0)
+            self._line.clear()
+            self._skipping = False
+            tail = data[data.rfind(b"\n") + 1 :]
+        if not self._skipping:
+            room = self._max_bytes - len(self._line)
+            self._line += tail[:room]
+            if len(tail) > room:
+                self.dropped += 1
+                self._line.clear()
+                self._skipping = True
+
+    def _decide(self, now: float, *, cut: bool) -> None:
+        """Log or drop the current line (complete, or cut at the length limit)."""
+        if now >= self.window_end:
+            self.end_window(self.window_end)
+            self.window_end = now + 1.0
+        if self._logged < self._max_lines:
+            self._logged += 1
+            text = self._line.decode(errors="replace").rstrip().translate(_ESCAPES)
+            if cut:
+                text += f" [line cut at {self._max_bytes} bytes]"
+            self._emit("INFO", text)
+        else:
+            self.dropped += 1
+        self._line.clear()
+        self._skipping = cut
+
+    def end_window(self, end: float) -> None:
+        """The window that ends at ``end`` is over (a timer calls this): say what it dropped.
+
+        A call for a window that is no longer the current one does nothing."""
+        if end != self.window_end:
+            return
+        if self.dropped:
+            self._emit(
+                "WARNING", f"{self.dropped} stderr lines dropped (more than {self._max_lines} lines/s)"
+            )
+        self.dropped = self._logged = 0
+        self.window_end = -math.inf
+
+    def close(self, now: float) -> None:
+        """The stream ended: log an unfinished last line, then what the window dropped."""
+        if self._line and not self._skipping:
+            self._decide(now, cut=False)
+        self.end_window(self.window_end)

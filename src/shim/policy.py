@@ -1,0 +1,187 @@
+"""The grant policy: what a resource's device source may grant a container.
+
+A driver is a program devshim runs but does not trust with the node: whatever it grants, the
+kubelet hands to the container runtime, which opens host paths and honours environment
+variables and annotations on the driver's word. The operator states per resource what is
+allowed (settings ``GrantPolicySettings``); ``core/resource.py`` checks every grant of every
+source here before the kubelet sees it, and a grant outside the policy fails Allocate with
+PERMISSION_DENIED naming the field (docs/configuration.md, "Grant policy").
+
+Host paths are checked twice: normalised as written, and with symlinks resolved as devshim
+sees the node's filesystem, on every call (a symlink can change between two Allocates, so a
+verdict is never cached). The runtime opens the path later still; the check cannot close that
+window, so whoever can change symlinks under an allowed prefix must be trusted (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import stat
+from collections.abc import Sequence
+
+from shim.errors import GrantRefused
+from shim.model import ContainerGrant, Mount
+from shim.settings import GrantPolicySettings
+
+# The cgroup device access letters; static grants are held to the same rule by their settings.
+_PERMISSIONS = re.compile(r"[rwm]{1,3}")
+# Annotations containerd and CRI-O read as CDI device names (comma-separated).
+CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
+
+
+class _Prefixes:
+    """Allowed host path prefixes, matched on whole components (/dev allows /dev/x, not /devil)."""
+
+    def __init__(self, prefixes: Sequence[str]) -> None:
+        self.shown = ", ".join(prefixes) or "none"
+        # The prefixes themselves are resolved once, here: the operator chose them, and only
+        # root on the host could repoint one. What lies under them is resolved on every call.
+        # A prefix that is a symlink (/var/run -> /run) also allows where it leads.
+        self.resolved = {p: os.path.realpath(p) for p in prefixes}
+        every = dict.fromkeys([*prefixes, *self.resolved.values()])
+        self._under = tuple(p.rstrip("/") + "/" for p in every)
+        self._exact = frozenset(every)
+
+    def __bool__(self) -> bool:
+        return bool(self._exact)
+
+    def cover(self, path: str) -> bool:
+        return path in self._exact or path.startswith(self._under)
+
+
+def _normal(path: str) -> str:
+    # normpath keeps a leading '//' (POSIX leaves its meaning open); on Linux it is '/'.
+    return "/" + posixpath.normpath(path).lstrip("/")
+
+
+def _resolve(path: str, prefixes: _Prefixes, parents: dict[str, str]) -> str:
+    """``os.path.realpath(path)``, resolving each parent directory once per check (or not at
+    all when it is an allowed prefix): a grant of eight nodes in /dev costs eight lstat calls
+    instead of sixteen."""
+    head, _, tail = path.rpartition("/")
+    if not head or tail in ("", ".", "..") or "//" in path or "/./" in path or "/../" in path:
+        return os.path.realpath(path)
+    parent = prefixes.resolved.get(head) or parents.get(head)
+    if parent is None:
+        parent = parents[head] = os.path.realpath(head)
+    try:
+        link = stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:  # absent (or unreadable): nothing more to follow, as realpath does
+        link = False
+    return os.path.realpath(path) if link else parent.rstrip("/") + "/" + tail
+
+
+def _host_path_problem(path: str, prefixes: _Prefixes, parents: dict[str, str]) -> str | None:
+    if "\x00" in path:
+        return "a NUL byte in a path"
+    if not path.startswith("/"):
+        return "not an absolute path"
+    normal = _normal(path)
+    if not prefixes.cover(normal):
+        normalised = f"it normalises to {normal!r}, " if normal != path else ""
+        return f"{normalised}not under an allowed prefix ({prefixes.shown})"
+    # Resolved from the path as written: the kernel follows a symlink before a later '..',
+    # which normpath would have cancelled lexically (/dev/link/../x).
+    real = _resolve(path, prefixes, parents)
+    if real != normal and not prefixes.cover(real):
+        return f"it resolves to {real!r}, not under an allowed prefix ({prefixes.shown})"
+    return None
+
+
+def _container_path_problem(path: str) -> str | None:
+    if "\x00" in path:
+        return "a NUL byte in a path"
+    if not path.startswith("/"):
+        return "not an absolute path"
+    if ".." in path.split("/"):
+        return "'..' in a container path"
+    return None
+
+
+class GrantPolicy:
+    """One resource's policy; ``check`` raises GrantRefused for the first field outside it."""
+
+    def __init__(self, resource: str, settings: GrantPolicySettings | None = None) -> None:
+        self.resource = resource
+        self.settings = settings = settings or GrantPolicySettings()
+        self._devices = _Prefixes(settings.device_path_prefixes)
+        self._mounts = _Prefixes(settings.mount_path_prefixes)
+        self._env_name = re.compile(settings.env_name_pattern)
+        self._denied_envs = frozenset(settings.denied_env_names)
+        keys = settings.annotation_key_prefixes
+        self._annotation_prefixes = None if keys is None else tuple(keys)
+        self._cdi = None if settings.cdi_vendor_prefixes is None else tuple(settings.cdi_vendor_prefixes)
+
+    def _refuse(self, field: str, value: str, rule: str, kind: str) -> GrantRefused:
+        return GrantRefused(self.resource, field, value, rule, kind)
+
+    def check(self, grant: ContainerGrant) -> None:
+        parents: dict[str, str] = {}  # resolved afresh on every call: symlinks change
+        for i, node in enumerate(grant.device_nodes):
+            where = f"device_nodes[{i}]"
+            if problem := _host_path_problem(node.host_path, self._devices, parents):
+                raise self._refuse(f"{where}.host_path", node.host_path, problem, "device_nodes.host_path")
+            if problem := _container_path_problem(node.container_path):
+                raise self._refuse(
+                    f"{where}.container_path", node.container_path, problem, "device_nodes.container_path"
+                )
+            if not _PERMISSIONS.fullmatch(node.permissions):
+                raise self._refuse(
+                    f"{where}.permissions", node.permissions, "not 1-3 of r, w, m", "device_nodes.permissions"
+                )
+        for i, mount in enumerate(grant.mounts):
+            self._check_mount(f"mounts[{i}]", mount, parents)
+        for name in grant.envs:
+            self._check_env(name)
+        for key, value in grant.annotations.items():
+            self._check_annotation(key, value)
+        for i, name in enumerate(grant.cdi_devices):
+            if problem := self._cdi_problem(name):
+                raise self._refuse(f"cdi_devices[{i}]", name, problem, "cdi_devices")
+
+    def _check_mount(self, where: str, mount: Mount, parents: dict[str, str]) -> None:
+        if not self._mounts:
+            rule = "no mounts allowed (mount_path_prefixes is empty)"
+            raise self._refuse(f"{where}.host_path", mount.host_path, rule, "mounts.host_path")
+        if problem := _host_path_problem(mount.host_path, self._mounts, parents):
+            raise self._refuse(f"{where}.host_path", mount.host_path, problem, "mounts.host_path")
+        if problem := _container_path_problem(mount.container_path):
+            raise self._refuse(
+                f"{where}.container_path", mount.container_path, problem, "mounts.container_path"
+            )
+        if self.settings.read_only_mounts and not mount.read_only:
+            rule = "mounts must be read-only (read_only_mounts)"
+            raise self._refuse(f"{where}.read_only", "false", rule, "mounts.read_only")
+
+    def _check_env(self, name: str) -> None:
+        if name in self._denied_envs:
+            raise self._refuse(f"envs[{name!r}]", name, "a denied name (denied_env_names)", "envs")
+        if not self._env_name.fullmatch(name):
+            raise self._refuse(
+                f"envs[{name!r}]", name, f"does not match env_name_pattern {self._env_name.pattern!r}", "envs"
+            )
+
+    def _check_annotation(self, key: str, value: str) -> None:
+        if self._annotation_prefixes is not None and not key.startswith(self._annotation_prefixes):
+            allowed = ", ".join(self._annotation_prefixes) or "none"
+            raise self._refuse(
+                f"annotations[{key!r}]", key, f"not under an allowed key prefix ({allowed})", "annotations"
+            )
+        # A CDI annotation grants devices just as cdi_devices does: the same vendors only.
+        if key.startswith(CDI_ANNOTATION_PREFIX):
+            for name in value.split(","):
+                if problem := self._cdi_problem(name.strip()):
+                    raise self._refuse(f"annotations[{key!r}]", name, problem, "annotations")
+
+    def _cdi_problem(self, name: str) -> str | None:
+        if self._cdi is None:
+            return None
+        kind, equals, device = name.partition("=")
+        vendor, slash, device_class = kind.partition("/")
+        if not (equals and device and vendor and slash and device_class):
+            return "not a CDI device name 'vendor/class=name'"
+        if not any(kind == p or kind.startswith(p + "/") for p in self._cdi):
+            return f"not of an allowed CDI vendor ({', '.join(self._cdi) or 'none'})"
+        return None

@@ -1,0 +1,80 @@
+"""A driver that grants things outside devshim's default grant policy, device by device.
+
+example.com/granting answers ``allocate`` per call: ``ok-N`` gets /dev/null, ``escape`` a
+device node at $ESCAPE_PATH (a symlink out of an allowed prefix), ``mount`` a writable mount
+of /etc, ``preload`` LD_PRELOAD. It declares ``deallocate`` and appends each call's IDs as one
+line to $DEALLOCATED. example.com/granting-declared declares its grants at list time:
+``d-ok`` /dev/null, ``d-escape`` /dev/../etc/shadow.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from shim.sdk import Driver, run, types
+
+PER_CALL = "example.com/granting"
+DECLARED = "example.com/granting-declared"
+PER_CALL_IDS = ("ok-0", "ok-1", "escape", "mount", "preload")
+
+
+def null_node(device_id: str) -> types.DeviceNode:
+    return types.DeviceNode(container_path=f"/dev/{device_id}", host_path="/dev/null", permissions="rw")
+
+
+def grant_for(device_id: str) -> types.Grant:
+    if device_id == "escape":
+        node = types.DeviceNode(
+            container_path="/dev/x", host_path=os.environ["ESCAPE_PATH"], permissions="rw"
+        )
+        return types.Grant(device_nodes=[node])
+    if device_id == "mount":
+        return types.Grant(
+            mounts=[types.Mount(container_path="/host-etc", host_path="/etc", read_only=False)]
+        )
+    if device_id == "preload":
+        return types.Grant(envs={"LD_PRELOAD": "/tmp/evil.so"})
+    return types.Grant(envs={"GRANTING": device_id}, device_nodes=[null_node(device_id)])
+
+
+class Granting(Driver):
+    name = "granting"
+
+    def resources(self) -> list[types.Resource]:
+        return [types.Resource(name=PER_CALL, deallocate=True), types.Resource(name=DECLARED)]
+
+    async def list_devices(self, resource: str) -> list[types.Device]:
+        if resource == DECLARED:
+            escape = types.DeviceNode(
+                container_path="/dev/x", host_path="/dev/../etc/shadow", permissions="r"
+            )
+            return [
+                types.Device(
+                    id="d-ok", health=types.Health.HEALTHY, grant=types.Grant(device_nodes=[null_node("d")])
+                ),
+                types.Device(
+                    id="d-escape", health=types.Health.HEALTHY, grant=types.Grant(device_nodes=[escape])
+                ),
+            ]
+        return [types.Device(id=i, health=types.Health.HEALTHY) for i in PER_CALL_IDS]
+
+    async def allocate(self, resource: str, containers: list[list[str]]) -> list[types.Grant]:
+        grants = []
+        for ids in containers:
+            grant = types.Grant()
+            for device_id in ids:
+                part = grant_for(device_id)
+                grant.envs.update(part.envs)
+                grant.mounts.extend(part.mounts)
+                grant.device_nodes.extend(part.device_nodes)
+            grants.append(grant)
+        return grants
+
+    async def deallocate(self, resource: str, device_ids: list[str]) -> None:
+        with Path(os.environ["DEALLOCATED"]).open("a") as record:
+            record.write(",".join(device_ids) + "\n")
+
+
+if __name__ == "__main__":
+    run(Granting())

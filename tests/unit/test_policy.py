@@ -1,0 +1,478 @@
+"""The grant policy on real paths: every classic escape is refused, naming the field.
+
+Symlink tricks are played in a temp tree (an allowed prefix inside tmp_path, a secret beside it)
+and with the real /dev/fd (a symlink into /proc), because the check resolves paths as the
+container runtime will.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import yaml
+from loguru import logger
+
+from shim.core.resource import ResourceService
+from shim.errors import GrantRefused, grpc_status
+from shim.model import ContainerAllocateRequest, ContainerGrant, Device, DeviceNode, Mount
+from shim.ops import metrics
+from shim.policy import GrantPolicy
+from shim.settings import ConfigError, GrantPolicySettings, GrantSettings, MountSettings, Settings
+from shim.sources import StaticSource
+
+RESOURCE = "example.com/gpu"
+
+
+def policy(**settings: Any) -> GrantPolicy:
+    return GrantPolicy(RESOURCE, GrantPolicySettings(**settings))
+
+
+def node(host_path: str, container_path: str = "/dev/x", permissions: str = "rw") -> ContainerGrant:
+    return ContainerGrant(device_nodes=(DeviceNode(container_path, host_path, permissions),))
+
+
+def mount(host_path: str, container_path: str = "/opt/x", read_only: bool = True) -> ContainerGrant:
+    return ContainerGrant(mounts=(Mount(container_path, host_path, read_only),))
+
+
+def refusal(check: GrantPolicy, grant: ContainerGrant) -> GrantRefused:
+    with pytest.raises(GrantRefused) as info:
+        check.check(grant)
+    return info.value
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """tmp/allowed (the prefix) with a node, symlinks inside it pointing in and out, and
+    tmp/secret beside it."""
+    allowed, secret = tmp_path / "allowed", tmp_path / "secret"
+    allowed.mkdir()
+    (secret / "sub").mkdir(parents=True)
+    (secret / "key").write_text("x")
+    (allowed / "dev0").touch()
+    (allowed / "sub").mkdir()
+    (allowed / "inner").symlink_to(allowed / "dev0")
+    (allowed / "out").symlink_to(secret / "key")
+    (allowed / "relative-out").symlink_to("../secret/key")
+    (allowed / "outdir").symlink_to(secret)
+    (allowed / "dangling").symlink_to(secret / "not-yet")
+    (allowed / "chain").symlink_to(allowed / "inner-to-out")
+    (allowed / "inner-to-out").symlink_to(allowed / "out")
+    (allowed / "updir").symlink_to(secret / "sub")
+    (tmp_path / "via").symlink_to(allowed)
+    return tmp_path
+
+
+# --- device nodes --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host_path", ["/dev/null", "/dev/zero", "/dev/nvidia0", "/dev/dri/card0", "/dev"])
+def test_the_default_policy_allows_device_nodes_under_dev(host_path: str) -> None:
+    """Real and absent nodes under /dev pass: a device may not exist where devshim looks."""
+    GrantPolicy(RESOURCE).check(node(host_path))
+
+
+@pytest.mark.parametrize(
+    ("host_path", "rule"),
+    [
+        pytest.param("/etc/shadow", "not under an allowed prefix (/dev)", id="outside"),
+        pytest.param("/dev/../etc/passwd", "normalises to '/etc/passwd'", id="dotdot"),
+        pytest.param("/dev//../etc/passwd", "normalises to '/etc/passwd'", id="double-slash-dotdot"),
+        pytest.param("/dev/./../etc", "normalises to '/etc'", id="dot-dotdot"),
+        pytest.param("//etc/passwd", "normalises to '/etc/passwd'", id="leading-double-slash"),
+        pytest.param("/devil", "not under an allowed prefix", id="prefix-is-not-a-component"),
+        pytest.param("/dev-evil/x", "not under an allowed prefix", id="prefix-dash"),
+        pytest.param("/", "not under an allowed prefix", id="root"),
+        pytest.param("dev/null", "not an absolute path", id="relative"),
+        pytest.param("./dev/null", "not an absolute path", id="dot-relative"),
+        pytest.param("", "not an absolute path", id="empty"),
+        pytest.param("/dev/null\x00/etc/shadow", "a NUL byte", id="nul"),
+        pytest.param("/dev/fd", "resolves to '/proc/", id="dev-fd-into-proc"),
+        pytest.param("/dev/fd/../../etc/passwd", "normalises to '/etc/passwd'", id="dev-fd-dotdot"),
+    ],
+)
+def test_escapes_from_dev_are_refused_naming_the_field_and_the_rule(host_path: str, rule: str) -> None:
+    """Each classic escape fails with the field, the offending value and the rule."""
+    refused = refusal(GrantPolicy(RESOURCE), node(host_path))
+    assert refused.field == "device_nodes[0].host_path"
+    assert refused.kind == "device_nodes.host_path"
+    assert refused.value == host_path
+    assert rule in refused.rule
+    assert str(refused).startswith(f"{RESOURCE}: grant policy refuses device_nodes[0].host_path ")
+
+
+def test_a_dev_fd_link_to_an_open_file_is_refused_where_it_leads(tmp_path: Path) -> None:
+    """/dev/fd/N is a symlink into /proc that leads to whatever the process has open."""
+    secret = tmp_path / "secret"
+    secret.write_text("x")
+    fd = os.open(secret, os.O_RDONLY)
+    try:
+        refused = refusal(GrantPolicy(RESOURCE), node(f"/dev/fd/{fd}"))
+    finally:
+        os.close(fd)
+    assert f"resolves to {str(secret)!r}" in refused.rule
+
+
+def test_a_dev_fd_link_to_a_pipe_is_refused() -> None:
+    """/dev/stdin and friends may lead to a pipe, which is no path at all (pipe:[inode])."""
+    read, write = os.pipe()
+    try:
+        refused = refusal(GrantPolicy(RESOURCE), node(f"/dev/fd/{read}"))
+    finally:
+        os.close(read)
+        os.close(write)
+    assert "pipe:[" in refused.rule
+
+
+def test_a_later_entry_is_checked_and_named_by_its_index() -> None:
+    """The first node passes, the second does not: the field names index 1."""
+    grant = ContainerGrant(
+        device_nodes=(DeviceNode("/dev/a", "/dev/null"), DeviceNode("/dev/b", "/etc/passwd"))
+    )
+    assert refusal(GrantPolicy(RESOURCE), grant).field == "device_nodes[1].host_path"
+
+
+@pytest.mark.parametrize("name", ["dev0", "inner", "sub/../dev0"])
+def test_paths_under_a_prefix_that_stay_inside_it_are_allowed(tree: Path, name: str) -> None:
+    """A plain node, a symlink to a node inside, and a '..' that stays inside all pass."""
+    policy(device_path_prefixes=[str(tree / "allowed")]).check(node(f"{tree}/allowed/{name}"))
+
+
+@pytest.mark.parametrize(
+    ("name", "leads_to"),
+    [
+        pytest.param("out", "secret/key", id="symlink-out"),
+        pytest.param("relative-out", "secret/key", id="relative-symlink-out"),
+        pytest.param("outdir/key", "secret/key", id="symlinked-directory-out"),
+        pytest.param("chain", "secret/key", id="chain-of-symlinks-out"),
+        pytest.param("dangling", "secret/not-yet", id="dangling-symlink-out"),
+        # Lexically allowed/x, but the kernel follows updir before '..': secret/x.
+        pytest.param("updir/../x", "secret/x", id="dotdot-after-a-symlink"),
+    ],
+)
+def test_symlinks_under_an_allowed_prefix_that_lead_outside_are_refused(
+    tree: Path, name: str, leads_to: str
+) -> None:
+    """Whatever the route out of the prefix, the resolved path is what is judged."""
+    refused = refusal(policy(device_path_prefixes=[str(tree / "allowed")]), node(f"{tree}/allowed/{name}"))
+    assert f"resolves to {str(tree / leads_to)!r}" in refused.rule
+
+
+def test_a_symlink_repointed_after_a_check_is_refused_on_the_next_call(tree: Path) -> None:
+    """Verdicts are not cached: a link that was inside on one Allocate and outside on the
+    next is refused the second time."""
+    check = policy(device_path_prefixes=[str(tree / "allowed")])
+    link = tree / "allowed" / "moving"
+    link.symlink_to(tree / "allowed" / "dev0")
+    check.check(node(str(link)))
+    link.unlink()
+    link.symlink_to(tree / "secret" / "key")
+    assert "resolves to" in refusal(check, node(str(link))).rule
+
+
+def test_a_prefix_that_is_a_symlink_also_allows_where_it_leads(tree: Path) -> None:
+    """An operator's /var/run (a link to /run) allows paths that resolve under /run."""
+    policy(device_path_prefixes=[str(tree / "via")]).check(node(f"{tree}/via/dev0"))
+
+
+@pytest.mark.parametrize(
+    ("container_path", "rule"),
+    [
+        pytest.param("dev/x", "not an absolute path", id="relative"),
+        pytest.param("/dev/../etc/x", "'..'", id="dotdot"),
+        pytest.param("/dev/x\x00", "a NUL byte", id="nul"),
+    ],
+)
+def test_container_paths_must_be_absolute_without_dotdot(container_path: str, rule: str) -> None:
+    refused = refusal(GrantPolicy(RESOURCE), node("/dev/null", container_path))
+    assert refused.field == "device_nodes[0].container_path"
+    assert rule in refused.rule
+
+
+def test_device_permissions_other_than_rwm_are_refused() -> None:
+    """A driver's permissions are held to the rule static settings already enforce."""
+    refused = refusal(GrantPolicy(RESOURCE), node("/dev/null", permissions="rwx"))
+    assert refused.field == "device_nodes[0].permissions"
+
+
+# --- mounts ----------------------------------------------------------------------------------
+
+
+def test_mounts_are_refused_by_default() -> None:
+    refused = refusal(GrantPolicy(RESOURCE), mount("/dev/shm"))
+    assert refused.field == "mounts[0].host_path"
+    assert "mount_path_prefixes is empty" in refused.rule
+
+
+def test_a_read_only_mount_under_an_allowed_prefix_passes(tree: Path) -> None:
+    policy(mount_path_prefixes=[str(tree / "allowed")]).check(mount(f"{tree}/allowed/sub"))
+
+
+def test_a_writable_mount_is_refused_while_read_only_is_required(tree: Path) -> None:
+    check = policy(mount_path_prefixes=[str(tree / "allowed")])
+    refused = refusal(check, mount(f"{tree}/allowed/sub", read_only=False))
+    assert (refused.field, refused.kind) == ("mounts[0].read_only", "mounts.read_only")
+    policy(mount_path_prefixes=[str(tree / "allowed")], read_only_mounts=False).check(
+        mount(f"{tree}/allowed/sub", read_only=False)
+    )
+
+
+def test_mount_host_paths_get_the_same_escape_checks(tree: Path) -> None:
+    check = policy(mount_path_prefixes=[str(tree / "allowed")])
+    for host_path in (f"{tree}/allowed/outdir", f"{tree}/allowed/../secret", f"{tree}/allowedx"):
+        assert refusal(check, mount(host_path)).field == "mounts[0].host_path", host_path
+    assert refusal(check, mount(f"{tree}/allowed/sub", "/opt/../etc")).field == "mounts[0].container_path"
+
+
+def test_device_prefixes_do_not_allow_mounts_there() -> None:
+    """Mounts have prefixes of their own: /dev for nodes does not let a driver mount /dev."""
+    assert refusal(policy(mount_path_prefixes=["/opt"]), mount("/dev")).field == "mounts[0].host_path"
+
+
+# --- envs, annotations, CDI ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "rule"),
+    [
+        pytest.param("LD_PRELOAD", "denied", id="ld-preload"),
+        pytest.param("LD_LIBRARY_PATH", "denied", id="ld-library-path"),
+        pytest.param("1ST", "env_name_pattern", id="leading-digit"),
+        pytest.param("A=B", "env_name_pattern", id="equals"),
+        pytest.param("A B", "env_name_pattern", id="space"),
+        pytest.param("", "env_name_pattern", id="empty"),
+    ],
+)
+def test_env_names_outside_the_policy_are_refused(name: str, rule: str) -> None:
+    refused = refusal(GrantPolicy(RESOURCE), ContainerGrant(envs={"OK": "1", name: "x"}))
+    assert refused.field == f"envs[{name!r}]"
+    assert rule in refused.rule
+
+
+def test_the_env_pattern_must_match_the_whole_name() -> None:
+    check = policy(env_name_pattern="NVIDIA_[A-Z_]+", denied_env_names=[])
+    check.check(ContainerGrant(envs={"NVIDIA_VISIBLE_DEVICES": "0"}))
+    assert refusal(check, ContainerGrant(envs={"XNVIDIA_X": "0"})).kind == "envs"
+    assert refusal(check, ContainerGrant(envs={"NVIDIA_X1": "0"})).kind == "envs"
+
+
+def test_annotations_are_refused_by_default_and_allowed_by_key_prefix() -> None:
+    grant = ContainerGrant(annotations={"example.com/owner": "devshim"})
+    assert refusal(GrantPolicy(RESOURCE), grant).field == "annotations['example.com/owner']"
+    check = policy(annotation_key_prefixes=["example.com/"])
+    check.check(grant)
+    refused = refusal(check, ContainerGrant(annotations={"example.com.evil.io/x": "1"}))
+    assert "not under an allowed key prefix (example.com/)" in refused.rule
+
+
+@pytest.mark.parametrize(
+    ("allowed", "name", "ok"),
+    [
+        pytest.param(["example.com"], "example.com/gpu=0", True, id="vendor"),
+        pytest.param(["example.com"], "other.com/gpu=0", False, id="other-vendor"),
+        pytest.param(["example.com"], "example.com.evil.io/gpu=0", False, id="vendor-as-string-prefix"),
+        pytest.param(["example.com/gpu"], "example.com/gpu=all", True, id="vendor-and-class"),
+        pytest.param(["example.com/gpu"], "example.com/gpu2=0", False, id="other-class"),
+        pytest.param(["example.com"], "example.com", False, id="not-a-cdi-name"),
+        pytest.param(["example.com"], "example.com/gpu=", False, id="no-device"),
+        pytest.param([], "example.com/gpu=0", False, id="none-allowed"),
+    ],
+)
+def test_cdi_devices_must_be_of_an_allowed_vendor(allowed: list[str], name: str, ok: bool) -> None:
+    check = policy(cdi_vendor_prefixes=allowed)
+    grant = ContainerGrant(cdi_devices=(name,))
+    if ok:
+        check.check(grant)
+    else:
+        assert refusal(check, grant).field == "cdi_devices[0]"
+
+
+def test_any_cdi_vendor_passes_by_default() -> None:
+    GrantPolicy(RESOURCE).check(ContainerGrant(cdi_devices=("anyone.io/thing=1",)))
+
+
+def test_annotation_key_prefixes_null_allows_any_key_but_still_checks_cdi_annotations() -> None:
+    check = policy(annotation_key_prefixes=None, cdi_vendor_prefixes=["example.com"])
+    check.check(ContainerGrant(annotations={"anything/at-all": "1", "cdi.k8s.io/a": "example.com/gpu=0"}))
+    assert refusal(check, ContainerGrant(annotations={"cdi.k8s.io/a": "evil.io/x=0"})).kind == "annotations"
+
+
+def test_cdi_annotations_are_held_to_the_cdi_vendors() -> None:
+    """containerd and CRI-O inject the CDI devices a cdi.k8s.io/ annotation names: the same
+    vendors as cdi_devices, or the annotation would be a way around that rule."""
+    check = policy(annotation_key_prefixes=["cdi.k8s.io/"], cdi_vendor_prefixes=["example.com"])
+    check.check(ContainerGrant(annotations={"cdi.k8s.io/p_0": "example.com/gpu=0,example.com/gpu=1"}))
+    refused = refusal(check, ContainerGrant(annotations={"cdi.k8s.io/p_0": "example.com/gpu=0,evil.io/x=1"}))
+    assert (refused.field, refused.value) == ("annotations['cdi.k8s.io/p_0']", "evil.io/x=1")
+
+
+# --- errors, settings ----------------------------------------------------------------------------
+
+
+def test_a_refusal_is_permission_denied_naming_resource_field_value_and_rule() -> None:
+    code, message = grpc_status(refusal(GrantPolicy(RESOURCE), node("/etc/shadow")))
+    assert code is grpc.StatusCode.PERMISSION_DENIED
+    assert message == (
+        f"{RESOURCE}: grant policy refuses device_nodes[0].host_path '/etc/shadow': "
+        "not under an allowed prefix (/dev)"
+    )
+
+
+def test_a_huge_offending_value_is_cut_short_in_the_message() -> None:
+    message = str(refusal(GrantPolicy(RESOURCE), node("/etc/" + "x" * 100_000)))
+    assert len(message) < 400 and message.endswith("(/dev)")
+
+
+def test_a_grant_inside_every_rule_passes(tree: Path) -> None:
+    check = policy(
+        device_path_prefixes=["/dev", str(tree / "allowed")],
+        mount_path_prefixes=[str(tree / "allowed")],
+        annotation_key_prefixes=["example.com/"],
+        cdi_vendor_prefixes=["example.com"],
+    )
+    check.check(
+        ContainerGrant(
+            envs={"GPU_IDS": "0,1"},
+            mounts=(Mount("/opt/x", f"{tree}/allowed/sub", True),),
+            device_nodes=(
+                DeviceNode("/dev/a", "/dev/null", "r"),
+                DeviceNode("/dev/b", f"{tree}/allowed/dev0"),
+            ),
+            annotations={"example.com/a": "b"},
+            cdi_devices=("example.com/gpu=0",),
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("policy_settings", "where"),
+    [
+        pytest.param({"device_path_prefixes": ["dev"]}, "device_path_prefixes[0]", id="relative-prefix"),
+        pytest.param({"mount_path_prefixes": ["/opt", "/a/../b"]}, "mount_path_prefixes[1]", id="dotdot"),
+        pytest.param({"device_path_prefixes": ["/dev\x00"]}, "device_path_prefixes[0]", id="nul"),
+        pytest.param({"env_name_pattern": "(["}, "env_name_pattern", id="bad-regex"),
+        pytest.param({"cdi_vendor_prefixes": ["a.com/x=y"]}, "cdi_vendor_prefixes[0]", id="cdi-name"),
+        pytest.param({"annotation_key_prefixes": [""]}, "annotation_key_prefixes[0]", id="empty-prefix"),
+        pytest.param({"mounts_ok": True}, "mounts_ok", id="unknown-field"),
+    ],
+)
+def test_bad_policy_settings_are_refused_naming_the_yaml_path(
+    policy_settings: dict[str, Any], where: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.load(drivers=[{"name": "sim", "command": ["x"], "policy": policy_settings}])
+    assert f"drivers[0].policy.{where}: " in str(info.value)
+
+
+def test_the_defaults_documented_in_docs_configuration_md_are_the_real_ones() -> None:
+    """The "Grant policy" section's YAML block is the default policy, field for field."""
+    text = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    block = text.split("## Grant policy", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    documented = yaml.safe_load(block)["policy"]
+    assert set(documented) == set(GrantPolicySettings.model_fields)
+    assert GrantPolicySettings(**documented) == GrantPolicySettings()
+
+
+def test_prefixes_are_normalised() -> None:
+    settings = GrantPolicySettings(device_path_prefixes=["//dev/", "/sys/class/./net/"])
+    assert settings.device_path_prefixes == ["/dev", "/sys/class/net"]
+
+
+def test_a_driver_resource_policy_replaces_the_driver_policy_whole() -> None:
+    settings = Settings.load(
+        drivers=[
+            {
+                "name": "sim",
+                "command": ["x"],
+                "policy": {"annotation_key_prefixes": ["example.com/"]},
+                "resource_policies": {"example.com/nic": {"mount_path_prefixes": ["/opt/nic"]}},
+            }
+        ]
+    )
+    driver = settings.drivers[0]
+    assert driver.policy_for("example.com/gpu").annotation_key_prefixes == ["example.com/"]
+    nic = driver.policy_for("example.com/nic")
+    assert nic.mount_path_prefixes == ["/opt/nic"] and nic.annotation_key_prefixes == []
+
+
+def test_a_resource_policy_key_must_be_a_resource_name() -> None:
+    with pytest.raises(ConfigError, match=r"drivers\[0\]\.resource_policies"):
+        Settings.load(drivers=[{"name": "sim", "command": ["x"], "resource_policies": {"gpu": {}}}])
+
+
+# --- in the core: Allocate ---------------------------------------------------------------------
+
+
+class RecordingSource(StaticSource):
+    def __init__(self, devices: Sequence[Device], grant: GrantSettings) -> None:
+        super().__init__(devices, grant)
+        self.freed: list[tuple[str, ...]] = []
+
+    async def deallocate(self, device_ids: Sequence[str]) -> None:
+        self.freed.append(tuple(device_ids))
+
+
+@pytest.fixture
+def warnings() -> Iterator[list[str]]:
+    messages: list[str] = []
+    sink = logger.add(lambda m: messages.append(m.record["message"]), level="WARNING")
+    try:
+        yield messages
+    finally:
+        logger.remove(sink)
+
+
+def refusals(field: str) -> float:
+    value = metrics.REGISTRY.get_sample_value(
+        "devshim_policy_refusals_total", {"resource": RESOURCE, "field": field}
+    )
+    return value or 0.0
+
+
+async def test_allocate_outside_the_policy_is_refused_counted_logged_and_released(
+    warnings: list[str],
+) -> None:
+    """The core refuses the grant before the kubelet sees it: PERMISSION_DENIED, the metric
+    counts the field, the log names the driver, and the source hears the devices are free."""
+    grant = GrantSettings(mounts=[MountSettings(container_path="/etc", host_path="/etc")])
+    source = RecordingSource([Device("d0"), Device("d1")], grant)
+    service = ResourceService(RESOURCE, source, driver="sim")
+    await service.start()
+    before = refusals("mounts.host_path")
+    try:
+        with pytest.raises(GrantRefused) as info:
+            await service.allocate([ContainerAllocateRequest(("d0", "d1"))])
+        for _ in range(100):
+            if source.freed:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        await service.stop()
+    assert info.value.field == "mounts[0].host_path"
+    assert refusals("mounts.host_path") == before + 1
+    assert [m for m in warnings if "outside the policy" in m] == [
+        f"{RESOURCE}: driver 'sim' granted mounts[0].host_path '/etc' outside the policy "
+        "(no mounts allowed (mount_path_prefixes is empty)); Allocate refused"
+    ]
+    assert source.freed == [("d0", "d1")]
+
+
+async def test_allocate_inside_the_policy_is_answered() -> None:
+    grant = GrantSettings(mounts=[MountSettings(container_path="/opt", host_path="/opt", read_only=True)])
+    service = ResourceService(
+        RESOURCE,
+        StaticSource([Device("d0")], grant),
+        policy=policy(mount_path_prefixes=["/opt"]),
+    )
+    await service.start()
+    try:
+        [answer] = await service.allocate([ContainerAllocateRequest(("d0",))])
+    finally:
+        await service.stop()
+    assert answer.mounts == (Mount("/opt", "/opt", True),)
