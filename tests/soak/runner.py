@@ -1,0 +1,146 @@
+"""The soak run: start the world, run the checkers, inject faults at random, report."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tests.compat.matrix.modes import PROFILES
+
+from .faults import FAULTS, Context, Injected
+from .invariants import RECOVERY_BUDGET_S, Allocator, ListChecker, unhealthy, wait_recovered
+from .report import Journal
+from .world import World, world
+
+# devshim's first start imports grpc and starts its drivers cold: give it time.
+START_TIMEOUT_S = 60.0
+# A fault that has not recovered by then is reported, and the soak moves on.
+RECOVERY_TIMEOUT_S = 15.0
+# After the last fault everything must stay healthy this long.
+FINAL_HOLD_S = 1.0
+LOG_TAIL_CHARS = 6000
+
+
+class SoakError(Exception):
+    """The soak could not run at all (devshim never came up); the message says what was seen."""
+
+
+@dataclass(frozen=True)
+class SoakOptions:
+    faults: int = 36
+    seed: int = 1
+    kinds: tuple[str, ...] = tuple(FAULTS)
+    # The chance that the next fault follows before this one has recovered (faults on top of
+    # faults); its recovery is then not timed on its own.
+    overlap: float = 0.25
+    # The longest quiet pause between a recovery and the next fault.
+    pause_s: float = 0.2
+    keep: bool = False  # keep the temp dir (devshim's log) afterwards
+
+
+async def run_soak(options: SoakOptions, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    unknown = set(options.kinds) - set(FAULTS)
+    if unknown:
+        raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULTS)}")
+    rng = random.Random(options.seed)
+    journal = Journal()
+    async with world(keep=options.keep) as w:
+        checker = ListChecker(journal, w.sessions)
+        allocator = Allocator(w, journal, random.Random(rng.random()))
+        await _started(w)
+        background = [asyncio.create_task(checker.run()), asyncio.create_task(allocator.run())]
+        try:
+            ctx = Context(w, journal, rng, allocator)
+            await _inject(ctx, options, progress)
+            await _hold(w, journal)
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+        checker.sweep()
+        status = await w.devshim.status()
+        exit_code = await w.devshim.stop()
+        if exit_code != 0:
+            journal.violate("unclean_exit", f"devshim exited {exit_code} on SIGTERM")
+        # The work dir goes with the world: keep the end of devshim's log where it explains a failure.
+        tail = w.devshim.log.read_text(errors="replace")[-LOG_TAIL_CHARS:] if journal.violations else None
+        return journal.report(
+            seed=options.seed,
+            faults_requested=options.faults,
+            devshim_starts=w.devshim.starts,
+            podresources={"calls": w.pod_resources.calls, "rejected": w.pod_resources.rejected},
+            devshim_status_at_end=status,
+            workdir=str(w.root) if options.keep else None,
+            devshim_log_tail=tail,
+        )
+
+
+async def _started(w: World) -> None:
+    took, wrong = await wait_recovered(w, time.monotonic(), START_TIMEOUT_S)
+    if took is None:
+        tail = w.devshim.log.read_text(errors="replace")[-3000:] if w.devshim.log.exists() else ""
+        raise SoakError(f"devshim did not come up within {START_TIMEOUT_S:g} s: {wrong}\n{tail}")
+
+
+async def _inject(ctx: Context, options: SoakOptions, progress: Callable[[str], None]) -> None:
+    # Every kind is owed once (in a shuffled order) before kinds are drawn at random, so even a
+    # short run injects each, and a kubelet restart once per profile (kubelet_restart takes the
+    # profile restarted least); a kind that does not apply yet stays owed.
+    restarts = ["kubelet_restart"] * (len(PROFILES) - 1) if "kubelet_restart" in options.kinds else []
+    owed = [*options.kinds, *restarts]
+    ctx.rng.shuffle(owed)
+    for n in range(1, options.faults + 1):
+        ctx.pending_figure = None
+        kind, injected = await _one(ctx, owed, options.kinds, n)
+        stats = ctx.journal.kind(kind)
+        stats.injected += 1
+        stats.variants[injected.variant] += 1
+        if n % 50 == 0:
+            progress(f"{n} faults, {len(ctx.journal.violations)} violations, {ctx.journal.now():.0f} s")
+        if n < options.faults and ctx.rng.random() < options.overlap:
+            stats.overlapped += 1
+            await asyncio.sleep(ctx.rng.uniform(0.0, 0.25))
+            continue
+        took, wrong = await wait_recovered(ctx.world, injected.ended_at, RECOVERY_TIMEOUT_S)
+        if took is None:
+            why = f"{injected.variant}: not healthy {RECOVERY_TIMEOUT_S:g} s after it: {wrong}"
+            ctx.journal.violate("no_recovery", why)
+        else:
+            stats.recoveries.append(took)
+            if ctx.pending_figure is not None:
+                name, since = ctx.pending_figure
+                ctx.journal.figure(name, injected.ended_at + took - since)
+            if took > RECOVERY_BUDGET_S:
+                why = f"{injected.variant}: healthy only {took:.3f} s after it; meanwhile: {wrong}"
+                ctx.journal.violate("slow_recovery", why)
+        ctx.journal.fault = f"quiet after #{n} {kind}"
+        await asyncio.sleep(ctx.rng.uniform(0.0, options.pause_s))
+
+
+async def _one(ctx: Context, owed: list[str], kinds: tuple[str, ...], n: int) -> tuple[str, Injected]:
+    """Inject the next fault that applies now: an owed kind if one does, else one drawn at random."""
+    while True:
+        for kind in [*owed, *(ctx.rng.choice(kinds) for _ in range(2 * len(kinds)))]:
+            ctx.journal.fault = f"#{n} {kind}"
+            injected = await FAULTS[kind](ctx)
+            if injected is not None:
+                if kind in owed:
+                    owed.remove(kind)
+                return kind, injected
+        await asyncio.sleep(0.1)  # nothing applies now (every driver restarting): wait a moment
+
+
+async def _hold(w: World, journal: Journal) -> None:
+    """After the last fault: everything stays healthy for FINAL_HOLD_S."""
+    journal.fault = "after the last fault"
+    deadline = time.monotonic() + FINAL_HOLD_S
+    while time.monotonic() < deadline:
+        wrong = await unhealthy(w)
+        if wrong is not None:
+            journal.violate("unstable_after_recovery", wrong)
+            return
+        await asyncio.sleep(0.05)
