@@ -69,7 +69,9 @@ class Peer:
         self._pending[request_id] = future
         try:
             await self._send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-            return await asyncio.wait_for(future, timeout)
+            # Not wait_for: in Python 3.11 it waits on a second future, one more loop turn per call.
+            async with asyncio.timeout(timeout):
+                return await future
         except TimeoutError:
             self._expired.append(request_id)
             raise
@@ -100,6 +102,11 @@ class Peer:
         except (ConnectionError, asyncio.CancelledError) as exc:
             reason = exc
             raise
+        except Exception as exc:
+            # Input nothing above foresaw (a repr too deep to print, ...): the other side cannot
+            # be trusted any more, which is a protocol error, not a reader that dies silently.
+            reason = ProtocolError(f"cannot process a message: {type(exc).__name__}: {exc}")
+            logger.error("{}: protocol error: {}", self.name, reason)
         finally:
             self._close(reason)
 
@@ -134,7 +141,9 @@ class Peer:
             return  # aborted: whatever the other side still says is ignored
         try:
             message = json.loads(line)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        # ValueError: not UTF-8, not JSON, or an integer over Python's 4300-digit limit;
+        # RecursionError: nesting deeper than the parser's stack.
+        except (ValueError, RecursionError) as exc:
             await self._reject(None, ErrorCode.PARSE_ERROR, f"not JSON: {exc}")
             return
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
@@ -158,7 +167,8 @@ class Peer:
             )
 
     def _on_response(self, message: dict[str, Any]) -> None:
-        future = self._pending.get(message["id"]) if isinstance(message["id"], int) else None
+        # type(), not isinstance(): JSON's true is no request id, though Python's True == 1.
+        future = self._pending.get(message["id"]) if type(message["id"]) is int else None
         if future is None:
             if message["id"] in self._expired:
                 logger.debug("{}: dropping a late answer to request {}", self.name, message["id"])
@@ -190,6 +200,10 @@ class Peer:
             handler(params)
         except RemoteError as exc:
             logger.warning("{}: bad {} notification: {}", self.name, method, exc.message)
+        except Exception as exc:
+            # Params the handler could not use (devshim's raise DriverProtocolError): the
+            # notification is ignored, as an error object would be; the connection stays.
+            logger.warning("{}: bad {} notification: {}: {}", self.name, method, type(exc).__name__, exc)
 
     async def _answer(self, request_id: Any, method: str, params: Any) -> None:
         handler = self._requests.get(method)
