@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from loguru import logger
 
 # Every devshim a test starts picks a free port for its ops endpoint, never the default 9477
 # (a test that needs a known port sets DEVSHIM_HTTP__PORT itself).
@@ -38,6 +39,17 @@ def state_dir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def warnings() -> Iterator[list[str]]:
+    """The messages of devshim's WARNING (and worse) log lines while the test runs."""
+    messages: list[str] = []
+    sink = logger.add(lambda m: messages.append(m.record["message"]), level="WARNING")
+    try:
+        yield messages
+    finally:
+        logger.remove(sink)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

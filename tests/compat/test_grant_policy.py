@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
-from loguru import logger
 
 from shim.bootstrap import Shim
 from shim.ops import metrics
@@ -83,16 +82,6 @@ async def world(
     )
     async with FakeKubelet(plugin_dir, versions=versions) as kubelet, Shim(settings) as shim:
         yield World(kubelet, shim, allowed, deallocated)
-
-
-@pytest.fixture
-def warnings() -> Iterator[list[str]]:
-    messages: list[str] = []
-    sink = logger.add(lambda m: messages.append(m.record["message"]), level="WARNING")
-    try:
-        yield messages
-    finally:
-        logger.remove(sink)
 
 
 def refusals(resource: str, field: str) -> float:

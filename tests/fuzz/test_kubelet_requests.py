@@ -37,6 +37,7 @@ from hypothesis import strategies as st
 
 from shim.bootstrap import Shim
 from shim.frontend.common import KUBELET_MAX_MESSAGE_BYTES
+from shim.frontend.encoded import _varint
 from shim.generated.v1beta1 import api_pb2 as v1beta1
 from shim.generated.v1beta2 import api_pb2 as v1beta2
 from shim.model import Device
@@ -484,15 +485,6 @@ async def test_calls_naming_devices_refuse_unknown_ones_and_change_nothing(
 
 
 # --- requests as raw bytes ----------------------------------------------------------------------
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _tag(number: int, wire_type: int) -> bytes:

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 import yaml
-from loguru import logger
 
 from shim.core.resource import ResourceService
 from shim.errors import GrantRefused, grpc_status
@@ -416,16 +415,6 @@ class RecordingSource(StaticSource):
 
     async def deallocate(self, device_ids: Sequence[str]) -> None:
         self.freed.append(tuple(device_ids))
-
-
-@pytest.fixture
-def warnings() -> Iterator[list[str]]:
-    messages: list[str] = []
-    sink = logger.add(lambda m: messages.append(m.record["message"]), level="WARNING")
-    try:
-        yield messages
-    finally:
-        logger.remove(sink)
 
 
 def refusals(field: str) -> float:
