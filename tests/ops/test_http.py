@@ -39,6 +39,8 @@ async def test_readyz_is_503_naming_the_resource_until_the_kubelet_registers_it(
     waiting = await request(ops.port, "/readyz")
     async with FakeKubelet(plugin_dir) as kubelet:
         await kubelet.wait_for_registration(NAME)
+        # The kubelet records the Register as it answers; devshim counts it once the answer is back.
+        await kubelet.wait_until(lambda: shim.ready()[0], what="devshim to see its registration")
         ready = await request(ops.port, "/readyz")
     assert (waiting.status, waiting.body.decode()) == (503, f"not registered: {NAME}\n")
     assert (ready.status, ready.body.decode()) == (200, "every resource is registered\n")
