@@ -39,7 +39,7 @@ class AppendedLines:
     """The complete lines appended to a file since the last call, like ``tail -f``."""
 
     def __init__(self, path: Path) -> None:
-        self._path = path
+        self.path = self._path = path
         self._offset = self._size()
         self._partial = b""
 
@@ -89,9 +89,9 @@ def _count(text: str) -> int:
     return int(text)
 
 
-async def follow(driver: SimDriver, path: Path) -> None:
-    """Apply each new line of ``path`` until the connection to devshim ends."""
-    lines = AppendedLines(path)
+async def follow(driver: SimDriver, lines: AppendedLines) -> None:
+    """Apply each new line of the control file until the connection to devshim ends."""
+    path = lines.path
     while True:
         await asyncio.sleep(POLL_INTERVAL_S)
         for line in lines.read():

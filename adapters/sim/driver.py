@@ -12,7 +12,7 @@ import shim
 from shim.sdk import Driver, types
 
 from .config import ResourceConfig, SimConfig
-from .control import CommandError, follow
+from .control import AppendedLines, CommandError, follow
 from .resource import SimResource
 
 
@@ -65,7 +65,10 @@ class SimDriver(Driver):
         for allocation in params.allocations:
             logger.info("{}: in use at start: {}", allocation.resource, ", ".join(allocation.device_ids))
         if self._config.control_file is not None and self._control is None:
-            self._control = asyncio.create_task(follow(self, self._config.control_file))
+            # Where the file ends now, before initialize is answered: lines appended once devshim
+            # has the answer are commands, however late the task first runs.
+            lines = AppendedLines(self._config.control_file)
+            self._control = asyncio.create_task(follow(self, lines))
 
     async def on_shutdown(self) -> None:
         if self._control is not None:
