@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loguru import logger
+
+from tests.compat.shim_fixtures import logged
 
 # Every devshim a test starts picks a free port for its ops endpoint, never the default 9477
 # (a test that needs a known port sets DEVSHIM_HTTP__PORT itself).
@@ -44,12 +45,8 @@ def state_dir() -> Iterator[Path]:
 @pytest.fixture
 def warnings() -> Iterator[list[str]]:
     """The messages of devshim's WARNING (and worse) log lines while the test runs."""
-    messages: list[str] = []
-    sink = logger.add(lambda m: messages.append(m.record["message"]), level="WARNING")
-    try:
+    with logged("WARNING") as messages:
         yield messages
-    finally:
-        logger.remove(sink)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

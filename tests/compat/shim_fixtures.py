@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
+
+from loguru import logger
 
 from shim.bootstrap import Shim
 from shim.settings import Settings
@@ -46,3 +48,14 @@ async def running_shim(
     shim = Shim(settings, dict(sources))
     async with shim:
         yield shim, sources
+
+
+@contextmanager
+def logged(level: str) -> Iterator[list[str]]:
+    """The messages of devshim's log lines at ``level`` or worse while the block runs."""
+    messages: list[str] = []
+    sink = logger.add(lambda m: messages.append(m.record["message"]), level=level)
+    try:
+        yield messages
+    finally:
+        logger.remove(sink)

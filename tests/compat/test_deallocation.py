@@ -129,11 +129,9 @@ async def test_a_rate_limiting_kubelet_is_polled_more_slowly(
 
 
 async def test_without_a_pod_resources_socket_the_emulation_is_off_and_says_so(
-    plugin_dir: Path, state_dir: Path, pod_resources_dir: Path
+    plugin_dir: Path, state_dir: Path, pod_resources_dir: Path, warnings: list[str]
 ) -> None:
     """No PodResources service (feature off, old kubelet): status says off, one warning."""
-    warnings: list[str] = []
-    sink = logger.add(lambda m: warnings.append(m.record["message"]), level="WARNING")
     settings = Settings.load(
         device_plugins_dir=plugin_dir,
         state_dir=state_dir,
@@ -143,16 +141,13 @@ async def test_without_a_pod_resources_socket_the_emulation_is_off_and_says_so(
             "poll_interval_s": POLL_S,
         },
     )
-    try:
-        async with FakeKubelet(plugin_dir) as kubelet, Shim(settings) as shim:
-            await kubelet.wait_for_plugin(RESOURCE, timeout=20)
-            # The emulator polls once at start, before the driver is even up; status has no
-            # event of its own, so look a few times within a bound.
-            for _ in range(100):
-                if shim.deallocation.status.startswith("off"):
-                    break
-                await asyncio.sleep(0.05)
-    finally:
-        logger.remove(sink)
+    async with FakeKubelet(plugin_dir) as kubelet, Shim(settings) as shim:
+        await kubelet.wait_for_plugin(RESOURCE, timeout=20)
+        # The emulator polls once at start, before the driver is even up; status has no
+        # event of its own, so look a few times within a bound.
+        for _ in range(100):
+            if shim.deallocation.status.startswith("off"):
+                break
+            await asyncio.sleep(0.05)
     assert "no PodResources socket" in shim.deallocation.status
     assert sum("deallocate emulation is off" in w for w in warnings) == 1

@@ -23,13 +23,13 @@ from typing import Any
 
 import grpc
 import pytest
-from loguru import logger
 
 from shim.bootstrap import Shim
 from shim.driverhost import DriverHost
 from shim.settings import Settings
 from tests.compat.kubelet import FakeKubelet, PluginSession
 from tests.compat.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
+from tests.compat.shim_fixtures import logged
 
 DRIVERS = Path(__file__).resolve().parent / "drivers"
 SDK_DRIVER = DRIVERS / "flaky.py"
@@ -139,12 +139,8 @@ def run_file(tmp_path: Path) -> Path:
 @pytest.fixture
 def devshim_errors() -> Iterator[list[str]]:
     """devshim's ERROR log messages during the test (where a driver failure's reason is told)."""
-    messages: list[str] = []
-    sink = logger.add(lambda message: messages.append(message.record["message"]), level="ERROR")
-    try:
+    with logged("ERROR") as messages:
         yield messages
-    finally:
-        logger.remove(sink)
 
 
 async def healthy_session(running: Running, ids: Sequence[str] = DEVICES) -> PluginSession:

@@ -11,18 +11,15 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from loguru import logger
 
 from shim.frontend.common import KUBELET_MAX_MESSAGE_BYTES
 from shim.ops.metrics import REGISTRY
 from shim.status import render_status
 from tests.compat.kubelet import FakeKubelet
-from tests.compat.shim_fixtures import running_shim
+from tests.compat.shim_fixtures import logged, running_shim
 from tests.compat.test_sim_driver import start
 
 GPU = "example.com/biggpu"
@@ -37,16 +34,6 @@ def refused_lists(resource: str) -> float:
 
 def registrations(kubelet: FakeKubelet, resource: str) -> int:
     return sum(1 for r in kubelet.registrations if r.resource_name == resource)
-
-
-@contextmanager
-def errors_logged() -> Iterator[list[str]]:
-    messages: list[str] = []
-    sink = logger.add(lambda m: messages.append(m.record["message"]), level="ERROR")
-    try:
-        yield messages
-    finally:
-        logger.remove(sink)
 
 
 async def test_50000_realistic_devices_fit_in_one_list(plugin_dir: Path) -> None:
@@ -105,7 +92,7 @@ async def test_a_list_over_the_limit_is_refused_once_and_sent_when_it_shrinks(
     prefix = "node-17.rack-4.example.com-accelerator-x"  # 40 characters, the sim's longest
     size = f"{sum(13 + len(f'{prefix}{n}') for n in range(100_000)):,} bytes"  # as in ids_totalling
     before = refused_lists(GPU)
-    with errors_logged() as errors:
+    with logged("ERROR") as errors:
         resource = {"name": GPU, "count": 100_000, "id_prefix": prefix}
         async with start(plugin_dir, state_dir, [resource], registration) as sim:
             first = await sim.kubelet.wait_for_plugin(GPU, timeout=30)
