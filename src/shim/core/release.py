@@ -13,51 +13,41 @@ Sans-I/O: the poller feeds observations in and acts on what comes out.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
-Group = tuple[str, ...]
-
-
-@dataclass
-class _Held:
-    groups: dict[Group, float | None] = field(default_factory=dict)  # group -> first seen free at
+from shim.core.groups import DeviceGroups, Group
 
 
 class ReleaseTracker:
     def __init__(self, grace_s: float) -> None:
         self.grace_s = grace_s
-        self._held: dict[str, _Held] = {}
+        # resource -> its groups, each with when it was first seen free (None: not seen free)
+        self._held: dict[str, DeviceGroups[float]] = {}
 
     def allocated(self, resource: str, device_ids: Sequence[str]) -> None:
         """A container got these devices; any older group holding one of them is superseded."""
-        held = self._held.setdefault(resource, _Held())
-        new = tuple(device_ids)
-        for group in [g for g in held.groups if set(g) & set(new)]:
-            del held.groups[group]
-        if new:
-            held.groups[new] = None
+        self._held.setdefault(resource, DeviceGroups()).add(tuple(device_ids))
 
     def released(self, resource: str, device_ids: Sequence[str]) -> None:
         """The kubelet released these itself (v1beta2 Deallocate): stop tracking their groups."""
         held = self._held.get(resource)
         if held is not None:
-            for group in [g for g in held.groups if set(g) & set(device_ids)]:
-                del held.groups[group]
+            held.drop_sharing(device_ids)
 
     def held(self, resource: str) -> list[Group]:
-        return list(self._held.get(resource, _Held()).groups)
+        held = self._held.get(resource)
+        return list(held) if held is not None else []
 
     def observe(self, in_use: Mapping[str, set[str]], now: float) -> dict[str, list[Group]]:
         """Record what PodResources listed at ``now``; return the groups to deallocate now."""
         released: dict[str, list[Group]] = {}
         for resource, held in self._held.items():
             busy = in_use.get(resource, set())
-            for group, free_since in list(held.groups.items()):
+            for group, free_since in held.items():
                 if busy & set(group):
-                    held.groups[group] = None
+                    held[group] = None
                 elif free_since is None:
-                    held.groups[group] = now
+                    held[group] = now
                 elif now - free_since >= self.grace_s:
-                    del held.groups[group]
+                    held.drop(group)
                     released.setdefault(resource, []).append(group)
         return released

@@ -15,6 +15,7 @@ from typing import Any
 from loguru import logger
 
 from shim import grants
+from shim.core.groups import DeviceGroups, Group
 from shim.driverhost import protocol
 from shim.errors import ShimError
 from shim.inventory import InventoryStore, SavedResource
@@ -44,12 +45,17 @@ class DriverSource(DeviceSource):
         self._declared: dict[str, ContainerGrant] = {}
         self._merged = grants.ByDevices(self._merge_declared)
         self._down = False
-        self.in_use: tuple[tuple[str, ...], ...] = ()
+        self._in_use: DeviceGroups[None] = DeviceGroups()
         self._saving: asyncio.Task[None] | None = None
 
     @property
     def name(self) -> str:
         return self.info.name
+
+    @property
+    def in_use(self) -> tuple[Group, ...]:
+        """The device groups allocated and not known to be free, oldest first."""
+        return tuple(self._in_use)
 
     def capabilities(self) -> Capabilities:
         return self.info.capabilities
@@ -71,7 +77,7 @@ class DriverSource(DeviceSource):
 
     async def restore(self, saved: SavedResource) -> None:
         """Devices known from before devshim started; Unhealthy until the driver lists them."""
-        self._real, self.in_use, self._down = saved.devices, saved.in_use, True
+        self._real, self._in_use, self._down = saved.devices, DeviceGroups(saved.in_use), True
         self._index = {d.id: i for i, d in enumerate(self._real)}
         await self._publish()
 
@@ -142,12 +148,9 @@ class DriverSource(DeviceSource):
         return grants.merge(self._declared[i] for i in device_ids)
 
     def _mark_in_use(self, requests: Sequence[ContainerAllocateRequest]) -> None:
-        # v1beta1 never says when devices are freed; a device is in one container at a
-        # time, so a new allocation of it replaces the older group that held it.
-        taken = {i for r in requests for i in r.device_ids}
-        kept = tuple(g for g in self.in_use if not taken & set(g))
-        self.in_use = kept + tuple(tuple(r.device_ids) for r in requests if r.device_ids)
-        self._save_soon()
+        changed = [self._in_use.add(request.device_ids) for request in requests]
+        if any(changed):  # the same devices again (an init container's, say) change nothing saved
+            self._save_soon()
 
     async def preferred_allocation(self, request: PreferredAllocationRequest) -> Sequence[str]:
         try:
