@@ -51,3 +51,24 @@ class EncodedList(Generic[T, E]):
         # An id in ``known`` is an object the last list still holds, so it is this very item.
         e = known.get(id(item))
         return self._encode(item) if e is None else e
+
+
+class PerObject(Generic[T, E]):
+    """``compute(obj)``, kept per object by identity: for immutable objects that cannot be hashed
+    (grants hold mappings) and are handed out again as the same object (a declared grant).
+
+    At most ``limit`` objects are kept; each entry holds its object, so an id is never reused
+    while it is kept. A compute that raises keeps nothing."""
+
+    def __init__(self, compute: Callable[[T], E], limit: int = 1024) -> None:
+        self._compute = compute
+        self._limit = limit
+        self._by_id: dict[int, tuple[T, E]] = {}
+
+    def __call__(self, obj: T) -> E:
+        entry = self._by_id.get(id(obj))
+        if entry is None or entry[0] is not obj:
+            if len(self._by_id) >= self._limit:
+                self._by_id.clear()
+            entry = self._by_id[id(obj)] = (obj, self._compute(obj))
+        return entry[1]

@@ -8,9 +8,11 @@ source here before the kubelet sees it, and a grant outside the policy fails All
 PERMISSION_DENIED naming the field (docs/configuration.md, "Grant policy").
 
 Host paths are checked twice: normalised as written, and with symlinks resolved as devshim
-sees the node's filesystem, on every call (a symlink can change between two Allocates, so a
-verdict is never cached). The runtime opens the path later still; the check cannot close that
-window, so whoever can change symlinks under an allowed prefix must be trusted (docs/reliability.md).
+sees the node's filesystem, on every call (a symlink can change between two Allocates, so that
+verdict is never cached). What the grant itself says is judged once per grant object: grants are
+immutable, and a declared grant is the same object on every Allocate. The runtime opens the path
+later still; the check cannot close that window, so whoever can change symlinks under an
+allowed prefix must be trusted (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import posixpath
 import re
 import stat
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from shim.errors import GrantRefused
+from shim.incremental import PerObject
 from shim.model import ContainerGrant, Mount
 from shim.settings import GrantPolicySettings
 
@@ -73,7 +77,26 @@ def _resolve(path: str, prefixes: _Prefixes, parents: dict[str, str]) -> str:
     return os.path.realpath(path) if link else parent.rstrip("/") + "/" + tail
 
 
-def _host_path_problem(path: str, prefixes: _Prefixes, parents: dict[str, str]) -> str | None:
+class _HostPath(NamedTuple):
+    """A host path the grant names, within its prefixes as written; resolved on every call."""
+
+    field: str
+    path: str
+    normal: str
+    prefixes: _Prefixes
+    kind: str
+
+    def resolved_problem(self, parents: dict[str, str]) -> str | None:
+        # Resolved from the path as written: the kernel follows a symlink before a later '..',
+        # which normpath would have cancelled lexically (/dev/link/../x).
+        real = _resolve(self.path, self.prefixes, parents)
+        if real != self.normal and not self.prefixes.cover(real):
+            return f"it resolves to {real!r}, not under an allowed prefix ({self.prefixes.shown})"
+        return None
+
+
+def _host_path_problem(path: str, prefixes: _Prefixes) -> str | None:
+    """What is wrong with ``path`` as written (symlinks aside), if anything."""
     if "\x00" in path:
         return "a NUL byte in a path"
     if not path.startswith("/"):
@@ -82,11 +105,6 @@ def _host_path_problem(path: str, prefixes: _Prefixes, parents: dict[str, str]) 
     if not prefixes.cover(normal):
         normalised = f"it normalises to {normal!r}, " if normal != path else ""
         return f"{normalised}not under an allowed prefix ({prefixes.shown})"
-    # Resolved from the path as written: the kernel follows a symlink before a later '..',
-    # which normpath would have cancelled lexically (/dev/link/../x).
-    real = _resolve(path, prefixes, parents)
-    if real != normal and not prefixes.cover(real):
-        return f"it resolves to {real!r}, not under an allowed prefix ({prefixes.shown})"
     return None
 
 
@@ -113,16 +131,26 @@ class GrantPolicy:
         keys = settings.annotation_key_prefixes
         self._annotation_prefixes = None if keys is None else tuple(keys)
         self._cdi = None if settings.cdi_vendor_prefixes is None else tuple(settings.cdi_vendor_prefixes)
+        self._judged = PerObject(self._judge)
 
     def _refuse(self, field: str, value: str, rule: str, kind: str) -> GrantRefused:
         return GrantRefused(self.resource, field, value, rule, kind)
 
     def check(self, grant: ContainerGrant) -> None:
+        """Raise GrantRefused for the first field outside the policy: what the grant says first
+        (judged once per grant object), then where its host paths lead now."""
         parents: dict[str, str] = {}  # resolved afresh on every call: symlinks change
+        for host_path in self._judged(grant):
+            if problem := host_path.resolved_problem(parents):
+                raise self._refuse(host_path.field, host_path.path, problem, host_path.kind)
+
+    def _judge(self, grant: ContainerGrant) -> tuple[_HostPath, ...]:
+        """Check everything the grant says; return its host paths, to resolve on every call."""
+        host_paths = []
         for i, node in enumerate(grant.device_nodes):
             where = f"device_nodes[{i}]"
-            if problem := _host_path_problem(node.host_path, self._devices, parents):
-                raise self._refuse(f"{where}.host_path", node.host_path, problem, "device_nodes.host_path")
+            host_path = self._host_path(f"{where}.host_path", node.host_path, self._devices, "device_nodes")
+            host_paths.append(host_path)
             if problem := _container_path_problem(node.container_path):
                 raise self._refuse(
                     f"{where}.container_path", node.container_path, problem, "device_nodes.container_path"
@@ -132,7 +160,7 @@ class GrantPolicy:
                     f"{where}.permissions", node.permissions, "not 1-3 of r, w, m", "device_nodes.permissions"
                 )
         for i, mount in enumerate(grant.mounts):
-            self._check_mount(f"mounts[{i}]", mount, parents)
+            host_paths.append(self._mount(f"mounts[{i}]", mount))
         for name in grant.envs:
             self._check_env(name)
         for key, value in grant.annotations.items():
@@ -140,13 +168,18 @@ class GrantPolicy:
         for i, name in enumerate(grant.cdi_devices):
             if problem := self._cdi_problem(name):
                 raise self._refuse(f"cdi_devices[{i}]", name, problem, "cdi_devices")
+        return tuple(host_paths)
 
-    def _check_mount(self, where: str, mount: Mount, parents: dict[str, str]) -> None:
+    def _host_path(self, field: str, path: str, prefixes: _Prefixes, kind: str) -> _HostPath:
+        if problem := _host_path_problem(path, prefixes):
+            raise self._refuse(field, path, problem, f"{kind}.host_path")
+        return _HostPath(field, path, _normal(path), prefixes, f"{kind}.host_path")
+
+    def _mount(self, where: str, mount: Mount) -> _HostPath:
         if not self._mounts:
             rule = "no mounts allowed (mount_path_prefixes is empty)"
             raise self._refuse(f"{where}.host_path", mount.host_path, rule, "mounts.host_path")
-        if problem := _host_path_problem(mount.host_path, self._mounts, parents):
-            raise self._refuse(f"{where}.host_path", mount.host_path, problem, "mounts.host_path")
+        host_path = self._host_path(f"{where}.host_path", mount.host_path, self._mounts, "mounts")
         if problem := _container_path_problem(mount.container_path):
             raise self._refuse(
                 f"{where}.container_path", mount.container_path, problem, "mounts.container_path"
@@ -154,6 +187,7 @@ class GrantPolicy:
         if self.settings.read_only_mounts and not mount.read_only:
             rule = "mounts must be read-only (read_only_mounts)"
             raise self._refuse(f"{where}.read_only", "false", rule, "mounts.read_only")
+        return host_path
 
     def _check_env(self, name: str) -> None:
         if name in self._denied_envs:

@@ -164,15 +164,27 @@ def test_symlinks_under_an_allowed_prefix_that_lead_outside_are_refused(
 
 
 def test_a_symlink_repointed_after_a_check_is_refused_on_the_next_call(tree: Path) -> None:
-    """Verdicts are not cached: a link that was inside on one Allocate and outside on the
-    next is refused the second time."""
+    """Where a path leads is never cached, not even for the same grant object (a declared
+    grant is handed out again as the same object, and what it says is judged once): a link
+    that was inside on one Allocate and outside on the next is refused the second time."""
     check = policy(device_path_prefixes=[str(tree / "allowed")])
     link = tree / "allowed" / "moving"
     link.symlink_to(tree / "allowed" / "dev0")
-    check.check(node(str(link)))
+    grant = node(str(link))
+    check.check(grant)
     link.unlink()
     link.symlink_to(tree / "secret" / "key")
-    assert "resolves to" in refusal(check, node(str(link))).rule
+    assert "resolves to" in refusal(check, grant).rule
+    link.unlink()
+    link.symlink_to(tree / "allowed" / "dev0")
+    check.check(grant)
+
+
+def test_a_refused_grant_object_is_refused_again() -> None:
+    check = policy()
+    grant = ContainerGrant(envs={"LD_PRELOAD": "/x.so"})
+    assert refusal(check, grant).field == "envs['LD_PRELOAD']"
+    assert refusal(check, grant).field == "envs['LD_PRELOAD']"
 
 
 def test_a_prefix_that_is_a_symlink_also_allows_where_it_leads(tree: Path) -> None:

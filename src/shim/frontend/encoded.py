@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from shim.incremental import EncodedList
+from shim.incremental import EncodedList, PerObject
 from shim.model import ContainerGrant, Device
 
 
@@ -65,26 +65,17 @@ class ListEncoder:
 
 class GrantEncoder:
     """AllocateResponse bytes; a grant object seen before (sources hand out the same object for
-    the same declared grant) is not encoded again."""
-
-    LIMIT = 1024  # grants kept; per-call grants are new objects each time, so the cache is bounded
+    the same declared grant) is not encoded again. Per-call grants are new objects each time,
+    so only the last 1024 are kept."""
 
     def __init__(self, pb: ModuleType, encode_grant: Callable[[ModuleType, ContainerGrant], Any]) -> None:
         self._pb = pb
         self._encode_grant = encode_grant
         self._tag = _tag(pb.AllocateResponse, "container_responses")
-        # By identity, each entry holding its grant (so an id is never reused while cached):
-        # grants hold mappings and are not hashable.
-        self._by_id: dict[int, tuple[ContainerGrant, bytes]] = {}
+        self._records = PerObject(self._record)
 
     def encode(self, grants: Sequence[ContainerGrant]) -> bytes:
-        parts = []
-        for grant in grants:
-            entry = self._by_id.get(id(grant))
-            if entry is None or entry[0] is not grant:
-                if len(self._by_id) >= self.LIMIT:
-                    self._by_id.clear()
-                body = self._encode_grant(self._pb, grant).SerializeToString()
-                entry = self._by_id[id(grant)] = (grant, _record(self._tag, body))
-            parts.append(entry[1])
-        return b"".join(parts)
+        return b"".join(map(self._records, grants))
+
+    def _record(self, grant: ContainerGrant) -> bytes:
+        return _record(self._tag, self._encode_grant(self._pb, grant).SerializeToString())
