@@ -1,20 +1,35 @@
 """devshim's log: human-readable text by default, or JSON lines for a log collector.
 
-Fields bound with ``logger.contextualize`` or ``logger.bind`` (resource, version, driver) are
-on every line they apply to: the composition root binds them where each resource's and driver's
-tasks are created, and tasks inherit them.
+Fields bound with ``logger.contextualize`` or ``logger.bind`` (resource, driver) are on every
+line they apply to: the composition root binds them where each resource's and driver's tasks are
+created, and tasks inherit them. The kubelet API version of the RPC being served (version) comes
+from ``API_VERSION``, set on every call by shim/ops/rpc.py.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from contextvars import ContextVar
 from typing import Any, Literal, TextIO
 
 from loguru import logger
 
 Format = Literal["text", "json"]
 _FIELDS = ("resource", "version", "driver")
+
+# Set per RPC: far cheaper on the Allocate path than logger.contextualize (a lock and a dict copy
+# on the way in and out), and only read when a line is written.
+API_VERSION: ContextVar[str | None] = ContextVar("api_version", default=None)
+
+
+def _add_version(record: Any) -> None:
+    version = API_VERSION.get()
+    if version is not None:
+        record["extra"].setdefault("version", version)
+
+
+logger.configure(patcher=_add_version)
 
 
 def setup(level: str, fmt: Format = "text", stream: TextIO | None = None) -> None:

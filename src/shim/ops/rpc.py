@@ -17,8 +17,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import grpc
-from loguru import logger
 
+from shim import logs
 from shim.ops import metrics
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -40,9 +40,9 @@ def timed(behavior: Unary, resource: str, version: str, method: str) -> Unary:
     async def call(request: Any, context: Context) -> Any:
         started = time.perf_counter()
         code = "UNKNOWN"  # what grpc answers for an exception that is not an abort
+        bound = logs.API_VERSION.set(version)
         try:
-            with logger.contextualize(version=version):
-                response = await behavior(request, context)
+            response = await behavior(request, context)
             code = _name(context.code()) or "OK"
             return response
         except asyncio.CancelledError:
@@ -55,6 +55,7 @@ def timed(behavior: Unary, resource: str, version: str, method: str) -> Unary:
             counter = counters.get(code) or counters.setdefault(code, requests(code))
             counter.inc()
             duration.observe(time.perf_counter() - started)
+            logs.API_VERSION.reset(bound)
 
     return call
 
