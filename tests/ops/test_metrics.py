@@ -102,7 +102,9 @@ async def test_registrations_versions_and_kubelet_restarts_follow_the_kubelet(pl
     kubelet = FakeKubelet(plugin_dir, versions=versions, on_register=refuse_once)
     async with kubelet, Shim(settings) as shim, ops_for(shim) as ops:
         await kubelet.wait_for_registration(name)
-        registered = await scrape(ops.port)
+        # The kubelet has the Register before devshim has its answer and counts it.
+        ok = {"resource": name, "version": "v1beta2", "outcome": "ok"}
+        registered = await scrape_until(ops.port, lambda s: s.get("devshim_registrations_total", **ok) == 1)
         await kubelet.restart(versions=["v1beta1"])
         await kubelet.wait_for_registration(name, count=2)
         restarted = await scrape_until(
