@@ -4,6 +4,8 @@ devshim (with the sim driver, a subprocess behind the JSON-RPC pipe) and the
 echo (bench/echo_server.py, answering with devshim's own reply bytes) run in
 their own processes on unix sockets; one raw grpc.aio client sends both the
 same request bytes in alternating rounds, so the ratio is devshim's own cost.
+Rows 1 and 3 also time the floor of any design with a driver behind a pipe:
+the echo making one round trip to a child that copies lines with blocking reads.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class Setup:
     sessions: dict[str, PluginSession]
     devshim: dict[str, grpc.aio.Channel]  # resource -> a raw channel to its socket
     echo: grpc.aio.Channel
+    floor: grpc.aio.Channel  # the echo with one pipe round trip per call
 
     @staticmethod
     def call(channel: grpc.aio.Channel, method: str, payload: bytes) -> Callable[[], Awaitable[bytes]]:
@@ -98,19 +101,32 @@ async def serving(work: Path) -> AsyncIterator[Setup]:
             "Allocate": await Setup.call(channels[PER_CALL], "Allocate", allocate)(),
             "GetPreferredAllocation": await Setup.call(channels[NUMA], "GetPreferredAllocation", preferred)(),
         }
-        echo_path = work / "echo.sock"
-        args = [f"{method}={reply.hex()}" for method, reply in replies.items()]
-        echo_proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bench.echo_server", str(echo_path), *args, cwd=ROOT
-        )
-        async with running(echo_proc):
-            echo = grpc.aio.insecure_channel(f"unix:{echo_path}")
-            await asyncio.wait_for(echo.channel_ready(), 10)
+        async with (
+            echo_server(work / "echo.sock", replies) as echo,
+            echo_server(work / "floor.sock", replies, pipe_hop=True) as floor,
+        ):
             try:
-                yield Setup(sessions, channels, echo)
+                yield Setup(sessions, channels, echo, floor)
             finally:
-                for channel in [echo, *channels.values()]:
+                for channel in channels.values():
                     await channel.close(None)
+
+
+@contextlib.asynccontextmanager
+async def echo_server(
+    path: Path, replies: dict[str, bytes], pipe_hop: bool = False
+) -> AsyncIterator[grpc.aio.Channel]:
+    """bench/echo_server.py answering ``replies`` on ``path``, in its own process; a channel to it."""
+    args = [*(["--pipe-hop"] if pipe_hop else []), str(path)]
+    args += [f"{method}={reply.hex()}" for method, reply in replies.items()]
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.echo_server", *args, cwd=ROOT)
+    async with running(proc):
+        channel = grpc.aio.insecure_channel(f"unix:{path}")
+        try:
+            await asyncio.wait_for(channel.channel_ready(), 10)
+            yield channel
+        finally:
+            await channel.close(None)
 
 
 def judge(
@@ -121,15 +137,19 @@ def judge(
     misses = [f"p50 {r50 - goal50:.2f}x over"] if r50 > goal50 else []
     if goal99 is not None and r99 > goal99:
         misses.append(f"p99 {r99 - goal99:.2f}x over")
+    extra: dict[str, Any] = {"n": base["n"]}
+    note = ""
+    if "floor" in results:
+        # The least a pipe round trip adds: how much of the gap any driver subprocess would cost.
+        floor = stats_ms(results["floor"])
+        f50, over = ratio(floor["p50_ms"], base["p50_ms"]), ratio(ours["p50_ms"], floor["p50_ms"])
+        extra["floor"] = floor
+        note = (
+            f"floor (echo + one blocking pipe round trip): p50 {floor['p50_ms']} ms = {f50}x echo, "
+            f"p99 {floor['p99_ms']} ms; devshim p50 = {over}x the floor"
+        )
     return Result(
-        name,
-        base,
-        ours,
-        f"p50 {r50}x, p99 {r99}x",
-        goal,
-        not misses,
-        "; ".join(misses),
-        extra={"n": base["n"]},
+        name, base, ours, f"p50 {r50}x, p99 {r99}x", goal, not misses, "; ".join(misses), note, extra
     )
 
 
@@ -146,13 +166,14 @@ async def allocate_per_call(quick: bool) -> Result:
             arms = {
                 "echo": s.call(s.echo, "Allocate", payload),
                 "devshim": s.call(s.devshim[PER_CALL], "Allocate", payload),
+                "floor": s.call(s.floor, "Allocate", payload),
                 "fake kubelet": lambda: s.sessions[PER_CALL].allocate(["dev1"]),
             }
             results = await interleaved(arms, *counts(quick))
     row = judge("Allocate, per-call sim driver", results, 1.3, 1.5, "p50 ≤ 1.3x, p99 ≤ 1.5x echo")
     via = stats_ms(results["fake kubelet"])
     row.extra["via_fake_kubelet"] = via
-    row.note = f"through the fake kubelet's client: p50 {via['p50_ms']} ms, p99 {via['p99_ms']} ms"
+    row.note += f"; through the fake kubelet's client: p50 {via['p50_ms']} ms, p99 {via['p99_ms']} ms"
     return row
 
 
@@ -178,9 +199,10 @@ async def preferred_allocation(quick: bool) -> Result:
             arms = {
                 "echo": s.call(s.echo, "GetPreferredAllocation", payload),
                 "devshim": s.call(s.devshim[NUMA], "GetPreferredAllocation", payload),
+                "floor": s.call(s.floor, "GetPreferredAllocation", payload),
             }
             results = await interleaved(arms, *counts(quick))
     row = judge("GetPreferredAllocation, 8 of 64 on 4 NUMA", results, 1.3, None, "p50 ≤ 1.3x echo")
     nodes = sorted({int(i[3:]) // 16 for i in chosen})
-    row.note = f"the sim chose {len(chosen)} devices on NUMA node(s) {nodes}"
+    row.note += f"; the sim chose {len(chosen)} devices on NUMA node(s) {nodes}"
     return row
