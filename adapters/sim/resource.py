@@ -50,16 +50,19 @@ class SimResource:
         # A device's declared grant depends on its ID alone: build its message once, as
         # building 50,000 of them for every list would take about a second.
         self._declared: dict[str, types.Grant] = {}
+        # Likewise a container's grant depends on its IDs alone; the SDK asks resources() on every
+        # request, so the resource's message is built once too.
+        self._granted: dict[tuple[str, ...], types.Grant] = {}
+        self._message = types.Resource(
+            name=config.name,
+            preferred_allocation=config.preferred_allocation,
+            prestart=config.prestart,
+            deallocate=config.deallocate,
+            post_stop=config.post_stop,
+        )
 
     def message(self) -> types.Resource:
-        c = self.config
-        return types.Resource(
-            name=c.name,
-            preferred_allocation=c.preferred_allocation,
-            prestart=c.prestart,
-            deallocate=c.deallocate,
-            post_stop=c.post_stop,
-        )
+        return self._message
 
     def device_messages(self) -> list[types.Device]:
         declared = self.config.grant_mode == "declared"
@@ -87,9 +90,17 @@ class SimResource:
     def grant(self, ids: list[str]) -> types.Grant:
         """What one container gets: in declared mode the merge devshim would compute itself."""
         self.check(ids)
-        if self.config.grant_mode == "declared":
-            return grant_message(merge(expand(self.config.grant, [i]) for i in ids))
-        return grant_message(expand(self.config.grant, ids))
+        key = tuple(ids)
+        grant = self._granted.get(key)
+        if grant is None:
+            if len(self._granted) >= 4096:  # bounded, whatever devshim asks for
+                self._granted.clear()
+            if self.config.grant_mode == "declared":
+                built = merge(expand(self.config.grant, [i]) for i in ids)
+            else:
+                built = expand(self.config.grant, ids)
+            grant = self._granted[key] = grant_message(built)
+        return grant
 
     def prefer(self, request: types.PreferenceRequest) -> list[str]:
         """must_include first, then available devices sharing a NUMA node with them, then
