@@ -208,7 +208,7 @@ class VersionApi:
         on_stream_end: Callable[[ListRefused | None], None],
     ) -> CommonServicer:
         servicer = self._servicer(resource, on_stream_end, self.name)
-        server.add_generic_rpc_handlers((service.handlers(self._pb, servicer, resource.name, self.name),))
+        service.add(server, self._pb, servicer, resource.name, self.name)
         return servicer
 
     async def register(

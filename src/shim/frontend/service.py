@@ -21,9 +21,13 @@ def _serialize(response: Any) -> bytes:
     return response if isinstance(response, bytes) else bytes(response.SerializeToString())
 
 
-def handlers(pb: ModuleType, servicer: Any, resource: str, version: str) -> grpc.GenericRpcHandler[Any, Any]:
-    """``servicer``'s methods as the DevicePlugin service of ``pb``'s version; unary methods are
-    counted and timed under ``resource`` and ``version``."""
+def add(server: grpc.aio.Server, pb: ModuleType, servicer: Any, resource: str, version: str) -> None:
+    """Serve ``servicer``'s methods as the DevicePlugin service of ``pb``'s version; unary methods
+    are counted and timed under ``resource`` and ``version``.
+
+    Registered by name too, as generated code does: grpc then finds the handler from the method
+    path in C, instead of asking each generic handler of the server (both versions, health and
+    reflection share one server) in Python on every call."""
     service = pb.DESCRIPTOR.services_by_name["DevicePlugin"]
     table: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in service.methods:
@@ -41,4 +45,6 @@ def handlers(pb: ModuleType, servicer: Any, resource: str, version: str) -> grpc
                 request_deserializer=deserialize,
                 response_serializer=_serialize,
             )
-    return grpc.method_handlers_generic_handler(service.full_name, table)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, table),))
+    # Not in grpc-stubs' Server yet (grpcio has it since 1.63).
+    server.add_registered_method_handlers(service.full_name, table)  # type: ignore[attr-defined]
