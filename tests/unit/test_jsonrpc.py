@@ -38,12 +38,15 @@ async def peers() -> AsyncIterator[tuple[Peer, Peer]]:
     async def fail(params: Any) -> Any:
         raise RemoteError(ErrorCode.UNKNOWN_DEVICE, "no such device")
 
+    async def unsendable(params: Any) -> Any:
+        return {"big": 2**70}
+
     a, b = socket.socketpair()
     host = Peer(StreamTransport(*await asyncio.open_connection(sock=a)), name="host")
     driver = Peer(
         StreamTransport(*await asyncio.open_connection(sock=b)),
         name="driver",
-        requests={"echo": echo, "slow": slow, "fail": fail},
+        requests={"echo": echo, "slow": slow, "fail": fail, "unsendable": unsendable},
         strict=False,
     )
     tasks = [asyncio.create_task(host.run()), asyncio.create_task(driver.run())]
@@ -77,6 +80,16 @@ async def test_error_objects_and_unknown_methods_come_back_as_remote_errors(peer
     with pytest.raises(RemoteError) as info:
         await host.request("nope", {}, timeout=5)
     assert info.value.code == ErrorCode.METHOD_NOT_FOUND
+
+
+async def test_an_answer_that_is_not_json_comes_back_as_an_internal_error(peers: tuple[Peer, Peer]) -> None:
+    """A handler's result JSON cannot carry is still answered (with -32603), not left to time out."""
+    host, _ = peers
+    with pytest.raises(RemoteError) as info:
+        await host.request("unsendable", {}, timeout=5)
+    assert info.value.code == ErrorCode.INTERNAL_ERROR
+    assert "not JSON" in info.value.message and "64-bit" in info.value.message
+    assert await host.request("echo", [1], timeout=5) == [1]
 
 
 async def test_a_request_past_its_timeout_raises_timeout(peers: tuple[Peer, Peer]) -> None:

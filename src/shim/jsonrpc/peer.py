@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 from loguru import logger
 
 from shim.jsonrpc.errors import ConnectionClosed, ErrorCode, ProtocolError, RemoteError
@@ -26,8 +26,10 @@ NotificationHandler = Callable[[Any], None]
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    # json.dumps escapes newlines inside strings, so one message is one line.
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+    # Compact UTF-8 with newlines inside strings escaped, so one message is one line. orjson, not
+    # json: a message each way on every per-call Allocate, at 0.3 us instead of 5 (and 1 us
+    # instead of 4 to read one), on both sides of the pipe (docs/benchmarks.md).
+    return orjson.dumps(message)
 
 
 class Peer:
@@ -140,10 +142,10 @@ class Peer:
         if self._closed is not None:
             return  # aborted: whatever the other side still says is ignored
         try:
-            message = json.loads(line)
-        # ValueError: not UTF-8, not JSON, or an integer over Python's 4300-digit limit;
-        # RecursionError: nesting deeper than the parser's stack.
-        except (ValueError, RecursionError) as exc:
+            message = orjson.loads(line)
+        # orjson.JSONDecodeError, a ValueError: not UTF-8, not JSON (NaN and Infinity are not),
+        # a lone surrogate, or nesting deeper than 1024. An integer beyond 64 bits reads as a float.
+        except ValueError as exc:
             await self._reject(None, ErrorCode.PARSE_ERROR, f"not JSON: {exc}")
             return
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
@@ -222,7 +224,13 @@ class Peer:
                 response["error"] = RemoteError(
                     ErrorCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"
                 ).to_json()
-        await self._send(response)
+        try:
+            line = encode(response)
+        except TypeError as exc:  # a value JSON cannot carry: a key not a string, an int over 64 bits
+            logger.error("{}: the answer to {} is not JSON: {}", self.name, method, exc)
+            problem = RemoteError(ErrorCode.INTERNAL_ERROR, f"the answer is not JSON: {exc}")
+            line = encode({"jsonrpc": "2.0", "id": request_id, "error": problem.to_json()})
+        await self._transport.write_message(line)
 
     async def _reject(self, request_id: Any, code: ErrorCode, message: str) -> None:
         if self._strict:
