@@ -73,3 +73,22 @@ class ByDevices:
                 self._built.clear()
             grant = self._built[device_ids] = self._build(device_ids)
         return grant
+
+
+class Equal:
+    """One object per distinct grant: a driver that answers the same devices with an equal grant
+    on every call gets the first object back, whose policy verdict and encoding are kept by
+    identity (shim/incremental.py PerObject)."""
+
+    LIMIT = 1024  # grants kept: bounded, whatever a driver answers
+
+    def __init__(self) -> None:
+        self._seen: dict[ContainerGrant, ContainerGrant] = {}
+
+    def __call__(self, grant: ContainerGrant) -> ContainerGrant:
+        seen = self._seen.get(grant)
+        if seen is None:
+            if len(self._seen) >= self.LIMIT:
+                self._seen.clear()
+            seen = self._seen[grant] = grant
+        return seen

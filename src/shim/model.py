@@ -65,6 +65,11 @@ class ContainerGrant:
         object.__setattr__(self, "envs", _frozen_map(self.envs))
         object.__setattr__(self, "annotations", _frozen_map(self.annotations))
 
+    def __hash__(self) -> int:
+        # By value, as equality is: the mapping proxies hash as their items.
+        maps = tuple(self.envs.items()), tuple(self.annotations.items())
+        return hash((maps, self.mounts, self.device_nodes, self.cdi_devices))
+
 
 @dataclass(frozen=True, slots=True)
 class PreferredAllocationRequest:

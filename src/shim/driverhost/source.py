@@ -44,6 +44,7 @@ class DriverSource(DeviceSource):
         self._index: dict[str, int] = {}  # device id -> position in _real
         self._declared: dict[str, ContainerGrant] = {}
         self._merged = grants.ByDevices(self._merge_declared)
+        self._equal = grants.Equal()  # per-call answers
         self._down = False
         self._in_use: DeviceGroups[None] = DeviceGroups()
         self._saving: asyncio.Task[None] | None = None
@@ -140,7 +141,7 @@ class DriverSource(DeviceSource):
             answer = [self._merged.get(r.device_ids) for r in requests]
         else:
             result = await self._call("allocate", protocol.allocate_params(self.name, requests))
-            answer = protocol.grants_from_json(result, len(requests))
+            answer = list(map(self._equal, protocol.grants_from_json(result, len(requests))))
         self._mark_in_use(requests)
         return answer
 
