@@ -204,9 +204,8 @@ class ResourceService:
             raise RequestError(
                 f"{self.name}: allocation_size {request.size} exceeds the {len(candidates)} available devices"
             )
-        for device_id in candidates:
-            if device_id not in self._by_id:
-                raise UnknownDevice(self.name, device_id)
+        if not self._by_id.keys() >= set(candidates):  # in C; then find the first, to name it
+            raise UnknownDevice(self.name, next(i for i in candidates if i not in self._by_id))
         preferred: Sequence[str] = ()
         if self.capabilities().preferred_allocation:
             preferred = await self.source.preferred_allocation(request)

@@ -54,7 +54,8 @@ def field(obj: Any, snake: str, default: Any = None) -> Any:
 def _strings(value: Any, what: str) -> tuple[str, ...]:
     if value is None:
         return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+    # Element types collected in C: ID lists run to thousands. JSON gives exact str, never a subclass.
+    if not isinstance(value, list) or not set(map(type, value)) <= {str}:
         raise DriverProtocolError(f"{what} must be a list of strings")
     return tuple(value)
 
