@@ -109,9 +109,11 @@ class SimResource:
         chosen = list(dict.fromkeys(request.must_include))
         nodes = {n for i in chosen for n in self.devices[i].numa_nodes}
         taken = set(chosen)
-        rest = [i for i in dict.fromkeys(request.available) if i not in taken]
-        near = [i for i in rest if nodes.intersection(self.devices[i].numa_nodes)]
-        far = [i for i in rest if not nodes.intersection(self.devices[i].numa_nodes)]
+        near: list[str] = []
+        far: list[str] = []
+        for i in dict.fromkeys(request.available):
+            if i not in taken:
+                (far if nodes.isdisjoint(self.devices[i].numa_nodes) else near).append(i)
         return (chosen + near + far)[: request.size]
 
     def resize(self, count: int) -> None:
