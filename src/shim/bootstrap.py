@@ -104,12 +104,14 @@ class Shim:
         if name in self.served:
             logger.error("{} is already served; ignoring a second source for it", name)
             return
+        # Only a driver can act on deallocate, and only a running emulator reads what is tracked.
+        tracked = self.settings.deallocation.enabled and driver is not None
         service = ResourceService(
             name,
             source,
             prestart_timeout_s=self.settings.prestart_timeout_s,
-            on_allocated=self.deallocation.allocated,
-            on_released=self.deallocation.released,
+            on_allocated=self.deallocation.allocated if tracked else None,
+            on_released=self.deallocation.released if tracked else None,
             policy=GrantPolicy(name, policy),
             driver=driver,
         )
