@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 
 import betterproto2
+import orjson
 from google.protobuf import json_format
 
 from shim.driverhost import protocol
@@ -38,7 +39,7 @@ def main(count: int) -> None:
         encoded = json.dumps(result.to_dict(casing=betterproto2.Casing.SNAKE))
 
     timed("betterproto2 to_dict + json.dumps (encode)", encode)
-    timed("json.loads + model (devshim's host)", lambda: protocol.devices_from_json(json.loads(encoded)))
+    timed("orjson.loads + model (devshim's host)", lambda: protocol.devices_from_json(orjson.loads(encoded)))
     timed("protobuf json_format.Parse", lambda: json_format.Parse(encoded, driver_pb2.ListDevicesResult()))
     timed("betterproto2 from_dict", lambda: types.ListDevicesResult.from_dict(json.loads(encoded)))
 
