@@ -144,6 +144,11 @@ class GrantPolicy:
             if problem := host_path.resolved_problem(parents):
                 raise self._refuse(host_path.field, host_path.path, problem, host_path.kind)
 
+    def check_as_written(self, grant: ContainerGrant) -> None:
+        """Raise GrantRefused for anything the grant says outside the policy, without looking at
+        the filesystem (a static grant, checked when the config loads)."""
+        self._judge(grant)
+
     def _judge(self, grant: ContainerGrant) -> tuple[_HostPath, ...]:
         """Check everything the grant says; return its host paths, to resolve on every call."""
         host_paths = []

@@ -205,6 +205,31 @@ class ResourceSettings(_Strict):
             )
         return value
 
+    @model_validator(mode="after")
+    def _grant_within_policy(self) -> Self:
+        """A static grant outside its policy is a config error, not a refused first Allocate: what
+        it says is fixed here. Where its host paths lead is still judged on every call."""
+        # Imported here: the policy and the grant expansion are built on these settings.
+        from shim.errors import GrantRefused
+        from shim.grants import expand
+        from shim.policy import GrantPolicy
+
+        static = self.static
+        if static.devices is not None:
+            ids = [d.id for d in static.devices]
+        else:  # devices named by count differ only in their number, which cannot change a verdict
+            ids = [f"{static.id_prefix}0"] if static.count else []
+        policy = GrantPolicy(self.name, self.policy)
+        for device_id in ids:
+            try:
+                policy.check_as_written(expand(static.grant, [device_id]))
+            except GrantRefused as refused:
+                raise ValueError(
+                    f"static.grant for device {device_id!r}: {refused.field} {refused.shown} is outside "
+                    f"the resource's policy: {refused.rule}"
+                ) from None
+        return self
+
 
 class DriverTimeouts(_Strict):
     """Per-method deadlines for driver calls (docs/driver-protocol.md, "Methods")."""

@@ -2,7 +2,8 @@
 sees Allocate fail with PERMISSION_DENIED naming the field, and devshim keeps serving.
 
 The driver is tests/compat/drivers/granting.py; next to it devshim serves a static resource
-whose configured grant mounts a path its (default) policy does not allow.
+whose configured device node lies inside its policy as written but is a symlink leading out
+(what a static grant says is checked when the config loads; where it leads, on every call).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ async def world(
     plugin_dir: Path, state_dir: Path, tmp: Path, versions: tuple[str, ...]
 ) -> AsyncIterator[World]:
     """devshim with the granting driver (its per-call resource may use nodes under /dev and a
-    temp dir, where a symlink leads out) and a static resource that grants a mount."""
+    temp dir, where a symlink leads out) and a static resource granting that symlink."""
     allowed, secret = tmp / "allowed", tmp / "secret"
     allowed.mkdir()
     secret.write_text("x")
@@ -67,8 +68,11 @@ async def world(
                 "name": STATIC,
                 "static": {
                     "count": 1,
-                    "grant": {"mounts": [{"container_path": "/x", "host_path": "/srv/x"}]},
+                    "grant": {
+                        "device_nodes": [{"container_path": "/dev/x", "host_path": str(allowed / "escape")}]
+                    },
                 },
+                "policy": {"device_path_prefixes": [str(allowed)]},
             }
         ],
         drivers=[
@@ -156,13 +160,15 @@ async def test_a_declared_grant_outside_the_policy_is_refused_without_a_driver_c
 async def test_a_static_grant_outside_the_policy_is_refused_too(
     plugin_dir: Path, state_dir: Path, tmp_path: Path, warnings: list[str]
 ) -> None:
-    """Every source is held to its policy: a configured mount with no mount prefix allowed
+    """Every source is held to its policy: a configured node that resolves outside its prefix
     fails Allocate, and the log says the static grant did it."""
     async with world(plugin_dir, state_dir, tmp_path, ("v1beta1",)) as w:
         session = await w.session(STATIC)
-        assert "mounts[0].host_path '/srv/x'" in await refused(session, ["dev0"])
+        escape = str(w.allowed / "escape")
+        details = await refused(session, ["dev0"])
+        assert f"device_nodes[0].host_path {escape!r}" in details and "resolves to" in details
         assert (
-            f"{STATIC}: the static grant granted mounts[0].host_path '/srv/x' outside the policy"
+            f"{STATIC}: the static grant granted device_nodes[0].host_path {escape!r} outside the policy"
             in " ".join(warnings)
         )
         assert not session.stream_ended.is_set()

@@ -417,6 +417,59 @@ def test_a_resource_policy_key_must_be_a_resource_name() -> None:
         Settings.load(drivers=[{"name": "sim", "command": ["x"], "resource_policies": {"gpu": {}}}])
 
 
+@pytest.mark.parametrize(
+    ("static", "policy_settings", "said"),
+    [
+        pytest.param(
+            {"count": 2, "grant": {"mounts": [{"container_path": "/etc", "host_path": "/etc"}]}},
+            {},
+            "static.grant for device 'dev0': mounts[0].host_path '/etc' is outside the resource's "
+            "policy: no mounts allowed (mount_path_prefixes is empty)",
+            id="mount",
+        ),
+        pytest.param(
+            {
+                "devices": [{"id": "gpu0"}, {"id": ".."}],
+                "grant": {"device_nodes": [{"container_path": "/dev/g", "host_path": "/dev/{id}"}]},
+            },
+            {},
+            "static.grant for device '..': device_nodes[0].host_path '/dev/..' is outside the "
+            "resource's policy: it normalises to '/', not under an allowed prefix (/dev)",
+            id="an-id-in-a-path",
+        ),
+        pytest.param(
+            {"count": 1, "grant": {"envs": {"LD_PRELOAD": "/x.so"}}},
+            {"denied_env_names": ["LD_PRELOAD"]},
+            "envs['LD_PRELOAD'] 'LD_PRELOAD' is outside the resource's policy",
+            id="env",
+        ),
+    ],
+)
+def test_a_static_grant_outside_its_policy_is_a_config_error(
+    static: dict[str, Any], policy_settings: dict[str, Any], said: str
+) -> None:
+    """Caught when the config loads, naming the resource and the device, not at the first Allocate."""
+    resource = {"name": RESOURCE, "static": static, "policy": policy_settings}
+    with pytest.raises(ConfigError) as info:
+        Settings.load(resources=[resource])
+    assert "resources[0]" in str(info.value) and said in str(info.value)
+
+
+def test_a_static_grant_inside_its_policy_loads_and_no_devices_need_no_check() -> None:
+    allowed = {
+        "count": 1,
+        "grant": {"mounts": [{"container_path": "/o", "host_path": "/opt", "read_only": True}]},
+    }
+    none = {"count": 0, "grant": {"mounts": [{"container_path": "/etc", "host_path": "/etc"}]}}
+    settings = Settings.load(
+        resources=[
+            {"name": RESOURCE, "static": allowed, "policy": {"mount_path_prefixes": ["/opt"]}},
+            {"name": "example.com/none", "static": none},
+        ]
+    )
+    assert [r.name for r in settings.resources] == [RESOURCE, "example.com/none"]
+
+
 # --- in the core: Allocate ---------------------------------------------------------------------
 
 
