@@ -72,7 +72,7 @@ async def test_register_request_carries_the_same_options_as_get_options(
 
 async def test_devshim_started_before_the_kubelet_registers_when_it_appears(plugin_dir: Path) -> None:
     """With no kubelet yet, devshim serves and retries; kubelet.sock appearing wakes it at once."""
-    async with running_shim(plugin_dir, {FOO: FOUR}, register_backoff_max_s=30):
+    async with running_shim(plugin_dir, {FOO: FOUR}, policies={FOO: POLICY}, register_backoff_max_s=30):
         await asyncio.sleep(0.3)
         async with FakeKubelet(plugin_dir) as kubelet:
             record = await kubelet.wait_for_registration(FOO, timeout=5)
