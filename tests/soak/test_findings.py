@@ -4,10 +4,14 @@
   (fixed: frontend/endpoint.py races the Register against the restart signal).
 - A frozen driver took over 2 s to replace (fixed: driverhost/process.py SIGKILLs a hung run at once).
 - A driver whose input pipe broke was never failed (fixed: driverhost/process.py request()).
+- An Allocate in flight when devshim served again was cancelled (fixed: frontend/endpoint.py
+  _close_server ends the streams, then gives unary calls a grace period).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sys
 import time
 from pathlib import Path
@@ -82,3 +86,31 @@ async def test_a_driver_that_stops_reading_its_input_is_failed_and_restarted(
         assert failure.value.code() is grpc.StatusCode.UNAVAILABLE, details
         assert "driver 'deaf'" in details, details
         await session.wait_for_list(lambda devices: not any(d.healthy for d in devices), timeout=2)
+
+
+async def test_an_allocate_in_flight_when_devshim_serves_again_is_still_answered(
+    plugin_dir: Path, state_dir: Path
+) -> None:
+    """devshim's own socket deleted while the kubelet waits on an Allocate: devshim serves a new
+    socket and registers again, and the call in flight on the old one is answered. It used to be
+    cancelled, reaching the kubelet as gRPC's "Cancelling all calls" (4 of 32,518 Allocates in the
+    1,000-fault soak): the old server now ends its streams and gives unary calls a grace period."""
+    slow = "example.com/slow"
+    sim = {"resources": [{"name": slow, "count": 2, "delays": {"allocate_s": 0.5}}]}
+    sim_command = [sys.executable, "-m", "devshim_adapters.sim", "--config-json", json.dumps(sim)]
+    drivers = [{"name": "sim", "command": sim_command}]
+    async with (
+        FakeKubelet(plugin_dir) as kubelet,
+        running_shim(plugin_dir, {}, state_dir=state_dir, drivers=drivers),
+    ):
+        session = await kubelet.wait_for_plugin(slow, timeout=20)
+        await session.wait_for_list()
+        call = asyncio.create_task(session.allocate(["slow-0"]))
+        await asyncio.sleep(0.2)  # the sim holds it for 0.5 s
+        assert not call.done()
+        (plugin_dir / session.endpoint).unlink()
+        grant = await asyncio.wait_for(call, 5)
+        assert grant.envs == {} and grant.device_nodes == ()
+        await kubelet.wait_for_registration(slow, count=2, timeout=RECOVERY_BUDGET_S + 1)
+        again = await kubelet.wait_for_plugin(slow)
+        assert again is not session and len(await again.wait_for_list()) == 2

@@ -26,6 +26,10 @@ class ServedVersion(Protocol):
         """devshim is closing the server: streams ending now are not the kubelet's doing."""
         ...
 
+    async def finish_calls(self, timeout_s: float) -> None:
+        """Until the unary calls in flight now are answered, or ``timeout_s``."""
+        ...
+
 
 class ApiVersion(Protocol):
     """One kubelet device-plugin API version (implemented by shim/frontend/<version>.py)."""

@@ -115,10 +115,14 @@ class CommonServicer:
         self._on_stream_end = on_stream_end
         self._retired = False
         self._grants = encoded.GrantEncoder(self.pb, grant_from_model)
+        self.calls = service.InFlight()
 
     def retire(self) -> None:
         """devshim is closing this server: the streams that end now are our doing."""
         self._retired = True
+
+    async def finish_calls(self, timeout_s: float) -> None:
+        await self.calls.finish(timeout_s)
 
     async def GetDevicePluginOptions(self, request: Any, context: Context) -> Any:
         return self.options()
@@ -208,7 +212,7 @@ class VersionApi:
         on_stream_end: Callable[[ListRefused | None], None],
     ) -> CommonServicer:
         servicer = self._servicer(resource, on_stream_end, self.name)
-        service.add(server, self._pb, servicer, resource.name, self.name)
+        service.add(server, self._pb, servicer, resource.name, self.name, servicer.calls)
         return servicer
 
     async def register(

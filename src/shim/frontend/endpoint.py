@@ -39,6 +39,9 @@ from shim.settings import KUBELET_SOCKET_NAME, SocketSettings
 # The kubelet dials the plugin inside Register and gives up after 10 s
 # (devicemanager/plugin/v1beta1/client.go dial()); allow for that and the options call.
 REGISTER_TIMEOUT_S = 15.0
+# How long a closing server lets unary calls in flight finish. Short: registering again waits for
+# it; a restarted kubelet's calls end at once with its connections anyway.
+UNARY_GRACE_S = 1.0
 
 
 def _version_refused(exc: grpc.aio.AioRpcError) -> bool:
@@ -354,6 +357,10 @@ class PluginEndpoint:
         for served in self._served:
             served.retire()
         server, self._server = self._server, None
+        # An Allocate in flight gets to finish rather than reach the kubelet as gRPC's "Cancelling
+        # all calls"; while the streams stay open, as the kubelet closes its connection, and with
+        # it every call on it, once a stream ends (devicemanager plugin/v1beta1 handler.go runClient).
+        await asyncio.gather(*(served.finish_calls(UNARY_GRACE_S) for served in self._served))
         await server.stop(grace=None)
         sockets.remove_own_socket(self.socket_path, self._socket_identity)
         # No socket of ours until the next one is published: its absence is no restart signal.

@@ -9,6 +9,7 @@ metrics and log context of shim/ops/rpc.py rather than through a per-call interc
 
 from __future__ import annotations
 
+import asyncio
 from types import ModuleType
 from typing import Any
 
@@ -17,13 +18,39 @@ import grpc
 from shim.ops import rpc
 
 
+class InFlight:
+    """The unary calls being answered, so that a closing server can let them finish first."""
+
+    def __init__(self) -> None:
+        self._calls: set[asyncio.Task[Any]] = set()
+
+    def tracked(self, behavior: rpc.Unary) -> rpc.Unary:
+        async def call(request: Any, context: rpc.Context) -> Any:
+            task = asyncio.current_task()
+            assert task is not None
+            self._calls.add(task)
+            try:
+                return await behavior(request, context)
+            finally:
+                self._calls.discard(task)
+
+        return call
+
+    async def finish(self, timeout_s: float) -> None:
+        """Until the calls in flight now are answered, or ``timeout_s``."""
+        if self._calls:
+            await asyncio.wait(set(self._calls), timeout=timeout_s)
+
+
 def _serialize(response: Any) -> bytes:
     return response if isinstance(response, bytes) else bytes(response.SerializeToString())
 
 
-def add(server: grpc.aio.Server, pb: ModuleType, servicer: Any, resource: str, version: str) -> None:
+def add(
+    server: grpc.aio.Server, pb: ModuleType, servicer: Any, resource: str, version: str, calls: InFlight
+) -> None:
     """Serve ``servicer``'s methods as the DevicePlugin service of ``pb``'s version; unary methods
-    are counted and timed under ``resource`` and ``version``.
+    are counted and timed under ``resource`` and ``version``, and tracked in ``calls``.
 
     Registered by name too, as generated code does: grpc then finds the handler from the method
     path in C, instead of asking each generic handler of the server (both versions, health and
@@ -41,7 +68,7 @@ def add(server: grpc.aio.Server, pb: ModuleType, servicer: Any, resource: str, v
             )
         else:
             table[method.name] = grpc.unary_unary_rpc_method_handler(
-                rpc.timed(behavior, resource, version, method.name),
+                rpc.timed(calls.tracked(behavior), resource, version, method.name),
                 request_deserializer=deserialize,
                 response_serializer=_serialize,
             )
