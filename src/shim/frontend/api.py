@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +27,8 @@ class ServedVersion(Protocol):
         """devshim is closing the server: streams ending now are not the kubelet's doing."""
         ...
 
-    async def finish_calls(self, timeout_s: float) -> None:
-        """Until the unary calls in flight now are answered, or ``timeout_s``."""
+    def calls_in_flight(self) -> list[asyncio.Task[Any]]:
+        """The unary calls being answered now."""
         ...
 
 

@@ -8,6 +8,7 @@ version's stubs are imported): duck typing, so no version is named here.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -121,8 +122,8 @@ class CommonServicer:
         """devshim is closing this server: the streams that end now are our doing."""
         self._retired = True
 
-    async def finish_calls(self, timeout_s: float) -> None:
-        await self.calls.finish(timeout_s)
+    def calls_in_flight(self) -> list[asyncio.Task[Any]]:
+        return self.calls.now()
 
     async def GetDevicePluginOptions(self, request: Any, context: Context) -> Any:
         return self.options()

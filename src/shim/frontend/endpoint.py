@@ -360,7 +360,9 @@ class PluginEndpoint:
         # An Allocate in flight gets to finish rather than reach the kubelet as gRPC's "Cancelling
         # all calls"; while the streams stay open, as the kubelet closes its connection, and with
         # it every call on it, once a stream ends (devicemanager plugin/v1beta1 handler.go runClient).
-        await asyncio.gather(*(served.finish_calls(UNARY_GRACE_S) for served in self._served))
+        calls = [call for served in self._served for call in served.calls_in_flight()]
+        if calls:  # no loop turn otherwise: registering again waits for this
+            await asyncio.wait(calls, timeout=UNARY_GRACE_S)
         await server.stop(grace=None)
         sockets.remove_own_socket(self.socket_path, self._socket_identity)
         # No socket of ours until the next one is published: its absence is no restart signal.

@@ -36,10 +36,9 @@ class InFlight:
 
         return call
 
-    async def finish(self, timeout_s: float) -> None:
-        """Until the calls in flight now are answered, or ``timeout_s``."""
-        if self._calls:
-            await asyncio.wait(set(self._calls), timeout=timeout_s)
+    def now(self) -> list[asyncio.Task[Any]]:
+        """The calls being answered now."""
+        return list(self._calls)
 
 
 def _serialize(response: Any) -> bytes:
