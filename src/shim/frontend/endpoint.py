@@ -357,16 +357,21 @@ class PluginEndpoint:
         for served in self._served:
             served.retire()
         server, self._server = self._server, None
-        # An Allocate in flight gets to finish rather than reach the kubelet as gRPC's "Cancelling
-        # all calls"; while the streams stay open, as the kubelet closes its connection, and with
-        # it every call on it, once a stream ends (devicemanager plugin/v1beta1 handler.go runClient).
-        calls = [call for served in self._served for call in served.calls_in_flight()]
-        if calls:  # no loop turn otherwise: registering again waits for this
-            await asyncio.wait(calls, timeout=UNARY_GRACE_S)
-        await server.stop(grace=None)
-        sockets.remove_own_socket(self.socket_path, self._socket_identity)
-        # No socket of ours until the next one is published: its absence is no restart signal.
-        self._socket_identity = None
+        try:
+            # An Allocate in flight gets to finish rather than reach the kubelet as gRPC's
+            # "Cancelling all calls"; while the streams stay open, as the kubelet closes its
+            # connection, and every call on it, once a stream ends (devicemanager handler.go
+            # runClient).
+            calls = [call for served in self._served for call in served.calls_in_flight()]
+            if calls:  # no loop turn otherwise: registering again waits for this
+                await asyncio.wait(calls, timeout=UNARY_GRACE_S)
+        finally:
+            # Stopped even if we are cancelled meanwhile (devshim shutting down): a server left
+            # running keeps the process from exiting.
+            await asyncio.shield(server.stop(grace=None))
+            sockets.remove_own_socket(self.socket_path, self._socket_identity)
+            # No socket of ours until the next one is published: its absence is no restart signal.
+            self._socket_identity = None
 
     async def close(self) -> None:
         await self._close_server()
