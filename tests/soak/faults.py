@@ -73,41 +73,48 @@ async def driver_kill(ctx: Context) -> Injected | None:
     return _ended(name) if _signal(pid, signal.SIGKILL) else None
 
 
-async def driver_hang(ctx: Context) -> Injected | None:
-    """A driver is frozen (SIGSTOP) while the kubelet admits a pod using it: devshim can only tell
-    by the call's timeout, must fail that Allocate clearly and restart the driver. Then SIGCONT."""
+async def _freeze_a_driver(ctx: Context) -> tuple[str, int, str] | None:
+    """SIGSTOP one running driver: its name, pid and the resource it serves; None if none is up."""
     drivers = await _running_drivers(ctx)
     if not drivers:
         return None
     name, pid = ctx.rng.choice(drivers)
-    if not _signal(pid, signal.SIGSTOP):
+    resource = next(s.name for s in SERVED if s.driver == name)
+    return (name, pid, resource) if _signal(pid, signal.SIGSTOP) else None
+
+
+def _found_by_timeout(outcome: str) -> bool:
+    """The probe's Allocate timed out in devshim: devshim found the frozen driver."""
+    return outcome.startswith("DEADLINE_EXCEEDED") and "did not answer" in outcome
+
+
+async def driver_hang(ctx: Context) -> Injected | None:
+    """A driver is frozen (SIGSTOP) while the kubelet admits a pod using it: devshim can only tell
+    by the call's timeout, must fail that Allocate clearly and restart the driver. Then SIGCONT."""
+    frozen = await _freeze_a_driver(ctx)
+    if frozen is None:
         return None
+    name, pid, resource = frozen
     try:
-        resource = next(s.name for s in SERVED if s.driver == name)
         probe = asyncio.create_task(ctx.allocator.once(resource))
         await asyncio.sleep(ctx.rng.uniform(0.3, 1.0))
         outcome = await probe
     finally:
         _signal(pid, signal.SIGCONT)
-    # Found: the probe's Allocate timed out in devshim. Otherwise (the kubelet had no Healthy
-    # device of it to choose, or chose while the driver still answered) the freeze went unseen.
-    found = outcome.startswith("DEADLINE_EXCEEDED") and "did not answer" in outcome
-    return _ended(f"{name}, {'found by a call timeout' if found else 'unseen'}")
+    # Otherwise (the kubelet had no Healthy device of it to choose, or chose while the driver
+    # still answered) the freeze went unseen.
+    return _ended(f"{name}, {'found by a call timeout' if _found_by_timeout(outcome) else 'unseen'}")
 
 
 async def driver_freeze(ctx: Context) -> Injected | None:
     """A driver freezes for good (SIGSTOP, never SIGCONT: stuck like a process in the kernel) while
     the kubelet admits a pod using it: devshim must find it by the call's timeout and replace it.
     The fault counts as over once devshim found it: from then on recovery is devshim's doing."""
-    drivers = await _running_drivers(ctx)
-    if not drivers:
+    frozen = await _freeze_a_driver(ctx)
+    if frozen is None:
         return None
-    name, pid = ctx.rng.choice(drivers)
-    if not _signal(pid, signal.SIGSTOP):
-        return None
-    resource = next(s.name for s in SERVED if s.driver == name)
-    outcome = await ctx.allocator.once(resource)
-    if not (outcome.startswith("DEADLINE_EXCEEDED") and "did not answer" in outcome):
+    name, pid, resource = frozen
+    if not _found_by_timeout(await ctx.allocator.once(resource)):
         _signal(pid, signal.SIGCONT)  # nobody called it: thaw it rather than leave it frozen unseen
         return _ended(f"{name}, unseen")
     return _ended(f"{name}, found by a call timeout")
