@@ -13,13 +13,17 @@ import pytest
 from shim.bootstrap import Shim
 from shim.settings import Settings
 from tests.compat.kubelet import FakeKubelet, PluginSession
+from tests.toolchains import toolchain
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "adapters" / "examples" / "node" / "driver.js"
 NODE = shutil.which("node")
 RESOURCE = "example.com/node"
 
-pytestmark = pytest.mark.skipif(NODE is None, reason="Node.js is not installed (.ci/run installs it)")
+
+@pytest.fixture(autouse=True, scope="module")
+def _node_present() -> None:
+    toolchain("node", "the Node.js example driver (adapters/examples/node)")
 
 
 def node_settings(plugin_dir: Path, state_dir: Path, **env: str) -> Settings:

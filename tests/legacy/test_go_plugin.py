@@ -1,6 +1,7 @@
-"""A vendor-style legacy plugin written in Go (tests/legacy/go_plugin: its own proto copy, its
-own server, Register and ListAndWatch loop) behind the legacy adapter, devshim and the fake
-kubelet. Built in the test run from Debian's packages (.ci/run installs them)."""
+"""A vendor-style legacy plugin written in Go (tests/legacy/go_plugin: a Go module on the upstream
+API package k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1, with its own server, Register and
+ListAndWatch loop) behind the legacy adapter, devshim and the fake kubelet. Built in the test run
+with the machine's Go, its dependencies from the Go module proxy as pinned in go.sum."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.legacy.test_legacy_adapter import legacy_pid, served
+from tests.toolchains import toolchain
 
 GO_PLUGIN = Path(__file__).resolve().parent / "go_plugin"
 RESOURCE = "example.com/goplug"
@@ -22,13 +24,10 @@ RESOURCE = "example.com/goplug"
 
 @pytest.fixture(scope="module")
 def goplug() -> Iterator[Path]:
-    """The Go plugin, built offline; skipped where Go is missing unless CI requires it."""
-    if shutil.which("go") is None or shutil.which("protoc") is None:
-        if os.environ.get("DEVSHIM_REQUIRE_GO") == "1":
-            pytest.fail("Go toolchain missing: run tests/legacy/go_plugin/install-deps.sh")
-        pytest.skip("Go toolchain missing: run tests/legacy/go_plugin/install-deps.sh")
+    """The Go plugin, built in the run; skipped where Go is missing unless CI requires it."""
+    toolchain("go", "the Go legacy plugin (tests/legacy/go_plugin)")
     out = Path(tempfile.mkdtemp(prefix="ds-go-")) / "goplug"
-    subprocess.run(["bash", str(GO_PLUGIN / "build.sh"), str(out)], check=True, timeout=300)
+    subprocess.run(["bash", str(GO_PLUGIN / "build.sh"), str(out)], check=True, timeout=900)
     yield out
     shutil.rmtree(out.parent, ignore_errors=True)
 

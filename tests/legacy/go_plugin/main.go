@@ -2,10 +2,12 @@
 // v1beta1) used to exercise devshim's legacy adapter.
 //
 // It is written the way vendor plugins are usually written and shares no code
-// with devshim: its own gRPC server on <dir>/<socket>, its own Register call to
-// <dir>/kubelet.sock, its own ListAndWatch loop that resends the full device
-// list on every change, and a poll loop that re-creates the socket and
-// registers again when the socket disappears (kubelet restart).
+// with devshim: a Go module importing the upstream API package
+// k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1 (pinned in go.sum), its own
+// gRPC server on <dir>/<socket>, its own Register call to <dir>/kubelet.sock,
+// its own ListAndWatch loop that resends the full device list on every change,
+// and a poll loop that re-creates the socket and registers again when the
+// socket disappears (kubelet restart).
 //
 // Test hooks:
 //
@@ -32,14 +34,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pb "goplug/deviceplugin/v1beta1"
+	pb "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
 const (
-	apiVersion     = "v1beta1"
 	kubeletSocket  = "kubelet.sock"
-	healthy        = "Healthy"
-	unhealthy      = "Unhealthy"
 	pollInterval   = 1 * time.Second
 	lateServeDelay = 1 * time.Second
 	dialTimeout    = 5 * time.Second
@@ -87,7 +86,7 @@ func newPlugin(cfg config) *plugin {
 	for i, id := range cfg.deviceIDs {
 		p.devices = append(p.devices, &pb.Device{
 			ID:       id,
-			Health:   healthy,
+			Health:   pb.Healthy,
 			Topology: &pb.TopologyInfo{Nodes: []*pb.NUMANode{{ID: int64(i % 2)}}},
 		})
 		p.known[id] = true
@@ -133,10 +132,10 @@ func (p *plugin) toggleLast() {
 		return
 	}
 	d := p.devices[len(p.devices)-1]
-	if d.Health == healthy {
-		d.Health = unhealthy
+	if d.Health == pb.Healthy {
+		d.Health = pb.Unhealthy
 	} else {
-		d.Health = healthy
+		d.Health = pb.Healthy
 	}
 	log.Printf("SIGUSR1: device %s is now %s; pushing new list to %d stream(s)", d.ID, d.Health, len(p.subs))
 	p.notifyLocked()
@@ -302,7 +301,7 @@ func (p *plugin) register() error {
 	rctx, rcancel := context.WithTimeout(context.Background(), registerTimeout)
 	defer rcancel()
 	req := &pb.RegisterRequest{
-		Version:      apiVersion,
+		Version:      pb.Version,
 		Endpoint:     p.cfg.socket,
 		ResourceName: p.cfg.resource,
 		Options:      p.options(),
@@ -333,7 +332,7 @@ func (p *plugin) start() {
 
 func (p *plugin) tryRegister() {
 	log.Printf("registering %s (endpoint %s, version %s, options %+v) with %s",
-		p.cfg.resource, p.cfg.socket, apiVersion, p.options(), filepath.Join(p.cfg.dir, kubeletSocket))
+		p.cfg.resource, p.cfg.socket, pb.Version, p.options(), filepath.Join(p.cfg.dir, kubeletSocket))
 	if err := p.register(); err != nil {
 		log.Printf("registration failed (will retry in %v): %v", pollInterval, err)
 		p.registered = false
