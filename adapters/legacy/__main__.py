@@ -1,4 +1,5 @@
-"""python -m devshim_adapters.legacy --kubelet-dir DIR [--plugin-env K=V ...] [-- PLUGIN COMMAND...]
+"""python -m devshim_adapters.legacy --kubelet-dir DIR [--resource NAME ...] [--plugin-env K=V ...]
+                                    [-- PLUGIN COMMAND...]
 
 Without a command (the sidecar form) the legacy plugin runs in its own container and
 registers on DIR/kubelet.sock, DIR being an emptyDir it mounts at
@@ -30,6 +31,10 @@ def main(argv: list[str] | None = None) -> None:
         "--socket-mode", type=lambda text: int(text, 8), default=0o600,
         help="mode of our kubelet.sock (0666 when the legacy container runs as another user)",
     )  # fmt: skip
+    parser.add_argument(
+        "--resource", action="append", default=[], metavar="NAME", dest="resources",
+        help="a resource name the legacy plugin may register (repeatable); when given, any other is refused",
+    )  # fmt: skip
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the legacy plugin's command")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -37,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
         process = LegacyProcess(command, child_env(args.plugin_env)) if command else None
     except ValueError as exc:
         parser.error(str(exc))
-    run(LegacyAdapter(args.kubelet_dir, process, args.socket_mode))
+    run(LegacyAdapter(args.kubelet_dir, process, args.socket_mode, args.resources))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
@@ -50,8 +50,16 @@ def grant_from_record(grant: records.Grant) -> types.Grant:
 class LegacyAdapter(Driver):
     name = "devshim-legacy"
 
-    def __init__(self, kubelet_dir: Path, process: LegacyProcess | None, socket_mode: int) -> None:
-        self.kubelet = PrivateKubelet(kubelet_dir, self._on_list, self._on_gone, socket_mode)
+    def __init__(
+        self,
+        kubelet_dir: Path,
+        process: LegacyProcess | None,
+        socket_mode: int,
+        allowed_resources: Iterable[str] = (),
+    ) -> None:
+        self.kubelet = PrivateKubelet(
+            kubelet_dir, self._on_list, self._on_gone, socket_mode, allowed_resources
+        )
         self.process = process
         self._devices: dict[str, tuple[records.DeviceState, ...]] = {}
         self._reachable: dict[str, bool] = {}
@@ -120,7 +128,7 @@ class LegacyAdapter(Driver):
 
     def _plugin(self, resource: str) -> LegacyPlugin:
         plugin = self.kubelet.plugins.get(resource)
-        if plugin is None or not self._reachable.get(resource):
+        if plugin is None or not plugin.connected or not self._reachable.get(resource):
             raise DriverError(ErrorCode.UNAVAILABLE, f"{resource}: the legacy plugin is not connected")
         return plugin
 

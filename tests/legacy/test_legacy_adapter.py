@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -59,8 +59,9 @@ async def served(
     command: list[str],
     env: dict[str, str],
     resource: str = RESOURCE,
+    adapter_args: Sequence[str] = (),
 ) -> AsyncIterator[tuple[PluginSession, Shim]]:
-    argv = [sys.executable, "-m", "devshim_adapters.legacy", "--kubelet-dir", str(private_dir)]
+    argv = [sys.executable, "-m", "devshim_adapters.legacy", "--kubelet-dir", str(private_dir), *adapter_args]
     argv += [arg for key, value in env.items() for arg in ("--plugin-env", f"{key}={value}")]
     if command:
         argv += ["--", *command]
