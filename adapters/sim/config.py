@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from shim.settings import GrantSettings, check_extended_resource_name, format_validation_error
+from shim.settings import MAX_NUMA_NODE, GrantSettings, check_extended_resource_name, format_validation_error
 
 DeviceId = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[^\s,]+$")]
 Delay = Annotated[float, Field(ge=0, le=600)]
@@ -31,7 +31,8 @@ class _Strict(BaseModel):
 
 class DeviceConfig(_Strict):
     id: DeviceId
-    numa_nodes: list[Annotated[int, Field(ge=0)]] = []
+    # devshim's bound (Linux's MAX_NUMNODES is at most 1024): refused here, not as a list later.
+    numa_nodes: list[Annotated[int, Field(ge=0, le=MAX_NUMA_NODE, strict=True)]] = []
     healthy: bool = True
 
 
@@ -47,7 +48,8 @@ class ResourceConfig(_Strict):
     """Either ``count`` devices named ``<id_prefix><n>``, or an explicit ``devices`` list."""
 
     name: str
-    count: Annotated[int, Field(ge=0, le=100_000)] | None = None
+    # devshim refuses a driver's list of more than 50,000 devices (docs/driver-protocol.md, "Limits").
+    count: Annotated[int, Field(ge=0, le=50_000)] | None = None
     devices: list[DeviceConfig] | None = None
     id_prefix: Annotated[str, Field(min_length=1, max_length=40, pattern=r"^[^\s,]+$")] | None = None
     # declared: every device carries its grant in the list; per_call: allocate answers.

@@ -63,10 +63,25 @@ class GrantRefused(ShimError):
         self.kind = kind  # the field without index or key, a bounded metric label
 
 
+class ClaimRefused(ShimError):
+    """A driver declared a resource it may not serve: another source's, or one outside its
+    ``drivers[].resources``. ``holder`` is the owner's description, None where nobody owns it."""
+
+    def __init__(self, message: str, holder: str | None) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
 class ListTooLarge(ShimError):
     """A device list the kubelet could not receive (over its gRPC message limit): not sent."""
 
     status = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class ListNotEncodable(ShimError):
+    """A device list the kubelet's messages cannot carry (a value past every validation): not sent."""
+
+    status = grpc.StatusCode.INTERNAL
 
 
 # A status message travels in the HTTP/2 trailers, percent-encoded (up to 12 bytes a character),

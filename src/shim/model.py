@@ -18,6 +18,13 @@ class Health(StrEnum):
     UNHEALTHY = "Unhealthy"
 
 
+# The highest NUMA node ID any source may give (driver lists, static settings, the SDK): Linux's
+# MAX_NUMNODES is 1 << CONFIG_NODES_SHIFT, and x86-64, arm64 and powerpc allow NODES_SHIFT 10 at
+# most, so IDs run 0..1023. The kubelet's NUMANode.ID is an int64; without this bound sysfs's -1
+# read as uint64 (2**64-1) got into a list, and encoding it for the kubelet failed.
+MAX_NUMA_NODE = 1023
+
+
 @dataclass(frozen=True, slots=True)
 class Device:
     id: str

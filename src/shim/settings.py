@@ -38,8 +38,10 @@ MAX_SOCKET_PATH = 107
 # that path must fit in sun_path too.
 PRIVATE_BIND_EXTRA = len("/.devshim-bind-01234567/.s")
 
-_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# Used with fullmatch: a Python "$" also matches before a final newline, which the kubelet's
+# Go regexps refuse ("example.com/gpu\n" would pass and then fail Register forever).
+_QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 class ConfigError(Exception):
@@ -56,10 +58,10 @@ def check_extended_resource_name(name: str) -> str:
     if name.startswith("requests."):
         raise ValueError(f"{name!r} must not start with 'requests.' (the resource quota prefix)")
     # The kubelet checks "requests." + name as a qualified name: its domain gets that prefix.
-    if len("requests." + domain) > 253 or not _DNS_SUBDOMAIN.match(domain):
+    if len("requests." + domain) > 253 or not _DNS_SUBDOMAIN.fullmatch(domain):
         raise ValueError(f"{name!r}: {domain!r} is not a lowercase DNS subdomain of at most 244 characters")
     # The kubelet also checks that "requests.<name>" is a valid quota name.
-    if len(short) > 63 or not _QUALIFIED_NAME.match(short):
+    if len(short) > 63 or not _QUALIFIED_NAME.fullmatch(short):
         raise ValueError(
             f"{name!r}: {short!r} must be 1-63 characters [A-Za-z0-9-_.], alphanumeric at both ends"
         )
@@ -156,9 +158,15 @@ class GrantPolicySettings(_Strict):
     cdi_vendor_prefixes: list[CdiKindPrefix] | None = None
 
 
+# model.MAX_NUMA_NODE (Linux's MAX_NUMNODES is at most 1024), repeated because settings import no
+# other layer of devshim; tests/unit/test_settings.py checks the two agree.
+MAX_NUMA_NODE = 1023
+
+
 class StaticDeviceSettings(_Strict):
     id: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[^\s,]+$")]
-    numa_nodes: list[Annotated[int, Field(ge=0)]] = []
+    # strict: YAML's true is no NUMA node.
+    numa_nodes: list[Annotated[int, Field(ge=0, le=MAX_NUMA_NODE, strict=True)]] = []
     healthy: bool = True
 
 
@@ -349,6 +357,9 @@ class DriverSettings(_Strict):
     # a policy there replaces this one whole (nothing is inherited, so nothing widens by surprise).
     policy: GrantPolicySettings = GrantPolicySettings()
     resource_policies: dict[ResourceName, GrantPolicySettings] = {}
+    # The only resources the driver may serve; None: any name no other source owns. Listed names
+    # are reserved for it from the start (docs/driver-protocol.md, "Which resources a driver serves").
+    resources: list[ResourceName] | None = None
 
     @field_validator("command")
     @classmethod
@@ -459,6 +470,15 @@ class Settings(BaseSettings):
         dupes = sorted({n for n in drivers if drivers.count(n) > 1})
         if dupes:
             raise ValueError(f"driver name(s) used twice: {', '.join(dupes)}")
+        # One source per resource name (bootstrap.Shim enforces the same on what drivers declare).
+        owners = {r.name: "resources (static)" for r in self.resources}
+        for driver in self.drivers:
+            for name in driver.resources or ():
+                owner = owners.setdefault(name, f"driver {driver.name!r}")
+                if owner != f"driver {driver.name!r}":
+                    raise ValueError(
+                        f"driver {driver.name!r} lists {name} in its resources, but {owner} has it"
+                    )
         sockets = [r.socket_name or default_socket_name(r.name) for r in self.resources]
         if len(set(sockets)) != len(sockets):
             raise ValueError("two resources share one socket_name")

@@ -26,6 +26,7 @@ import pytest
 
 from shim.bootstrap import Shim
 from shim.driverhost import DriverHost
+from shim.driverhost.limits import MAX_MESSAGE_BYTES
 from shim.settings import Settings
 from tests.compat.kubelet import FakeKubelet, PluginSession
 from tests.compat.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
@@ -299,7 +300,8 @@ async def test_a_driver_hanging_on_allocate_fails_the_call_with_a_deadline_and_i
     [
         ("garbage", "it broke the protocol: not JSON"),
         ("unknown_id", "it broke the protocol: a response to unknown request id 424242"),
-        ("oversized", "it broke the protocol: a message is longer than the 33554432-byte limit"),
+        # devshim reads a driver's messages up to its own bound, below the framing's 32 MiB.
+        ("oversized", f"it broke the protocol: a message is longer than the {MAX_MESSAGE_BYTES}-byte limit"),
         ("close_stdout", "it closed its output but kept running"),
     ],
 )

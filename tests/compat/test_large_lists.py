@@ -20,7 +20,6 @@ from shim.ops.metrics import REGISTRY
 from shim.status import render_status
 from tests.compat.kubelet import FakeKubelet
 from tests.compat.shim_fixtures import logged, running_shim
-from tests.compat.test_sim_driver import start
 
 GPU = "example.com/biggpu"
 EXACT = "example.com/exact"
@@ -88,14 +87,23 @@ async def test_a_list_over_the_limit_is_refused_once_and_sent_when_it_shrinks(
     """100,000 devices with 40-character ID prefixes (5.8 MB): the kubelet's stream ends with
     RESOURCE_EXHAUSTED naming the resource, counted, logged and shown in status; devshim does not
     register again until the list changes (classic: no Register; watcher: no socket to find);
-    shrunk to 50,000, the list reaches the kubelet."""
-    prefix = "node-17.rack-4.example.com-accelerator-x"  # 40 characters, the sim's longest
+    shrunk to 50,000, the list reaches the kubelet. A static source: a driver may not list more
+    than 50,000 devices (shim/driverhost/limits.py), which with IDs this long fit the kubelet."""
+    prefix = "node-17.rack-4.example.com-accelerator-x"  # 40 characters, the longest id_prefix
     size = f"{sum(13 + len(f'{prefix}{n}') for n in range(100_000)):,} bytes"  # as in ids_totalling
     before = refused_lists(GPU)
+    registry = state_dir / "plugins_registry"  # used by the watcher path only
+    watching = registry if registration == "watcher" else None
     with logged("ERROR") as errors:
-        resource = {"name": GPU, "count": 100_000, "id_prefix": prefix}
-        async with start(plugin_dir, state_dir, [resource], registration) as sim:
-            first = await sim.kubelet.wait_for_plugin(GPU, timeout=30)
+        resources = {GPU: {"count": 100_000, "id_prefix": prefix}}
+        async with (
+            FakeKubelet(plugin_dir, plugins_registry=watching) as kubelet,
+            running_shim(plugin_dir, resources, registration=registration, plugins_registry_dir=registry) as (
+                shim,
+                sources,
+            ),
+        ):
+            first = await kubelet.wait_for_plugin(GPU, timeout=30)
             await asyncio.wait_for(first.stream_ended.wait(), 30)
             assert first.lists == []
             assert first.stream_error is not None
@@ -106,22 +114,22 @@ async def test_a_list_over_the_limit_is_refused_once_and_sent_when_it_shrinks(
 
             # No re-registration into the same failure: the endpoint waits for another list.
             await asyncio.sleep(2)
-            assert registrations(sim.kubelet, GPU) == 1
+            assert registrations(kubelet, GPU) == 1
             assert refused_lists(GPU) == before + 1
-            status = sim.shim.status()["resources"][GPU]
+            status = shim.status()["resources"][GPU]
             assert status["registered"] is False
             assert size in status["last_error"]
-            assert "last error: " + status["last_error"] in render_status(sim.shim.status())
+            assert "last error: " + status["last_error"] in render_status(shim.status())
 
             shrunk_at = time.monotonic()
-            sim.command(f"count {GPU} 50000")
-            await sim.kubelet.wait_for_registration(GPU, count=2, timeout=15)
-            second = sim.kubelet.plugin(GPU)
+            await sources[GPU].set_devices((await sources[GPU].list_devices())[:50_000])
+            await kubelet.wait_for_registration(GPU, count=2, timeout=15)
+            second = kubelet.plugin(GPU)
             listed = await second.wait_for_list(timeout=15)
             assert len(listed) == 50_000 and listed[-1].id == f"{prefix}49999"
             assert time.monotonic() - shrunk_at < 10
             assert not second.stream_ended.is_set()
-            assert registrations(sim.kubelet, GPU) == 2
+            assert registrations(kubelet, GPU) == 2
             assert refused_lists(GPU) == before + 1
-            status = sim.shim.status()["resources"][GPU]
+            status = shim.status()["resources"][GPU]
             assert status["registered"] is True and status["last_error"] is None

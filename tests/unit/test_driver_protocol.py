@@ -61,6 +61,20 @@ def test_lower_camel_case_names_are_accepted_as_the_proto3_json_mapping_requires
         pytest.param(
             {"devices": [{"id": "a", "health": 1, "numa_nodes": [-1]}]}, "numa_nodes", id="neg-numa"
         ),
+        # sysfs's "no node" (-1) read as uint64; one past Linux's MAX_NUMNODES; JSON's true.
+        pytest.param(
+            {"devices": [{"id": "a", "health": 1, "numa_nodes": [0, 2**64 - 1]}]},
+            "'a': numa_nodes must be integers from 0 to 1023, not 18446744073709551615",
+            id="uint64-numa",
+        ),
+        pytest.param(
+            {"devices": [{"id": "a", "health": 1, "numa_nodes": [1024]}]},
+            "from 0 to 1023, not 1024",
+            id="numa-1024",
+        ),
+        pytest.param(
+            {"devices": [{"id": "a", "health": 1, "numa_nodes": [True]}]}, "integers", id="bool-numa"
+        ),
         pytest.param({"devices": [{"id": "a", "health": 1}, {"id": "a", "health": 1}]}, "twice", id="dup"),
         pytest.param({"devices": "all"}, "must be a list", id="not-a-list"),
         pytest.param(

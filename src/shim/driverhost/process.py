@@ -18,8 +18,9 @@ from typing import Any
 
 from loguru import logger
 
+from shim.driverhost import limits
 from shim.driverhost.stderr import StderrLines
-from shim.jsonrpc import MAX_LINE_BYTES, ConnectionClosed, Peer, StreamTransport
+from shim.jsonrpc import ConnectionClosed, Peer, StreamTransport
 from shim.jsonrpc.errors import ProtocolError
 from shim.jsonrpc.peer import NotificationHandler
 from shim.settings import DriverSettings, account, group_id, user_id
@@ -122,13 +123,16 @@ class DriverProcess:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=dict(self.settings.env),
-                limit=MAX_LINE_BYTES,
+                # Not the framing's 32 MiB: a longer message is refused before it is buffered.
+                limit=limits.MAX_MESSAGE_BYTES,
             )  # fmt: skip
         except OSError as exc:
             raise DriverFailed(f"cannot start {argv[0]!r}: {exc.strerror}") from None
         assert self.process.stdout and self.process.stdin and self.process.stderr
         self._peer = Peer(
-            StreamTransport(self.process.stdout, self.process.stdin),
+            limits.BoundedTransport(
+                StreamTransport(self.process.stdout, self.process.stdin, limit=limits.MAX_MESSAGE_BYTES)
+            ),
             name=f"driver {self.name!r}",
             notifications=self._notifications,
         )
@@ -142,9 +146,20 @@ class DriverProcess:
     def _on_output_closed(self, reason: BaseException) -> None:
         if isinstance(reason, ProtocolError):
             self.fail(f"it broke the protocol: {reason}")
+            assert self.process is not None and self.process.stdout is not None
+            self._tasks.append(asyncio.create_task(self._discard(self.process.stdout)))
         elif not self.failed.done():
             # Usually the driver is exiting: let its exit status tell why.
             self._tasks.append(asyncio.create_task(self._expect_exit()))
+
+    @staticmethod
+    async def _discard(stdout: asyncio.StreamReader) -> None:
+        """Read what a driver broken by what it wrote still writes, until it is stopped. Unread,
+        its output would pile up in the reader (a line refused at the byte bound is still being
+        written) up to twice the bound, and the pipe, paused, would never see its end."""
+        with contextlib.suppress(ConnectionError):
+            while await stdout.read(STDERR_CHUNK):
+                pass
 
     async def _expect_exit(self) -> None:
         assert self.process is not None
@@ -165,7 +180,7 @@ class DriverProcess:
         if self._peer is None or self.failed.done():
             raise ConnectionClosed(self.failed.result() if self.failed.done() else "not started")
         try:
-            return await self._peer.request(method, params, timeout)
+            result = await self._peer.request(method, params, timeout)
         except TimeoutError:
             reason = f"it did not answer {method} within {timeout:g} s"
             if hang_is_failure:
@@ -185,6 +200,18 @@ class DriverProcess:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self.failed), 2.0)
             raise ConnectionClosed(self.failed.result() if self.failed.done() else str(exc)) from None
+        if method == "list_devices" and self._over_device_bound(method, result, params):
+            raise ConnectionClosed(self.failed.result())
+        return result
+
+    def _over_device_bound(self, method: str, message: Any, params: Any) -> bool:
+        """A device list longer than the protocol allows breaks it, as a line too long does: the
+        run fails (its devices Unhealthy, restarted) before a device of it is read."""
+        resource = params.get("resource") if isinstance(params, dict) else None
+        refusal = limits.device_list_refusal(method, message, resource)
+        if refusal is not None:
+            self.fail(f"it broke the protocol: {refusal}")
+        return refusal is not None
 
     async def _watch_exit(self, process: asyncio.subprocess.Process) -> None:
         code = await process.wait()
@@ -215,6 +242,8 @@ class DriverProcess:
             self._window = (start, count + 1)
             if count + 1 > limit:
                 self.fail(f"it flooded devshim with more than {limit} notifications in one second")
+                return
+            if method == "devices_changed" and self._over_device_bound(method, params, params):
                 return
             handler(params)
 

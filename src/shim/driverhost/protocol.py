@@ -7,6 +7,7 @@ error becomes DriverProtocolError naming what was wrong.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from shim.errors import RequestError, ShimError, SourceFailed, SourceTimeout, SourceUnavailable
 from shim.jsonrpc import ConnectionClosed, ErrorCode, RemoteError
 from shim.model import (
+    MAX_NUMA_NODE,
     Capabilities,
     ContainerAllocateRequest,
     ContainerGrant,
@@ -41,14 +43,21 @@ class ResourceInfo:
     capabilities: Capabilities
 
 
+@functools.cache
+def _camel(snake: str) -> str:
+    head, *rest = snake.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
 def field(obj: Any, snake: str, default: Any = None) -> Any:
     """A field by its proto name or its lowerCamelCase JSON name (both are valid input)."""
     if not isinstance(obj, dict):
         raise DriverProtocolError(f"expected an object, got {type(obj).__name__}")
     if snake in obj:
         return obj[snake]
-    head, *rest = snake.split("_")
-    return obj.get(head + "".join(part.title() for part in rest), default)
+    # Cached: an optional field left out (numa_nodes, grant) is looked up per device, and
+    # building its camelCase name each time was most of reading a 100,000-device list.
+    return obj.get(_camel(snake), default)
 
 
 def _strings(value: Any, what: str) -> tuple[str, ...]:
@@ -107,8 +116,14 @@ def device_from_json(obj: Any) -> tuple[Device, ContainerGrant | None]:
     if not isinstance(device_id, str) or not device_id:
         raise DriverProtocolError(f"a device needs a non-empty string id, got {device_id!r}")
     numa = field(obj, "numa_nodes") or []
-    if not isinstance(numa, list) or not all(isinstance(n, int) and n >= 0 for n in numa):
-        raise DriverProtocolError(f"device {device_id!r}: numa_nodes must be non-negative integers")
+    # Exact ints (JSON's true is no node, though Python's True == 1), within the kernel's range.
+    if not isinstance(numa, list) or not set(map(type, numa)) <= {int}:
+        raise DriverProtocolError(f"device {device_id!r}: numa_nodes must be a list of integers")
+    if numa and not 0 <= min(numa) <= max(numa) <= MAX_NUMA_NODE:
+        bad = next(n for n in numa if not 0 <= n <= MAX_NUMA_NODE)
+        raise DriverProtocolError(
+            f"device {device_id!r}: numa_nodes must be integers from 0 to {MAX_NUMA_NODE}, not {bad}"
+        )
     grant = field(obj, "grant")
     return (
         Device(device_id, health_from_json(field(obj, "health")), tuple(numa)),

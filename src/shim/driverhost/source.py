@@ -89,8 +89,15 @@ class DriverSource(DeviceSource):
     async def set_devices(self, devices: Sequence[tuple[Device, ContainerGrant | None]]) -> None:
         self._declared = {d.id: g for d, g in devices if g is not None}
         self._merged = grants.ByDevices(self._merge_declared)
-        self._real, self._down = tuple(d for d, _ in devices), False
+        # A full list re-sent (devices_changed, a restart's list_devices) mostly repeats devices
+        # already known: keep those objects, so the encoders downstream, which match devices by
+        # identity, redo only the changed ones, and the new list's objects are freed whole.
+        real, index = self._real, self._index
+        self._real = tuple(
+            real[i] if (i := index.get(d.id)) is not None and real[i] == d else d for d, _ in devices
+        )
         self._index = {d.id: i for i, d in enumerate(self._real)}
+        self._down = False
         await self._publish()
 
     async def set_health(self, changes: dict[str, Health]) -> None:

@@ -18,7 +18,7 @@ import grpc
 from loguru import logger
 
 from shim.core.resource import ResourceService
-from shim.errors import ListTooLarge, grpc_status
+from shim.errors import ListNotEncodable, ListTooLarge, grpc_status
 from shim.frontend import encoded, service
 from shim.frontend.api import ListRefused
 from shim.model import (
@@ -139,7 +139,15 @@ class CommonServicer:
         try:
             encoder = encoded.ListEncoder(self.pb, device_from_model)
             async for devices in self._resource.watch():
-                message = encoder.encode(devices)
+                try:
+                    message = encoder.encode(devices)
+                except Exception as exc:
+                    # Never a stream that just ends (the kubelet would only log it, and devshim take
+                    # it for the kubelet's doing and register into the same failure): refused as a
+                    # list too large is, with the reason as its status. The kubelet then stops
+                    # trusting the last list it got, which devshim can no longer update.
+                    refused = self._not_encodable(devices, exc)
+                    await context.abort(*grpc_status(ListNotEncodable(refused.reason)))
                 size = len(message)
                 if size > KUBELET_MAX_MESSAGE_BYTES:
                     # Sent anyway, the kubelet's stream would fail with RESOURCE_EXHAUSTED on its
@@ -161,6 +169,16 @@ class CommonServicer:
         )
         logger.error("{}", reason)
         metrics.list_too_large(name)
+        return ListRefused(devices, reason)
+
+    def _not_encodable(self, devices: tuple[Device, ...], error: Exception) -> ListRefused:
+        name = self._resource.name
+        reason = (
+            f"{name}: ListAndWatch: cannot encode the list of {len(devices)} devices for the kubelet: "
+            f"{error if isinstance(error, encoded.DeviceNotEncodable) else repr(error)}; not sent"
+        )
+        logger.error("{}", reason)
+        metrics.list_encode_failed(name)
         return ListRefused(devices, reason)
 
     async def Allocate(self, request: Any, context: Context) -> bytes:

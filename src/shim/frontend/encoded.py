@@ -37,6 +37,14 @@ def _tag(message: Any, field: str) -> bytes:
     return _varint(message.DESCRIPTOR.fields_by_name[field].number << 3 | 2)  # length-delimited
 
 
+class DeviceNotEncodable(ValueError):
+    """A device the version's messages cannot carry (protobuf refused a value), named."""
+
+    def __init__(self, device: Device, error: Exception) -> None:
+        super().__init__(f"device {device.id!r}: {type(error).__name__}: {error}")
+        self.device = device
+
+
 class ListEncoder:
     """One stream's ListAndWatchResponse bytes, re-encoding only devices not in the last list."""
 
@@ -57,9 +65,11 @@ class ListEncoder:
     def _record(self, device: Device) -> bytes:
         record = self._by_value.get(device)
         if record is None:
-            record = self._by_value[device] = _record(
-                self._tag, self._encode_device(self._pb, device).SerializeToString()
-            )
+            try:
+                body = self._encode_device(self._pb, device).SerializeToString()
+            except Exception as exc:  # protobuf's ValueError, TypeError, UnicodeError: say which device
+                raise DeviceNotEncodable(device, exc) from exc
+            record = self._by_value[device] = _record(self._tag, body)
         return record
 
 

@@ -8,8 +8,8 @@ Life cycle, repeated for every kubelet restart:
 A restart is noticed three ways, each checked against the facts on disk
 (``check_files``) so a late or duplicate signal cannot cause a needless cycle:
 our socket deleted, kubelet.sock re-created, the kubelet ending ListAndWatch.
-A device list too large for the kubelet ends the cycle too (devshim ends the
-stream): the endpoint registers again only once the list has changed.
+A device list devshim cannot send (too large for the kubelet, or not encodable) ends the
+cycle too (devshim ends the stream): the endpoint registers again only once the list has changed.
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ class PluginEndpoint:
     def _show_refusal(self, refused: ListRefused) -> None:
         self.last_error = refused.reason
         if self.watcher_mode:
-            self.watcher_status = "device list too large for the kubelet"
+            self.watcher_status = "device list not sent to the kubelet"  # last_error says why
 
     async def _serve_fresh(self) -> None:
         # Close every old stream and the old server *before* registering again: on

@@ -30,9 +30,14 @@ class Transport(Protocol):
 
 
 class StreamTransport:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limit: int = MAX_LINE_BYTES
+    ) -> None:
+        """``limit``: the reader's own (the StreamReader's ``limit``), named in the error when a
+        message exceeds it; devshim reads its drivers with a lower one (driverhost/limits.py)."""
         self._reader = reader
         self._writer = writer
+        self._limit = limit
 
     async def read_message(self) -> bytes | None:
         try:
@@ -42,9 +47,9 @@ class StreamTransport:
                 raise ProtocolError("the stream ended inside a message (no final newline)") from None
             return None
         except asyncio.LimitOverrunError:
-            raise ProtocolError(f"a message is longer than the {MAX_LINE_BYTES}-byte limit") from None
+            raise ProtocolError(f"a message is longer than the {self._limit}-byte limit") from None
         except ValueError as exc:  # what readuntil raises once the limit is overrun mid-buffer
-            raise ProtocolError(f"a message is longer than the {MAX_LINE_BYTES}-byte limit: {exc}") from None
+            raise ProtocolError(f"a message is longer than the {self._limit}-byte limit: {exc}") from None
         return line[:-1]
 
     async def write_message(self, data: bytes) -> None:

@@ -62,6 +62,12 @@ LIST_TOO_LARGE = Counter(
     ["resource"],
     registry=REGISTRY,
 )
+LIST_ENCODE_FAILURES = Counter(
+    "devshim_list_encode_failures_total",
+    "Device lists not sent because they cannot be encoded for the kubelet (stream ended).",
+    ["resource"],
+    registry=REGISTRY,
+)
 KUBELET_RESTARTS = Counter(
     "devshim_kubelet_restarts_total",
     "Re-registration cycles an endpoint started, by what it noticed (mostly kubelet restarts).",
@@ -85,6 +91,14 @@ POLICY_REFUSALS = Counter(
     "Allocate calls refused because the source granted something outside the resource's grant policy.",
     # field: where in the grant, without index or key (mounts.host_path, envs): a bounded label.
     ["resource", "field"],
+    registry=REGISTRY,
+)
+DRIVER_REFUSED_CLAIMS = Counter(
+    "devshim_driver_refused_claims_total",
+    "Resources a driver declared that devshim refused to serve for it: another source's (resource: its "
+    "name), outside its drivers[].resources (resource: 'other' unless another source has it), or an "
+    "invalid name (resource: 'invalid'). Driver-invented names never become labels.",
+    ["driver", "resource"],
     registry=REGISTRY,
 )
 
@@ -136,6 +150,10 @@ def list_too_large(resource: str) -> None:
     LIST_TOO_LARGE.labels(resource).inc()
 
 
+def list_encode_failed(resource: str) -> None:
+    LIST_ENCODE_FAILURES.labels(resource).inc()
+
+
 def driver_restarted(driver: str) -> None:
     DRIVER_RESTARTS.labels(driver).inc()
 
@@ -146,3 +164,7 @@ def driver_call(driver: str, method: str, ok: bool) -> None:
 
 def policy_refused(resource: str, field: str) -> None:
     POLICY_REFUSALS.labels(resource, field).inc()
+
+
+def driver_claim_refused(driver: str, resource: str) -> None:
+    DRIVER_REFUSED_CLAIMS.labels(driver, resource).inc()

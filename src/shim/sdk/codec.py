@@ -36,6 +36,10 @@ M = TypeVar("M", bound=betterproto2.Message)
 
 _HEALTH_NAMES = {int(h): h.name for h in types.Health}
 _LOG_LEVEL_NAMES = {int(level): level.name for level in types.LogLevel}
+# devshim's bound on NUMA node IDs (shim/model.py MAX_NUMA_NODE: Linux's MAX_NUMNODES is at most
+# 1024), repeated because the SDK imports nothing devshim-side: a driver learns of a bad ID here,
+# where it is made, rather than from devshim refusing its whole list.
+MAX_NUMA_NODE = 1023
 
 
 def decode(cls: type[M], method: str, params: Any) -> M:
@@ -220,7 +224,14 @@ def device_json(device: types.Device) -> dict[str, Any]:
     if device.health:
         out["health"] = _HEALTH_NAMES.get(device.health, device.health)
     if device.numa_nodes:
-        out["numa_nodes"] = device.numa_nodes
+        nodes = device.numa_nodes
+        if not 0 <= min(nodes) <= max(nodes) <= MAX_NUMA_NODE:
+            bad = next(n for n in nodes if not 0 <= n <= MAX_NUMA_NODE)
+            raise ValueError(
+                f"device {device.id!r}: numa_nodes must be integers from 0 to {MAX_NUMA_NODE}, not {bad} "
+                "(sysfs's numa_node is -1 for a device without one: leave numa_nodes empty)"
+            )
+        out["numa_nodes"] = nodes
     # An optional field: present (even as {}) exactly when set.
     if device.grant is not None:
         out["grant"] = grant_json(device.grant)

@@ -1,0 +1,270 @@
+"""Device lists a hostile driver sends to take the node's plugin down, seen from the fake kubelet.
+
+A driver is untrusted: one resource's list must not run devshim (root, every resource of the
+node) out of memory, nor end a kubelet stream silently. The driver is a real subprocess
+(tests/compat/drivers/hostile_lists.py, raw JSON lines) that attacks on SIGUSR1 in its first
+run and behaves after devshim restarts it; devshim is a real ``devshim run`` process where its
+memory is measured, in-process elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from shim.bootstrap import Shim
+from shim.driverhost.limits import MAX_DEVICES_PER_LIST, MAX_MESSAGE_BYTES, MAX_MESSAGE_VALUES
+from shim.model import Device, Health
+from shim.ops.metrics import REGISTRY
+from shim.settings import Settings
+from shim.sources import StaticSource
+from tests.compat.kubelet import EndpointStopped, FakeKubelet, PluginSession
+from tests.compat.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
+from tests.compat.shim_fixtures import logged, running_shim
+
+DRIVER = Path(__file__).resolve().parent / "drivers" / "hostile_lists.py"
+HOSTILE = "example.com/hostile"
+DEVICES = ("h-0", "h-1")
+WAIT_S = 30.0  # generous for a busy 2-core machine; a healthy run takes a fraction
+# devshim's peak RSS may grow this much while refusing a list (reading up to the byte bound,
+# counting, logging, restarting the driver); accepting the review's 700k-device list grew it
+# by over 500 MB.
+RSS_GROWTH_MB = 100
+
+DeviceList = tuple[DeviceState, ...]
+
+
+def listed(health: str, ids: tuple[str, ...] = DEVICES) -> Callable[[DeviceList], bool]:
+    return lambda devices: [d.id for d in devices] == list(ids) and all(d.health == health for d in devices)
+
+
+def starts(run_file: Path) -> list[int]:
+    """The PIDs of the driver's runs so far (each run records itself)."""
+    if not run_file.exists():
+        return []
+    return [int(line.split()[1]) for line in run_file.read_text().splitlines() if line.startswith("start ")]
+
+
+def memory_mb(pid: int, field: str) -> float:
+    """VmRSS (now) or VmHWM (the peak so far) of a process, in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    raise LookupError(f"no {field} for {pid}")
+
+
+async def outage_then_recovery(session: PluginSession, since: int) -> None:
+    """Lists after index ``since`` hold one with both devices Unhealthy, then one with both Healthy."""
+
+    def seen() -> tuple[bool, bool]:
+        history = session.lists[since:]
+        down = next((i for i, ds in enumerate(history) if listed(UNHEALTHY)(ds)), None)
+        return down is not None, down is not None and any(map(listed(HEALTHY), history[down + 1 :]))
+
+    await session.wait_for_list(lambda _: seen()[0], timeout=WAIT_S)
+    await session.wait_for_list(lambda _: seen()[1], timeout=WAIT_S)
+
+
+def hostile_settings(plugin_dir: Path, state_dir: Path, env: dict[str, str]) -> Settings:
+    return Settings.load(
+        device_plugins_dir=plugin_dir,
+        state_dir=state_dir,
+        register_backoff_max_s=0.5,
+        drivers=[{"name": "hostile", "command": [sys.executable, str(DRIVER)], "env": env}],
+    )
+
+
+# --- item 4: a list too big to be read safely -------------------------------------------------
+
+
+@dataclass
+class Devshim:
+    process: asyncio.subprocess.Process
+    log: Path
+
+
+@asynccontextmanager
+async def devshim_run(plugin_dir: Path, state_dir: Path, env: dict[str, str]) -> AsyncIterator[Devshim]:
+    """``devshim run`` serving the hostile driver, its log in a file beside the state."""
+    config = state_dir / "devshim.yaml"
+    driver = {
+        "name": "hostile",
+        "command": [sys.executable, str(DRIVER)],
+        "env": env,
+        "restart": {"backoff_initial_s": 0.05},
+    }
+    config.write_text(yaml.safe_dump({"drivers": [driver], "register_backoff_max_s": 0.5}))
+    log = state_dir / "devshim.log"
+    args = ["run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir / "state")]
+    with log.open("wb") as stderr:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "shim", *args, "--config", str(config), stderr=stderr
+        )
+    try:
+        yield Devshim(process, log)
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), 15)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+@pytest.mark.parametrize(
+    ("mode", "size", "refusal"),
+    [
+        # The review's: 700,000 devices in 25 MB, under the 32 MiB line limit.
+        ("list", 700_000, f"a message is longer than the {MAX_MESSAGE_BYTES}-byte limit"),
+        # Few devices, many values: 1.1 million strings in 4.4 MB, under the byte bound.
+        ("values", 1_100_000, f"more than the {MAX_MESSAGE_VALUES:,} JSON values a message may hold"),
+        # One device over the bound, each small: 1.7 MB, under the byte and value bounds.
+        ("list", MAX_DEVICES_PER_LIST + 1, f"more than the {MAX_DEVICES_PER_LIST:,} devices a list may hold"),
+    ],
+    ids=["bytes", "values", "devices"],
+)
+async def test_a_device_list_over_the_bound_is_refused_and_the_driver_restarted_without_memory_growth(
+    plugin_dir: Path, state_dir: Path, mode: str, size: int, refusal: str
+) -> None:
+    """The driver's list is refused before it is built into Python objects: an error in devshim's
+    log says why, the kubelet sees the driver's devices Unhealthy (never removed), then Healthy
+    once devshim restarted the driver; devshim's peak RSS barely moves."""
+    run_file = state_dir / "runs"
+    env = {
+        "RUN_FILE": str(run_file),
+        "HOSTILE_MODE": mode,
+        "HOSTILE_DEVICES": str(size),
+        "HOSTILE_VALUES": str(size),
+    }
+    async with FakeKubelet(plugin_dir) as kubelet, devshim_run(plugin_dir, state_dir, env) as devshim:
+        session = await kubelet.wait_for_plugin(HOSTILE, timeout=WAIT_S)
+        await session.wait_for_list(listed(HEALTHY), timeout=WAIT_S)
+        before_mb = memory_mb(devshim.process.pid, "VmRSS")
+        since = len(session.lists)
+        os.kill(starts(run_file)[0], signal.SIGUSR1)
+
+        # Taken instead of refused, a list this long ends the stream: too large for the kubelet.
+        with contextlib.suppress(EndpointStopped):
+            await session.wait_for_list(listed(UNHEALTHY), timeout=WAIT_S)
+        growth_mb = memory_mb(devshim.process.pid, "VmHWM") - before_mb
+        print(f"[figures] devshim RSS {before_mb:.1f} MB before, peak +{growth_mb:.1f} MB")
+        assert growth_mb < RSS_GROWTH_MB, f"devshim's peak RSS grew {growth_mb:.0f} MB refusing the list"
+        await outage_then_recovery(session, since)
+        assert len(starts(run_file)) == 2
+        assert all([d.id for d in devices] == list(DEVICES) for devices in session.lists), (
+            "a device went missing"
+        )
+        assert not session.stream_ended.is_set(), session.stream_error
+        assert sum(r.resource_name == HOSTILE and r.ok for r in kubelet.registrations) == 1
+    errors = [line for line in devshim.log.read_text().splitlines() if "| ERROR" in line]
+    assert any("driver 'hostile' failed: it broke the protocol: " in e and refusal in e for e in errors), (
+        errors
+    )
+
+
+async def test_a_list_devices_answer_over_the_bound_fails_the_start_and_the_next_run_serves(
+    plugin_dir: Path, state_dir: Path, warnings: list[str]
+) -> None:
+    """The same bound holds for the answer to list_devices: that start fails, saying why, before
+    a device of it is read; the next run's devices are served."""
+    run_file = state_dir / "runs"
+    env = {
+        "RUN_FILE": str(run_file),
+        "HOSTILE_MODE": "listed",
+        "HOSTILE_DEVICES": str(MAX_DEVICES_PER_LIST + 1),
+    }
+    settings = hostile_settings(plugin_dir, state_dir, env)
+    async with FakeKubelet(plugin_dir) as kubelet, Shim(settings):
+        session = await kubelet.wait_for_plugin(HOSTILE, timeout=WAIT_S)
+        await session.wait_for_list(listed(HEALTHY), timeout=WAIT_S)
+        assert len(starts(run_file)) == 2
+        assert all([d.id for d in devices] == list(DEVICES) for devices in session.lists), session.lists
+    refusal = (
+        f"it broke the protocol: list_devices for {HOSTILE!r} lists {MAX_DEVICES_PER_LIST + 1:,} devices: "
+        f"more than the {MAX_DEVICES_PER_LIST:,} devices a list may hold"
+    )
+    assert any("driver 'hostile' failed to start" in w and refusal in w for w in warnings), warnings
+
+
+# --- item 5: a NUMA node the kubelet cannot take ------------------------------------------------
+
+
+def encode_failures(resource: str) -> float:
+    return REGISTRY.get_sample_value("devshim_list_encode_failures_total", {"resource": resource}) or 0.0
+
+
+async def test_a_numa_node_beyond_the_kernels_is_refused_and_later_changes_still_reach_the_kubelet(
+    plugin_dir: Path, state_dir: Path, warnings: list[str]
+) -> None:
+    """sysfs's -1 read as uint64 (2**64-1) as a device's NUMA node: devshim refuses that list with
+    a warning naming the device and keeps the devices as they were; the health change the driver
+    sends next reaches the kubelet on the same stream."""
+    run_file = state_dir / "runs"
+    env = {"RUN_FILE": str(run_file), "HOSTILE_MODE": "numa"}
+    before = encode_failures(HOSTILE)
+    settings = hostile_settings(plugin_dir, state_dir, env)
+    async with FakeKubelet(plugin_dir) as kubelet, Shim(settings):
+        session = await kubelet.wait_for_plugin(HOSTILE, timeout=WAIT_S)
+        await session.wait_for_list(listed(HEALTHY), timeout=WAIT_S)
+        os.kill(starts(run_file)[0], signal.SIGUSR1)
+        devices = await session.wait_for_list(
+            lambda ds: any(d.health == UNHEALTHY for d in ds), timeout=WAIT_S
+        )
+        assert [(d.id, d.health, d.numa_nodes) for d in devices] == [
+            ("h-0", HEALTHY, ()),
+            ("h-1", UNHEALTHY, ()),
+        ]
+        assert not session.stream_ended.is_set(), session.stream_error
+        assert sum(r.resource_name == HOSTILE and r.ok for r in kubelet.registrations) == 1
+        assert len(starts(run_file)) == 1
+    refused = f"device 'h-0': numa_nodes must be integers from 0 to 1023, not {2**64 - 1}"
+    assert any("bad devices_changed notification" in w and refused in w for w in warnings), warnings
+    assert encode_failures(HOSTILE) == before
+
+
+BAD = "example.com/badnuma"
+
+
+async def test_a_list_that_cannot_be_encoded_ends_the_stream_with_a_clear_status_until_it_changes(
+    plugin_dir: Path,
+) -> None:
+    """Whatever gets past validation into a list the kubelet's messages cannot carry (here a NUMA
+    node over int64, set through the static source's seam) is an ERROR and a metric, and ends the
+    stream with INTERNAL naming the resource and why, which makes the kubelet stop trusting the
+    old list; once the list changes devshim registers again and the kubelet gets it."""
+    before = encode_failures(BAD)
+    resources = {BAD: {"devices": [{"id": "n-0"}, {"id": "n-1"}]}}
+    with logged("ERROR") as errors:
+        async with FakeKubelet(plugin_dir) as kubelet, running_shim(plugin_dir, resources) as (_, sources):
+            session = await kubelet.wait_for_plugin(BAD, timeout=WAIT_S)
+            await session.wait_for_list(lambda ds: len(ds) == 2, timeout=WAIT_S)
+            source: StaticSource = sources[BAD]
+            await source.set_devices([Device("n-0", numa_nodes=(2**64 - 1,)), Device("n-1")])
+            await asyncio.wait_for(session.stream_ended.wait(), WAIT_S)
+            assert session.stream_error is not None
+            assert session.stream_error.startswith(
+                f"INTERNAL: {BAD}: ListAndWatch: cannot encode the list"
+            ), session.stream_error
+            assert "n-0" in session.stream_error
+            assert encode_failures(BAD) == before + 1
+            assert any(BAD in e and "cannot encode the list" in e for e in errors), errors
+
+            await source.set_devices([Device("n-0", numa_nodes=(1,)), Device("n-1", Health.UNHEALTHY)])
+            await kubelet.wait_for_registration(BAD, count=2, timeout=WAIT_S)
+            devices = await kubelet.plugin(BAD).wait_for_list(timeout=WAIT_S)
+            assert [(d.id, d.health, d.numa_nodes) for d in devices] == [
+                ("n-0", HEALTHY, (1,)),
+                ("n-1", UNHEALTHY, ()),
+            ]
+            assert encode_failures(BAD) == before + 1
