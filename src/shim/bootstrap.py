@@ -14,6 +14,7 @@ from loguru import logger
 from shim import __version__
 from shim.core.resource import ResourceService
 from shim.driverhost import DriverHost
+from shim.errors import ClaimRefused
 from shim.frontend.api import ApiVersion
 from shim.frontend.deallocation import DeallocationEmulator
 from shim.frontend.dirwatch import DirWatcher
@@ -23,7 +24,14 @@ from shim.frontend.v1beta1 import API as V1BETA1
 from shim.frontend.v1beta2 import API as V1BETA2
 from shim.inventory import InventoryStore
 from shim.policy import GrantPolicy
-from shim.settings import INSTANCE_ID_DIGITS, DriverSettings, GrantPolicySettings, Settings, socket_prefix
+from shim.settings import (
+    INSTANCE_ID_DIGITS,
+    DriverSettings,
+    GrantPolicySettings,
+    Settings,
+    check_extended_resource_name,
+    socket_prefix,
+)
 from shim.sources import DeviceSource, StaticSource
 from shim.status import driver_status, resource_status
 
@@ -32,6 +40,15 @@ _RESTART_ONLY = (
     "device_plugins_dir", "state_dir", "deallocation", "registration", "api_versions", "plugins_registry_dir",
     "watch_mode", "poll_interval_s", "register_backoff_max_s", "prestart_timeout_s", "http", "socket",
 )  # fmt: skip
+
+
+# The owner of the resources configured under `resources:`. Driver names cannot contain a space,
+# so this never names a driver.
+STATIC_CONFIG = "static config"
+
+
+def describe_owner(owner: str) -> str:
+    return "the static config (resources:)" if owner == STATIC_CONFIG else f"driver {owner!r}"
 
 
 @dataclass
@@ -48,6 +65,11 @@ class Shim:
 
     Static resources come from settings; drivers add and remove theirs at run
     time through ``add_resource``/``remove_resource`` (the ResourceRegistry).
+
+    Every resource has one owner: the static config, or the driver that lists it in its
+    ``drivers[].resources`` or, where no config names it, the driver that claimed it first. Only
+    the owner may serve it and only the owner's removal applies, so a driver can neither take
+    over nor remove another source's resource.
     """
 
     def __init__(self, settings: Settings, sources: Mapping[str, DeviceSource] | None = None) -> None:
@@ -75,6 +97,8 @@ class Shim:
         socket_dir = settings.plugins_registry_dir if self.watcher_mode else settings.device_plugins_dir
         self.watcher = DirWatcher(socket_dir, settings.watch_mode, settings.poll_interval_s)
         self.served: dict[str, Served] = {}
+        # Resource name -> owner (a driver's name or STATIC_CONFIG), from a claim until removal.
+        self.owners: dict[str, str] = {}
         self.deallocation = DeallocationEmulator(settings.deallocation, lambda: self.services)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -101,8 +125,17 @@ class Shim:
         policy: GrantPolicySettings | None = None,
         driver: str | None = None,
     ) -> None:
-        if name in self.served:
-            logger.error("{} is already served; ignoring a second source for it", name)
+        # Every caller checked the name; this guards the socket and file names made from it.
+        check_extended_resource_name(name)
+        owner = driver if driver is not None else STATIC_CONFIG
+        holder = self.owners.setdefault(name, owner)
+        if holder != owner or name in self.served:
+            logger.error(
+                "{} is already served by {}; ignoring {} for it",
+                name,
+                describe_owner(holder),
+                describe_owner(owner),
+            )
             return
         # Only a driver can act on deallocate, and only a running emulator reads what is tracked.
         tracked = self.settings.deallocation.enabled and driver is not None
@@ -137,7 +170,34 @@ class Shim:
         self.watcher.subscribe(endpoint.check_files)
         self.served[name] = Served(service, endpoint, task)
 
-    async def remove_resource(self, name: str) -> None:
+    def claim(self, name: str, driver: DriverSettings) -> None:
+        """Make ``driver`` the owner of ``name``, or raise ClaimRefused naming who has it."""
+        holder = self.owners.get(name) or self._configured_owner(name)
+        if holder is not None and holder != driver.name:
+            raise ClaimRefused(f"{name} belongs to {describe_owner(holder)}", describe_owner(holder))
+        if driver.resources is not None and name not in driver.resources:
+            raise ClaimRefused(f"{name} is not in drivers[{driver.name}].resources", None)
+        self.owners[name] = driver.name
+
+    def _configured_owner(self, name: str) -> str | None:
+        """The owner the settings give ``name`` (a static resource, or a driver's list), if any."""
+        if any(r.name == name for r in self.settings.resources):
+            return STATIC_CONFIG
+        return next((d.name for d in self.settings.drivers if name in (d.resources or ())), None)
+
+    async def remove_resource(self, name: str, owner: str | None = None) -> None:
+        """Stop serving ``name``; with ``owner`` given, only if it is that owner's."""
+        holder = self.owners.get(name)
+        if owner is not None and holder != owner:
+            if holder is not None:
+                logger.warning(
+                    "{} belongs to {}; not removing it for {}",
+                    name,
+                    describe_owner(holder),
+                    describe_owner(owner),
+                )
+            return
+        self.owners.pop(name, None)
         served = self.served.pop(name, None)
         if served is None:
             return
@@ -173,7 +233,7 @@ class Shim:
         old_static = {r.name: r for r in self.settings.resources}
         for resource in self.settings.resources:
             if resource not in new.resources:
-                await self.remove_resource(resource.name)
+                await self.remove_resource(resource.name, STATIC_CONFIG)
         self.settings = self.settings.model_copy(
             update={
                 "drivers": new.drivers,
@@ -206,7 +266,10 @@ class Shim:
         self.drivers.remove(host)
         await host.stop()
         for resource in list(host.sources):
-            await self.remove_resource(resource)
+            await self.remove_resource(resource, host.name)
+        # Claims it made but never served (its run ended between claim and serve).
+        for name in [n for n, owner in self.owners.items() if owner == host.name]:
+            await self.remove_resource(name, host.name)
 
     def ready(self) -> tuple[bool, str]:
         """Ready when every served resource is registered with the kubelet; else which are not."""
@@ -260,9 +323,13 @@ class _DriverResources:
     shim: Shim
     driver: DriverSettings
 
+    def claim(self, name: str) -> None:
+        self.shim.claim(name, self.driver)
+
     async def add_resource(self, name: str, source: DeviceSource) -> None:
+        self.shim.claim(name, self.driver)
         policy = self.driver.policy_for(name)
         await self.shim.add_resource(name, source, policy=policy, driver=self.driver.name)
 
     async def remove_resource(self, name: str) -> None:
-        await self.shim.remove_resource(name)
+        await self.shim.remove_resource(name, self.driver.name)

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from shim.sdk.errors import InvalidParams
+from shim.sdk.server import check_protocol_version
 from tests.drivers.process import ROOT, SIM, DriverProcess, running_sim
 
 SIM_RESOURCE = {"name": "example.com/sim", "devices": [{"id": "sim-a", "numa_nodes": [0]}, {"id": "sim-b"}]}
@@ -115,6 +117,13 @@ async def test_only_the_same_protocol_major_is_accepted_at_initialize(
             assert version in response["error"]["message"]
         if code == -32600:
             assert "1.0.0" in response["error"]["message"]
+
+
+@pytest.mark.parametrize("version", ["1.0.0\n", "1.0.0-rc1\n", "\n1.0.0"])
+def test_a_version_with_a_newline_is_not_semver(version: str) -> None:
+    """A Python "$" matches before a final newline; the check must not."""
+    with pytest.raises(InvalidParams, match="not a semver version"):
+        check_protocol_version(version)
 
 
 async def test_fifty_thousand_devices_with_declared_grants_are_listed_in_time(tmp_path: Path) -> None:

@@ -258,6 +258,8 @@ def test_device_prefixes_do_not_allow_mounts_there() -> None:
         pytest.param("A=B", "env_name_pattern", id="equals"),
         pytest.param("A B", "env_name_pattern", id="space"),
         pytest.param("", "env_name_pattern", id="empty"),
+        # The default pattern ends in "$", which re.match would let past a final newline.
+        pytest.param("LD_PRELOAD\n", "env_name_pattern", id="trailing-newline"),
     ],
 )
 def test_env_names_outside_the_policy_are_refused(name: str, rule: str) -> None:

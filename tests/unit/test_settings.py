@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -206,3 +207,139 @@ def test_the_example_in_docs_configuration_md_is_valid(
     assert settings.http.port == 9477 and settings.log_format == "text"
     assert [d.name for d in settings.drivers] == ["sim"]
     assert [r.name for r in settings.resources] == ["example.com/foo", "example.com/bar"]
+
+
+# --- trailing newlines: a Python "$" matches before a final newline; no validator may -------
+
+
+@pytest.mark.parametrize(
+    "name", ["example.com/gpu\n", "example.com\n/gpu", "example.com/gpu\r\n", "example.com/gpu\n\n"]
+)
+def test_a_resource_name_with_a_newline_is_refused(name: str) -> None:
+    """The kubelet's Go regexps refuse it, so Register would fail forever."""
+    with pytest.raises(ValueError, match="must be 1-63 characters|DNS subdomain"):
+        check_extended_resource_name(name)
+    with pytest.raises(ConfigError, match=r"resources\[0\]\.name"):
+        Settings.load(resources=[{"name": name, **static()}])
+
+
+def _policy(**fields: object) -> dict[str, object]:
+    return {"name": "example.com/a", **static(), "policy": fields}
+
+
+@pytest.mark.parametrize(
+    ("settings", "where"),
+    [
+        pytest.param(
+            {"drivers": [{"name": "sim\n", "command": ["x"]}]}, r"drivers\[0\]\.name", id="driver-name"
+        ),
+        pytest.param(
+            {"drivers": [{"name": "sim", "command": ["x"], "resources": ["example.com/a\n"]}]},
+            r"drivers\[0\]\.resources\[0\]",
+            id="driver-resources",
+        ),
+        pytest.param(
+            {"drivers": [{"name": "sim", "command": ["x"], "resource_policies": {"example.com/a\n": {}}}]},
+            r"drivers\[0\]\.resource_policies",
+            id="resource-policies-key",
+        ),
+        pytest.param(
+            {"resources": [{"name": "example.com/a", "static": {"devices": [{"id": "d0\n"}]}}]},
+            r"resources\[0\]\.static\.devices\[0\]\.id",
+            id="static-device-id",
+        ),
+        pytest.param(
+            {
+                "resources": [
+                    {
+                        "name": "example.com/a",
+                        "static": {
+                            "count": 1,
+                            "grant": {
+                                "device_nodes": [
+                                    {"container_path": "/dev/a", "host_path": "/dev/a", "permissions": "rw\n"}
+                                ]
+                            },
+                        },
+                    }
+                ]
+            },
+            r"device_nodes\[0\]\.permissions",
+            id="device-node-permissions",
+        ),
+        pytest.param(
+            {"resources": [_policy(cdi_vendor_prefixes=["example.com\n"])]},
+            r"policy\.cdi_vendor_prefixes\[0\]",
+            id="cdi-vendor-prefix",
+        ),
+    ],
+)
+def test_names_and_ids_in_settings_with_a_trailing_newline_are_refused(
+    settings: dict[str, Any], where: str
+) -> None:
+    """pydantic's ``pattern`` runs Rust regex, whose "$" is the end of the text; this keeps it so."""
+    with pytest.raises(ConfigError, match=where):
+        Settings.load(**settings)
+
+
+def test_adapter_configs_refuse_names_and_ids_with_a_trailing_newline() -> None:
+    """The simulator's and devfs's resource names, device IDs, ID prefixes and permissions."""
+    from pydantic import ValidationError
+
+    from adapters.devfs.config import GroupConfig
+    from adapters.sim.config import ResourceConfig
+
+    for sim in (
+        {"name": "example.com/a\n", "count": 1},
+        {"name": "example.com/a", "count": 1, "id_prefix": "a\n"},
+        {"name": "example.com/a", "devices": [{"id": "a\n"}]},
+    ):
+        with pytest.raises(ValidationError):
+            ResourceConfig.model_validate(sim)
+    for devfs in (
+        {"resource": "example.com/a\n", "paths": ["/dev/a"]},
+        {"resource": "example.com/a", "paths": ["/dev/a"], "permissions": "rw\n"},
+    ):
+        with pytest.raises(ValidationError):
+            GroupConfig.model_validate(devfs)
+
+
+# --- drivers[].resources: which resources a driver may serve -----------------------------------
+
+
+def _driver(name: str, resources: list[str] | None) -> dict[str, object]:
+    return {"name": name, "command": ["x"], "resources": resources}
+
+
+def test_a_driver_may_be_given_the_resources_it_serves() -> None:
+    settings = Settings.load(drivers=[_driver("a", ["example.com/a", "example.com/b"]), _driver("b", None)])
+    assert settings.drivers[0].resources == ["example.com/a", "example.com/b"]
+    assert settings.drivers[1].resources is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "fragment"),
+    [
+        pytest.param(
+            {"drivers": [_driver("a", ["kubernetes.io/a"])]},
+            r"drivers\[0\]\.resources\[0\]",
+            id="invalid-name",
+        ),
+        pytest.param(
+            {"drivers": [_driver("a", ["example.com/x"]), _driver("b", ["example.com/x"])]},
+            "driver 'b' lists example.com/x in its resources, but driver 'a' has it",
+            id="two-drivers",
+        ),
+        pytest.param(
+            {
+                "resources": [{"name": "example.com/x", **static()}],
+                "drivers": [_driver("a", ["example.com/x"])],
+            },
+            r"driver 'a' lists example.com/x in its resources, but resources \(static\) has it",
+            id="static-and-driver",
+        ),
+    ],
+)
+def test_a_resource_has_one_source_in_the_settings(settings: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        Settings.load(**settings)

@@ -27,11 +27,11 @@ from shim import __version__
 from shim.driverhost import protocol
 from shim.driverhost.process import DriverFailed, DriverProcess
 from shim.driverhost.source import DriverSource
-from shim.errors import ShimError, SourceUnavailable
+from shim.errors import ClaimRefused, ShimError, SourceUnavailable
 from shim.inventory import InventoryStore
 from shim.model import Capabilities
 from shim.ops import metrics
-from shim.settings import DriverSettings
+from shim.settings import DriverSettings, check_extended_resource_name
 from shim.sources.base import DeviceSource
 
 # Calls worth waiting for while the driver restarts (the kubelet chose a device that was
@@ -40,10 +40,18 @@ WAIT_FOR_RESTART = frozenset({"allocate", "prestart"})
 # Advice the kubelet can do without: a slow answer is dropped, the driver is not restarted.
 ADVISORY = frozenset({"preferred_allocation"})
 _LOG_LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR"}
+# Refused resources logged one by one per message; the rest are counted in one line. A message
+# may hold thousands of names, and each reason quotes one (cut to _SHOWN_CHARS).
+_REFUSALS_LOGGED = 10
+_SHOWN_CHARS = 300
 
 
 class ResourceRegistry(Protocol):
     """Where a driver's resources are served (the composition root implements it)."""
+
+    def claim(self, name: str) -> None:
+        """Make this driver the owner of ``name``, or raise ClaimRefused: another source's, or
+        one its settings do not allow. Only an owned resource may be added or removed."""
 
     async def add_resource(self, name: str, source: DeviceSource) -> None: ...
 
@@ -76,6 +84,10 @@ class DriverHost:
         self.gave_up = asyncio.Event()  # set once the driver stays down for good
         self._supervisor: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._registered: set[str] = set()  # sources handed to the registry (one whose list failed is not)
+        # One resource set at a time, in the order the driver sent them: a removal cannot overtake
+        # an addition still listing its devices, which would leave a resource served and untracked.
+        self._reconciling = asyncio.Lock()
 
     @property
     def process(self) -> asyncio.subprocess.Process | None:
@@ -88,9 +100,13 @@ class DriverHost:
         for resource in self._store.resources():
             saved = self._store.load(resource)
             if saved is not None:
+                if (why := self._admit(resource)) is not None:
+                    logger.warning("driver {!r}: not restoring its saved resource: {}", self.name, why)
+                    continue
                 source = self._source_for(protocol.ResourceInfo(resource, Capabilities()))
                 await source.restore(saved)
                 await self._registry.add_resource(resource, source)
+                self._registered.add(resource)
         self._supervisor = asyncio.create_task(self._supervise(), name=f"driver:{self.name}")
 
     async def _supervise(self) -> None:
@@ -205,19 +221,52 @@ class DriverHost:
             source.info = info
         return source
 
+    def _admit(self, name: str) -> str | None:
+        """Claim ``name`` for this driver: None, or why it may not serve it (counted, not logged).
+
+        A driver's names are checked like configured ones before any socket, file or glob is made
+        from them; ownership is the registry's (docs/driver-protocol.md, "Which resources a driver
+        serves")."""
+        try:
+            check_extended_resource_name(name)
+        except ValueError as exc:
+            metrics.driver_claim_refused(self.name, "invalid")
+            return _cut(str(exc))
+        try:
+            self._registry.claim(name)
+        except ClaimRefused as exc:
+            # Label a name someone owns (a bounded set); never one the driver made up.
+            metrics.driver_claim_refused(self.name, name if exc.holder else "other")
+            return _cut(str(exc))
+        return None
+
     async def _reconcile(self, resources: list[protocol.ResourceInfo]) -> None:
-        """Make the served resources those the driver declares now; list each one's devices."""
-        wanted = {r.name: r for r in resources}
-        for name in [n for n in self.sources if n not in wanted]:
-            del self.sources[name]
-            self._store.forget(name)
-            await self._registry.remove_resource(name)
-        for info in resources:
-            known = info.name in self.sources
-            source = self._source_for(info)
-            await source.refresh()
-            if not known:
-                await self._registry.add_resource(info.name, source)
+        """Make the served resources those the driver declares now, less the ones it may not
+        serve (each refused with a warning, the rest applied); list each one's devices."""
+        async with self._reconciling:
+            wanted = {r.name: r for r in resources}
+            # Only its own: nothing else is ever in self.sources.
+            for name in [n for n in self.sources if n not in wanted]:
+                del self.sources[name]
+                self._registered.discard(name)
+                await self._registry.remove_resource(name)
+                self._store.forget(name)  # after: closing the source saves its devices once more
+            refused = 0
+            for info in wanted.values():
+                if info.name not in self.sources and (why := self._admit(info.name)) is not None:
+                    refused += 1
+                    if refused <= _REFUSALS_LOGGED:
+                        logger.warning("driver {!r}: refused a resource it may not serve: {}", self.name, why)
+                    continue
+                source = self._source_for(info)
+                await source.refresh()
+                if info.name not in self._registered:
+                    await self._registry.add_resource(info.name, source)
+                    self._registered.add(info.name)
+            if refused > _REFUSALS_LOGGED:
+                logger.warning(
+                    "driver {!r}: {} more resources refused", self.name, refused - _REFUSALS_LOGGED
+                )
 
     # --- calls -------------------------------------------------------------
 
@@ -276,7 +325,7 @@ class DriverHost:
         name = protocol.field(params, "resource")
         source = self.sources.get(name) if isinstance(name, str) else None
         if source is None:
-            logger.warning("driver {!r}: notification for unknown resource {!r}", self.name, name)
+            logger.warning("driver {!r}: notification for unknown resource {}", self.name, _cut(repr(name)))
         return source
 
     def _on_devices_changed(self, params: Any) -> None:
@@ -304,3 +353,9 @@ class DriverHost:
         level = str(protocol.field(params, "level"))
         logger.log(level if level in _LOG_LEVELS else "INFO", "driver {!r}: {}", self.name,
                    protocol.field(params, "message", ""))  # fmt: skip
+
+
+def _cut(text: str) -> str:
+    if len(text) <= _SHOWN_CHARS:
+        return text
+    return f"{text[:_SHOWN_CHARS]}... ({len(text) - _SHOWN_CHARS:,} more characters)"

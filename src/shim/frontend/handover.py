@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import time
 from pathlib import Path
 
@@ -40,14 +41,27 @@ class Handover:
         self.instance = instance
         self.timeout_s = timeout_s
         self.request = socket_dir / f"{prefix}-{instance}{SUFFIX}"
+        # This resource's files of any instance (ids are hex), matched whole, never globbed: the
+        # prefix of example.com/gpu is also the start of example.com/gpu-x's files, and a name
+        # is not a pattern. A "*" there once made every other resource's socket a peer.
+        self._socket = re.compile(re.escape(prefix) + r"-[0-9a-f]+\.sock")
+        self._request = re.compile(re.escape(prefix) + r"-[0-9a-f]+" + re.escape(SUFFIX))
 
     @property
     def socket_name(self) -> str:
         return f"{self.prefix}-{self.instance}.sock"
 
+    def _mine(self, pattern: re.Pattern[str]) -> list[Path]:
+        """Files of this resource, of any instance, in the socket directory."""
+        try:
+            names = os.listdir(self.socket_dir)
+        except OSError:  # as glob did: a directory gone or unreadable has no peers
+            return []
+        return [self.socket_dir / name for name in names if pattern.fullmatch(name)]
+
     def _others(self) -> list[Path]:
         mine = self.socket_name
-        return [p for p in self.socket_dir.glob(f"{self.prefix}-*.sock") if p.name != mine]
+        return [p for p in self._mine(self._socket) if p.name != mine]
 
     def live_peers(self) -> list[Path]:
         """Other instances' sockets for this resource that answer; dead ones are removed."""
@@ -87,8 +101,8 @@ class Handover:
         """Another instance asks us to let go: ``name`` (a file just created beside our socket) is
         a fresh request, or, with ``name`` None (a polling watcher), one is there."""
         if name is None:
-            return any(self.asked(p.name) for p in self.socket_dir.glob(f"{self.prefix}-*{SUFFIX}"))
-        if not name.startswith(f"{self.prefix}-") or not name.endswith(SUFFIX) or name == self.request.name:
+            return any(self.asked(p.name) for p in self._mine(self._request))
+        if not self._request.fullmatch(name) or name == self.request.name:
             return False
         try:
             age = time.time() - os.stat(self.socket_dir / name).st_mtime

@@ -21,12 +21,13 @@ from shim.sdk.errors import DriverError, InvalidParams, NotImplementedByResource
 from shim.sdk.generated.devshim.driver import v1 as types
 
 PROTOCOL_VERSION = "1.0.0"
-_SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:[-+][0-9A-Za-z.+-]+)?$")
+# fullmatch: with match, "$" would also accept a version followed by a newline.
+_SEMVER = re.compile(r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:[-+][0-9A-Za-z.+-]+)?")
 
 
 def check_protocol_version(theirs: str) -> None:
     """Majors must be equal (docs/driver-protocol.md, "Lifecycle"); minors may differ either way."""
-    match = _SEMVER.match(theirs)
+    match = _SEMVER.fullmatch(theirs)
     if match is None:
         raise InvalidParams("initialize", f"protocol_version {theirs!r} is not a semver version")
     if match.group(1) != PROTOCOL_VERSION.split(".")[0]:

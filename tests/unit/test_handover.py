@@ -1,0 +1,82 @@
+"""Handover peers are this resource's sockets of other instances, matched whole: never another
+resource's whose name starts the same, and never by a pattern made from the name."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shim.frontend.handover import Handover
+from shim.settings import socket_prefix
+from tests.unit.test_sockets import bound_socket
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A directory with a short path: socket paths must fit in 107 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="ds-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def listening() -> Iterator[list[socket.socket]]:
+    """Sockets a test opens, closed at its end."""
+    opened: list[socket.socket] = []
+    yield opened
+    for sock in opened:
+        sock.close()
+
+
+def test_another_resources_sockets_and_requests_are_not_this_ones(
+    short_dir: Path, listening: list[socket.socket]
+) -> None:
+    """example.com/gpu-x's files start with example.com/gpu's prefix: gpu neither waits for its
+    live socket, nor removes its dead one, nor lets go when gpu-x is asked to."""
+    live, dead = (
+        short_dir / "devshim-example.com_gpu-x-bbbbbb.sock",
+        short_dir / "devshim-example.com_gpu-x-cccccc.sock",
+    )
+    listening.append(bound_socket(live, listen=True))
+    bound_socket(dead, listen=False).close()
+    (short_dir / "devshim-example.com_gpu-x-dddddd.handover").touch()
+    gpu = Handover(short_dir, socket_prefix("example.com/gpu"), "aaaaaa")
+    assert gpu.live_peers() == []
+    assert dead.exists()
+    assert not gpu.asked("devshim-example.com_gpu-x-dddddd.handover")
+    assert not gpu.asked(None)
+
+
+def test_the_same_resources_sockets_and_requests_of_other_instances_are_peers(
+    short_dir: Path, listening: list[socket.socket]
+) -> None:
+    live, dead = (
+        short_dir / "devshim-example.com_gpu-bbbbbb.sock",
+        short_dir / "devshim-example.com_gpu-cccccc.sock",
+    )
+    listening.append(bound_socket(live, listen=True))
+    bound_socket(dead, listen=False).close()
+    (short_dir / "devshim-example.com_gpu-dddddd.handover").touch()
+    gpu = Handover(short_dir, socket_prefix("example.com/gpu"), "aaaaaa")
+    assert gpu.live_peers() == [live]
+    assert not dead.exists()  # a crashed instance's leftover
+    assert gpu.asked("devshim-example.com_gpu-dddddd.handover")
+    assert not gpu.asked("devshim-example.com_gpu-dddddd.handover\n")
+    assert gpu.asked(None)
+
+
+def test_a_name_is_never_a_glob(short_dir: Path, listening: list[socket.socket]) -> None:
+    """Were a name like example.com/* ever to reach here, it would match only itself."""
+    other = short_dir / "devshim-example.com_gpu-bbbbbb.sock"
+    listening.append(bound_socket(other, listen=True))
+    (short_dir / "devshim-example.com_gpu-cccccc.handover").touch()
+    for prefix in ("devshim-example.com_*", "devshim-example.com_?pu", "devshim-example.com_[g]pu"):
+        star = Handover(short_dir, prefix, "aaaaaa")
+        assert star.live_peers() == []
+        assert not star.asked(None)
+    assert other.exists()
