@@ -162,23 +162,22 @@ class CommonServicer:
                 self._on_stream_end(refused)
 
     def _refuse(self, devices: tuple[Device, ...], size: int) -> ListRefused:
-        name = self._resource.name
-        reason = (
-            f"{name}: ListAndWatch: the list of {len(devices)} devices is {size:,} bytes, over the "
-            f"kubelet's {KUBELET_MAX_MESSAGE_BYTES:,}-byte gRPC message limit; not sent"
+        metrics.list_too_large(self._resource.name)
+        return self._refused(
+            devices,
+            f"the list of {len(devices)} devices is {size:,} bytes, over the "
+            f"kubelet's {KUBELET_MAX_MESSAGE_BYTES:,}-byte gRPC message limit",
         )
-        logger.error("{}", reason)
-        metrics.list_too_large(name)
-        return ListRefused(devices, reason)
 
     def _not_encodable(self, devices: tuple[Device, ...], error: Exception) -> ListRefused:
-        name = self._resource.name
-        reason = (
-            f"{name}: ListAndWatch: cannot encode the list of {len(devices)} devices for the kubelet: "
-            f"{error if isinstance(error, encoded.DeviceNotEncodable) else repr(error)}; not sent"
-        )
+        metrics.list_encode_failed(self._resource.name)
+        why = error if isinstance(error, encoded.DeviceNotEncodable) else repr(error)
+        what = f"the list of {len(devices)} devices"
+        return self._refused(devices, f"cannot encode {what} for the kubelet: {why}")
+
+    def _refused(self, devices: tuple[Device, ...], why: str) -> ListRefused:
+        reason = f"{self._resource.name}: ListAndWatch: {why}; not sent"
         logger.error("{}", reason)
-        metrics.list_encode_failed(name)
         return ListRefused(devices, reason)
 
     async def Allocate(self, request: Any, context: Context) -> bytes:
