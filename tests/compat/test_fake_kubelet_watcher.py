@@ -107,6 +107,8 @@ async def test_hidden_and_non_socket_files_are_ignored(kubelet: FakeKubelet) -> 
     (registry(kubelet) / "notes.sock").write_text("not a socket")
     async with watched(kubelet, name=".hidden.sock") as hidden, watched(kubelet) as plugin:
         await script_of(plugin).wait_for_notifications()
+        # The plugin hears of its registration before the kubelet has recorded it: wait for both.
+        await kubelet.wait_for_registration(RESOURCE)
         assert script_of(hidden).info_calls == 0
     assert [r.socket for r in kubelet.registrations] == [str(plugin.socket_path)]
 

@@ -23,7 +23,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from shim.jsonrpc.errors import ErrorCode, ProtocolError
 from shim.model import Health
 from shim.settings import Settings
 from tests.fuzz.profiles import examples
+from tests.waiting import until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -477,15 +478,6 @@ class Garbage:
             return error.code(), error.details() or ""
         response = v1beta1.AllocateResponse.FromString(raw)
         return grpc.StatusCode.OK, response.container_responses[0].envs["GARBAGE"]
-
-
-async def until(condition: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
-    try:
-        async with asyncio.timeout(timeout):
-            while not condition():
-                await asyncio.sleep(0.01)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting until {what}") from None
 
 
 async def _follow(channel: grpc.aio.Channel, stream: Stream) -> None:
