@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.compat.matrix.modes import PROFILES
+from tests.waiting import Hung, bounded
 
 from .faults import FAULTS, Context, Injected
 from .invariants import RECOVERY_BUDGET_S, Allocator, ListChecker, unhealthy, wait_recovered
@@ -20,6 +21,8 @@ from .world import World, world
 START_TIMEOUT_S = 60.0
 # A fault that has not recovered by then is reported, and the soak moves on.
 RECOVERY_TIMEOUT_S = 15.0
+# Injecting one fault takes a few seconds at most; past this it hung, and says where.
+FAULT_TIMEOUT_S = 60.0
 # After the last fault everything must stay healthy this long.
 FINAL_HOLD_S = 1.0
 LOG_TAIL_CHARS = 6000
@@ -123,15 +126,19 @@ async def _inject(ctx: Context, options: SoakOptions, progress: Callable[[str], 
 
 async def _one(ctx: Context, owed: list[str], kinds: tuple[str, ...], n: int) -> tuple[str, Injected]:
     """Inject the next fault that applies now: an owed kind if one does, else one drawn at random."""
-    while True:
+    deadline = time.monotonic() + FAULT_TIMEOUT_S
+    while time.monotonic() < deadline:
         for kind in [*owed, *(ctx.rng.choice(kinds) for _ in range(2 * len(kinds)))]:
             ctx.journal.fault = f"#{n} {kind}"
-            injected = await FAULTS[kind](ctx)
+            injected = await bounded(FAULTS[kind](ctx), FAULT_TIMEOUT_S, f"injecting fault #{n} {kind}")
             if injected is not None:
                 if kind in owed:
                     owed.remove(kind)
                 return kind, injected
         await asyncio.sleep(0.1)  # nothing applies now (every driver restarting): wait a moment
+    status = await ctx.world.devshim.status()
+    why = f"none of {', '.join(kinds)} applied for {FAULT_TIMEOUT_S:g} s"
+    raise Hung(f"fault #{n}: {why}; devshim's status: {status}")
 
 
 async def _hold(w: World, journal: Journal) -> None:

@@ -26,6 +26,7 @@ from tests.compat.kubelet.records import RegisterRequest
 from tests.compat.shim_fixtures import FOO, running_shim
 from tests.soak.invariants import RECOVERY_BUDGET_S
 from tests.soak.runner import SoakOptions, run_soak
+from tests.waiting import bounded
 
 
 async def test_a_socket_deleted_while_its_register_is_in_flight_is_served_again_at_once(
@@ -55,7 +56,8 @@ async def test_a_socket_deleted_while_its_register_is_in_flight_is_served_again_
 async def test_a_frozen_driver_is_replaced_within_the_recovery_budget() -> None:
     """A driver frozen for good (SIGSTOP) while the kubelet allocates from it: devshim finds it by
     the Allocate timeout, and within 2 s the kubelet lists its devices Healthy again."""
-    report = await run_soak(SoakOptions(faults=1, seed=3, kinds=("driver_freeze",), overlap=0))
+    options = SoakOptions(faults=1, seed=3, kinds=("driver_freeze",), overlap=0)
+    report = await bounded(run_soak(options), 110, "a soak of one freeze")  # before pytest's 120 s
     freeze = report["faults"]["driver_freeze"]
     (variant,) = freeze["variants"]
     assert variant.endswith("found by a call timeout"), freeze

@@ -16,6 +16,7 @@ from tests.soak.invariants import RECOVERY_BUDGET_S, ListChecker, clear
 from tests.soak.report import Journal, reason, render
 from tests.soak.runner import SoakOptions, run_soak
 from tests.soak.world import SERVED
+from tests.waiting import bounded
 
 # About 30 s on an idle 2-core machine; every kind is injected at least once whatever the seed.
 SHORT_RUN = SoakOptions(faults=30, seed=20261130)
@@ -27,7 +28,7 @@ async def test_a_short_soak_keeps_every_invariant_through_every_kind_of_fault() 
     admitting pods all along, and 30 faults of every kind at random: no Allocate hangs or fails
     without a clear status, no list the kubelet gets lacks a device, and after each fault
     everything is registered, listed Healthy and up again within 2 s."""
-    report = await run_soak(SHORT_RUN)
+    report = await bounded(run_soak(SHORT_RUN), 280, "the short soak")  # before pytest's 300 s
     print(render(report))
     assert report["violations"] == [], f"{render(report)}\ndevshim's log ends:\n{report['devshim_log_tail']}"
     assert {kind for kind, stats in report["faults"].items() if stats["injected"]} == set(FAULTS)
