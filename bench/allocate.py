@@ -33,7 +33,7 @@ from bench.common import (
     write_config,
 )
 from shim.generated.v1beta1 import api_pb2 as pb
-from tests.compat.kubelet import FakeKubelet, PluginSession
+from shim.kubelet import FakeKubelet, PluginSession
 
 DECLARED = "example.com/sim-declared"
 PER_CALL = "example.com/sim-call"

@@ -27,8 +27,8 @@ from bench.common import (
     workdir,
     write_config,
 )
+from shim.kubelet import FakeKubelet
 from shim.sdk import PROTOCOL_VERSION
-from tests.compat.kubelet import FakeKubelet
 
 RESOURCE = "example.com/failover"
 INITIALIZE = {"protocol_version": PROTOCOL_VERSION, "devshim_version": "0.0.0", "allocations": []}

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,3 +26,19 @@ def test_every_package_folder_is_listed_in_pyproject() -> None:
                 found.add(name)
     assert not found - listed, f"package folders missing from pyproject.toml: {sorted(found - listed)}"
     assert not listed - found, f"pyproject.toml lists packages with no folder: {sorted(listed - found)}"
+
+
+def test_the_wheel_ships_the_product_and_no_test_code(tmp_path: Path) -> None:
+    """What `pip install .` installs: the fake kubelet and the matrix (what `devshim compat`,
+    `devshim demo` and the legacy adapter run) under shim/, and nothing of tests/."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--wheel-dir", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("devshim-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names if not name.startswith("devshim-")}
+    assert tops == {"shim", "devshim_adapters"}, tops
+    assert "shim/kubelet/fake_kubelet.py" in names and "shim/compat/command.py" in names
+    assert not [n for n in names if "/tests/" in n or "scripted" in n or "conftest" in n]

@@ -229,7 +229,7 @@ def compat(
 ) -> None:
     """Run the compatibility matrix against a driver (behind devshim) or a device plugin, with the
     built-in fake kubelet in a temp directory; exit 0 only if every cell that applies passed."""
-    from devshim_matrix import command
+    from shim.compat import command
 
     request = command.Request(
         driver=driver,

@@ -1,6 +1,6 @@
 """`devshim demo`: the whole path on a machine with no kubelet.
 
-The fake kubelet (devshim_compat) and the simulated driver (devshim_adapters.sim,
+The fake kubelet (shim.kubelet) and the simulated driver (devshim_adapters.sim,
 a real subprocess) meet devshim over real unix sockets in a temporary directory;
 each step prints what the kubelet saw.
 """
@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from devshim_compat import FakeKubelet
 from shim.bootstrap import Shim
+from shim.kubelet import FakeKubelet
 from shim.settings import Settings
 
 GPU = "example.com/demo-gpu"

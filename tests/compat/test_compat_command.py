@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from devshim_matrix.driver_scenarios import SCENARIOS
+from shim.compat.driver_scenarios import SCENARIOS
 
 DEVSHIM = [sys.executable, "-m", "shim"]
 PYTHON = shlex.quote(sys.executable)
@@ -142,7 +142,7 @@ def test_devfs_passes_on_a_1_33_kubelet_by_both_registration_paths(tmp_path: Pat
 
 # bug -> (the rows it fails, what each failure's reason must say, the rows run: None for all). A
 # pod that cannot start or end cleanly fails every row that runs one: admit/run_pod allocate and
-# pre-start, end_pod post-stops and then deallocates (tests/compat/kubelet/pods.py). For time, the
+# pre-start, end_pod post-stops and then deallocates (src/shim/kubelet/pods.py). For time, the
 # bugs after the first run only the rows that call the driver's optional methods, which no other
 # row does, plus register as a control.
 POD_ROWS = ("register", "allocate", "preferred_allocation", "prestart", "deallocate", "post_stop")

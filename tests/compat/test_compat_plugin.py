@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from devshim_compat import FakeKubelet
-from devshim_matrix.modes import PROFILES
-from devshim_matrix.plugin_checks import PLUGIN_CHECKS, plugin_cells, run_plugin_matrix
-from devshim_matrix.plugin_process import KUBELET_DIR
-from devshim_matrix.plugin_world import NOT_STARTED, PluginUnderTest
-from devshim_matrix.report import table
-from devshim_matrix.results import Result, Status
+from shim.compat.modes import PROFILES
+from shim.compat.plugin_checks import PLUGIN_CHECKS, plugin_cells, run_plugin_matrix
+from shim.compat.plugin_process import KUBELET_DIR
+from shim.compat.plugin_world import NOT_STARTED, PluginUnderTest
+from shim.compat.report import table
+from shim.compat.results import Result, Status
+from shim.kubelet import FakeKubelet
 from tests.legacy import test_go_plugin, test_legacy_adapter
 
 # Fixtures shared with tests/legacy: the Go plugin, built; the Python plugin's generated stubs.

@@ -17,9 +17,9 @@ import pytest
 from loguru import logger
 
 from shim.bootstrap import Shim
+from shim.kubelet import FakeKubelet
+from shim.kubelet.records import ContainerSpec
 from shim.settings import Settings
-from tests.compat.kubelet import FakeKubelet
-from tests.compat.kubelet.records import ContainerSpec
 
 DRIVER = Path(__file__).with_name("drivers") / "recording.py"
 RESOURCE = "example.com/rec"

@@ -11,8 +11,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from shim.bootstrap import Shim
+from shim.kubelet import FakeKubelet, PluginSession
 from shim.settings import Settings
-from tests.compat.kubelet import FakeKubelet, PluginSession
 
 SERIAL = "example.com/devfs-serial"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.compat.kubelet import FakeKubelet
+from shim.kubelet import FakeKubelet
 
 DEVSHIM = [sys.executable, "-m", "shim"]
 

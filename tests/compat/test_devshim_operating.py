@@ -20,7 +20,7 @@ import grpc
 import pytest
 import yaml
 
-from tests.compat.kubelet import FakeKubelet
+from shim.kubelet import FakeKubelet
 from tests.compat.test_devshim_command import DEVSHIM, children, start_devshim
 
 LIFECYCLE = str(Path(__file__).with_name("drivers") / "lifecycle.py")

@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 from shim.bootstrap import Shim
+from shim.kubelet import FakeKubelet
 from shim.settings import Settings
-from tests.compat.kubelet import FakeKubelet
 
 DRIVER = Path(__file__).with_name("drivers") / "overpromising.py"
 

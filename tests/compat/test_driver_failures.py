@@ -27,9 +27,9 @@ import pytest
 from shim.bootstrap import Shim
 from shim.driverhost import DriverHost
 from shim.driverhost.limits import MAX_MESSAGE_BYTES
+from shim.kubelet import FakeKubelet, PluginSession
+from shim.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
 from shim.settings import Settings
-from tests.compat.kubelet import FakeKubelet, PluginSession
-from tests.compat.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
 from tests.compat.shim_fixtures import logged
 
 DRIVERS = Path(__file__).resolve().parent / "drivers"

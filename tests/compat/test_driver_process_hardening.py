@@ -27,8 +27,8 @@ import yaml
 from loguru import logger
 
 from shim.bootstrap import Shim
+from shim.kubelet import FakeKubelet, PluginSession
 from shim.settings import Settings
-from tests.compat.kubelet import FakeKubelet, PluginSession
 
 HARDENED = Path(__file__).resolve().parent / "drivers" / "hardened.py"
 WHO = "example.com/who"

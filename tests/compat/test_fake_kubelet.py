@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.compat.kubelet import (
+from shim.kubelet import (
     CHECKPOINT_FILE,
     AdmissionRejected,
     CleanupMode,
@@ -24,11 +24,11 @@ from tests.compat.kubelet import (
     PluginOptions,
     ProtocolViolation,
 )
-from tests.compat.kubelet.dirs import clean_plugin_dir
-from tests.compat.kubelet.names import is_extended_resource_name
-from tests.compat.kubelet.profiles import DEPRECATION_FILE
-from tests.compat.kubelet.scripted import PluginScript, ScriptedFailure
-from tests.compat.kubelet.scripted_plugin import ScriptedPlugin
+from shim.kubelet.dirs import clean_plugin_dir
+from shim.kubelet.names import is_extended_resource_name
+from shim.kubelet.profiles import DEPRECATION_FILE
+from tests.doubles.scripted import PluginScript, ScriptedFailure
+from tests.doubles.scripted_plugin import ScriptedPlugin
 
 RESOURCE = "example.com/widget"
 FOUR = tuple(DeviceState(f"w{i}", "Healthy") for i in range(4))

@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.compat.kubelet import (
+from shim.kubelet import (
     AdmissionRejected,
     AssignedDevice,
     CleanupMode,
@@ -21,10 +21,10 @@ from tests.compat.kubelet import (
     PodContainer,
     RunningPod,
 )
-from tests.compat.kubelet.podresources import PodResourcesReader
-from tests.compat.kubelet.ratelimit import TokenBucket
-from tests.compat.kubelet.scripted import PluginScript
-from tests.compat.kubelet.scripted_plugin import ScriptedPlugin
+from shim.kubelet.podresources import PodResourcesReader
+from shim.kubelet.ratelimit import TokenBucket
+from tests.doubles.scripted import PluginScript
+from tests.doubles.scripted_plugin import ScriptedPlugin
 
 RESOURCE = "example.com/widget"
 FOUR = tuple(DeviceState(f"w{i}", "Healthy") for i in range(4))

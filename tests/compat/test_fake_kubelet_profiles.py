@@ -7,9 +7,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.compat.kubelet import DEPRECATION_FILE, PROFILES, DeviceState, FakeKubelet, PluginOptions
-from tests.compat.kubelet.scripted import PluginScript
-from tests.compat.kubelet.scripted_plugin import ScriptedPlugin
+from shim.kubelet import DEPRECATION_FILE, PROFILES, DeviceState, FakeKubelet, PluginOptions
+from tests.doubles.scripted import PluginScript
+from tests.doubles.scripted_plugin import ScriptedPlugin
 
 RESOURCE = "example.com/widget"
 TWO = (DeviceState("w0", "Healthy"), DeviceState("w1", "Healthy"))

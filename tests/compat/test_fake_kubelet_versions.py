@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.compat.kubelet import (
+from shim.kubelet import (
     API_VERSIONS,
     CleanupMode,
     ContainerSpec,
@@ -24,13 +24,13 @@ from tests.compat.kubelet import (
     PluginSession,
     ProtocolViolation,
 )
-from tests.compat.kubelet.scripted import (
+from tests.doubles.scripted import (
     PluginScript,
     RegistrationScript,
     ScriptedFailure,
     grant_per_container,
 )
-from tests.compat.kubelet.scripted_plugin import ScriptedPlugin
+from tests.doubles.scripted_plugin import ScriptedPlugin
 
 RESOURCE = "example.com/widget"
 FOUR = tuple(DeviceState(f"w{i}", "Healthy") for i in range(4))

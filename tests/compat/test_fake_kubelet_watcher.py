@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.compat.kubelet import (
+from shim.kubelet import (
     CLASSIC,
     WATCHER,
     CleanupMode,
@@ -25,8 +25,8 @@ from tests.compat.kubelet import (
     PluginSession,
     WatchMode,
 )
-from tests.compat.kubelet.scripted import PluginScript, RegistrationScript, ScriptedFailure
-from tests.compat.kubelet.scripted_plugin import ScriptedPlugin
+from tests.doubles.scripted import PluginScript, RegistrationScript, ScriptedFailure
+from tests.doubles.scripted_plugin import ScriptedPlugin
 
 RESOURCE = "example.com/widget"
 FOUR = tuple(DeviceState(f"w{i}", "Healthy") for i in range(4))

@@ -19,11 +19,11 @@ import grpc
 import pytest
 
 from shim.bootstrap import Shim
+from shim.kubelet import FakeKubelet, PluginSession
+from shim.kubelet.records import HEALTHY
 from shim.ops import metrics
 from shim.settings import Settings
 from tests.compat.drivers.granting import DECLARED, PER_CALL, PER_CALL_IDS
-from tests.compat.kubelet import FakeKubelet, PluginSession
-from tests.compat.kubelet.records import HEALTHY
 
 DRIVER = Path(__file__).resolve().parent / "drivers" / "granting.py"
 STATIC = "example.com/static-mount"

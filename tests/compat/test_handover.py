@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.compat.kubelet import FakeKubelet
+from shim.kubelet import FakeKubelet
 from tests.compat.test_devshim_command import start_devshim
 
 LIFECYCLE = str(Path(__file__).with_name("drivers") / "lifecycle.py")

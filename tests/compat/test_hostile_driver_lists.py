@@ -24,12 +24,12 @@ import yaml
 
 from shim.bootstrap import Shim
 from shim.driverhost.limits import MAX_DEVICES_PER_LIST, MAX_MESSAGE_BYTES, MAX_MESSAGE_VALUES
+from shim.kubelet import EndpointStopped, FakeKubelet, PluginSession
+from shim.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
 from shim.model import Device, Health
 from shim.ops.metrics import REGISTRY
 from shim.settings import Settings
 from shim.sources import StaticSource
-from tests.compat.kubelet import EndpointStopped, FakeKubelet, PluginSession
-from tests.compat.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
 from tests.compat.shim_fixtures import logged, running_shim
 
 DRIVER = Path(__file__).resolve().parent / "drivers" / "hostile_lists.py"

@@ -23,9 +23,9 @@ import pytest
 
 from shim.bootstrap import Shim
 from shim.driverhost import DriverHost
+from shim.kubelet import FakeKubelet, PluginSession
 from shim.ops.metrics import REGISTRY
 from shim.settings import Settings
-from tests.compat.kubelet import FakeKubelet, PluginSession
 
 CLAIMING = Path(__file__).resolve().parent / "drivers" / "claiming.py"
 STATIC = "example.com/static"

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from shim.frontend.common import KUBELET_MAX_MESSAGE_BYTES
+from shim.kubelet import FakeKubelet
 from shim.ops.metrics import REGISTRY
 from shim.status import render_status
-from tests.compat.kubelet import FakeKubelet
 from tests.compat.shim_fixtures import logged, running_shim
 
 GPU = "example.com/biggpu"

@@ -1,5 +1,5 @@
 """The compatibility matrix as the project's own suite: the scenarios `devshim compat --driver` runs
-(devshim_matrix), here against a driver that implements every optional method
+(shim.compat), here against a driver that implements every optional method
 (drivers/lifecycle.py). Every cell passes or skips for a stated reason; the ones that skip are
 listed here, so a new skip fails the suite.
 
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from devshim_matrix.driver_matrix import run_driver_cell
-from devshim_matrix.driver_scenarios import SCENARIOS
-from devshim_matrix.driver_world import DriverUnderTest, driver_world, ids, restart_kubelet
-from devshim_matrix.modes import KUBELET_LINE, MODES, Mode, in_default_subset
-from devshim_matrix.results import Skip
+from shim.compat.driver_matrix import run_driver_cell
+from shim.compat.driver_scenarios import SCENARIOS
+from shim.compat.driver_world import DriverUnderTest, driver_world, ids, restart_kubelet
+from shim.compat.modes import KUBELET_LINE, MODES, Mode, in_default_subset
+from shim.compat.results import Skip
 
 LIFECYCLE = DriverUnderTest(
     [sys.executable, str(Path(__file__).with_name("drivers") / "lifecycle.py")],

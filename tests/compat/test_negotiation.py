@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from shim.bootstrap import Shim
-from tests.compat.kubelet import FakeKubelet
+from shim.kubelet import FakeKubelet
 from tests.compat.shim_fixtures import FOO, settings_for
 
 

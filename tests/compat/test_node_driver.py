@@ -11,8 +11,8 @@ import grpc
 import pytest
 
 from shim.bootstrap import Shim
+from shim.kubelet import FakeKubelet, PluginSession
 from shim.settings import Settings
-from tests.compat.kubelet import FakeKubelet, PluginSession
 from tests.toolchains import toolchain
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -47,7 +47,7 @@ async def test_the_walkthrough_in_docs_operations_md_works(
         *DEVSHIM, "run", "--config", str(config), stdout=pipe, stderr=pipe
     )
     kubelet = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "devshim_compat.serve", str(plugin_dir), stdout=pipe, stderr=pipe
+        sys.executable, "-m", "shim.kubelet.serve", str(plugin_dir), stdout=pipe, stderr=pipe
     )
     try:
         assert kubelet.stdout is not None

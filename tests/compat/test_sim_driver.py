@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from shim.bootstrap import Shim
+from shim.kubelet import FakeKubelet, PluginSession
 from shim.settings import Settings
-from tests.compat.kubelet import FakeKubelet, PluginSession
 from tests.waiting import until
 
 GPU = "example.com/tgpu"

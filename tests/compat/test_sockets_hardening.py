@@ -27,8 +27,8 @@ from asyncinotify import Inotify, Mask
 
 from shim.bootstrap import Shim
 from shim.frontend.sockets import BIND_DIR_PREFIX, BIND_NAME
+from shim.kubelet import CleanupMode, FakeKubelet
 from shim.settings import MAX_SOCKET_PATH, PRIVATE_BIND_EXTRA
-from tests.compat.kubelet import CleanupMode, FakeKubelet
 from tests.compat.shim_fixtures import FOO, settings_for
 from tests.compat.test_driver_process_hardening import (
     NOBODY,

@@ -12,9 +12,9 @@ import pytest
 
 from shim.bootstrap import Shim
 from shim.frontend import sockets
-from tests.compat.kubelet import CleanupMode, FakeKubelet
-from tests.compat.kubelet.pluginregistration import RegistrationClient
-from tests.compat.kubelet.records import WATCHER
+from shim.kubelet import CleanupMode, FakeKubelet
+from shim.kubelet.pluginregistration import RegistrationClient
+from shim.kubelet.records import WATCHER
 from tests.compat.shim_fixtures import FOO, settings_for
 
 

@@ -143,10 +143,10 @@ def copy_build_context(dest: Path) -> list[str]:
 
 def test_dockerignore_semantics_as_emulated() -> None:
     """The emulation agrees with Docker on the cases this .dockerignore relies on."""
-    ignore = DockerIgnore("*\n!src\n!tests/compat/kubelet\n**/__pycache__\n")
+    ignore = DockerIgnore("*\n!src\n!src/shim/kubelet\n**/__pycache__\n")
     assert ignore.excluded(".git/config") and ignore.excluded("docs/a.md")
     assert not ignore.excluded("src/shim/cli.py")
-    assert not ignore.excluded("tests/compat/kubelet/wire.py")
+    assert not ignore.excluded("src/shim/kubelet/wire.py")
     assert ignore.excluded("tests/compat/test_x.py")
     assert ignore.excluded("src/shim/__pycache__/cli.cpython-311.pyc")
     assert ignore.may_reinclude_below("tests") and not ignore.may_reinclude_below("tests/legacy")
@@ -183,7 +183,7 @@ def test_install_script_builds_a_working_non_editable_install(tmp_path: Path) ->
     where = run(
         str(venv / "bin" / "python"),
         "-c",
-        "import devshim_adapters.sim, devshim_compat, devshim_matrix, shim; print(shim.__file__)",
+        "import devshim_adapters.sim, shim.kubelet, shim.compat, shim; print(shim.__file__)",
     )
     # Installed into the venv, not pointing back at a source tree (an editable install would).
     assert Path(where.strip()).is_relative_to(venv), where

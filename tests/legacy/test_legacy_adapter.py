@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from shim.bootstrap import Shim
+from shim.kubelet import FakeKubelet, PluginSession
 from shim.settings import Settings
-from tests.compat.kubelet import FakeKubelet, PluginSession
 
 HERE = Path(__file__).resolve().parent / "python_plugin"
 RESOURCE = "example.com/pyplug"

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from adapters.legacy.kubelet import LegacyPlugin, PrivateKubelet
-from devshim_compat import records
+from shim.kubelet import records
 from tests.legacy import test_legacy_adapter
 from tests.legacy.test_legacy_adapter import RESOURCE, plugin_env, served
 

@@ -11,8 +11,8 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from shim.bootstrap import Shim
+from shim.kubelet import FakeKubelet
 from shim.ops.http import MAX_HEAD_BYTES, OpsServer
-from tests.compat.kubelet import FakeKubelet
 from tests.compat.shim_fixtures import running_shim
 from tests.ops.scrape import Samples, ops_for, raw, request
 

@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from shim.bootstrap import Shim
+from shim.kubelet import FakeKubelet
+from shim.kubelet.records import RegisterRequest
 from shim.model import Health
 from shim.settings import Settings
-from tests.compat.kubelet import FakeKubelet
-from tests.compat.kubelet.records import RegisterRequest
 from tests.compat.shim_fixtures import running_shim, settings_for
 from tests.ops.scrape import Samples, ops_for, scrape, scrape_until
 

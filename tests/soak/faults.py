@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.compat.matrix.modes import KUBELET_LINE, PROFILES, Kubelet
+from shim.compat.modes import KUBELET_LINE, PROFILES, Kubelet
 
 from .invariants import Allocator
 from .report import Journal

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 
 import grpc
 
-from tests.compat.kubelet import (
+from shim.kubelet import (
     AdmissionRejected,
     ContainerSpec,
     EndpointStopped,
@@ -26,7 +26,7 @@ from tests.compat.kubelet import (
     PluginSession,
     ProtocolViolation,
 )
-from tests.compat.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
+from shim.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
 
 from .report import Journal, reason
 from .world import KUBELET_DEADLINE_S, SERVED, World

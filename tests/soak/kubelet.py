@@ -12,10 +12,10 @@ from typing import Any
 
 import grpc
 
-from tests.compat.kubelet import FakeKubelet, PluginSession
-from tests.compat.kubelet import podresources as podresources_wire
-from tests.compat.kubelet.ratelimit import DEFAULT_BURST, DEFAULT_QPS, TokenBucket
-from tests.compat.kubelet.records import DeviceState, RunningPod
+from shim.kubelet import FakeKubelet, PluginSession
+from shim.kubelet import podresources as podresources_wire
+from shim.kubelet.ratelimit import DEFAULT_BURST, DEFAULT_QPS, TokenBucket
+from shim.kubelet.records import DeviceState, RunningPod
 
 
 class RecordingKubelet(FakeKubelet):

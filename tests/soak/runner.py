@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tests.compat.matrix.modes import PROFILES
+from shim.compat.modes import PROFILES
 from tests.waiting import Hung, bounded
 
 from .faults import FAULTS, Context, Injected

@@ -20,9 +20,9 @@ import grpc
 import pytest
 
 from shim.bootstrap import Shim
+from shim.kubelet import FakeKubelet
+from shim.kubelet.records import RegisterRequest
 from shim.settings import Settings
-from tests.compat.kubelet import FakeKubelet
-from tests.compat.kubelet.records import RegisterRequest
 from tests.compat.shim_fixtures import FOO, running_shim
 from tests.soak.invariants import RECOVERY_BUDGET_S
 from tests.soak.runner import SoakOptions, run_soak

@@ -24,8 +24,8 @@ from typing import Any
 
 import yaml
 
-from tests.compat.kubelet import PluginSession
-from tests.compat.matrix.modes import KUBELET_LINE, Kubelet
+from shim.compat.modes import KUBELET_LINE, Kubelet
+from shim.kubelet import PluginSession
 
 from .kubelet import PodResources, RecordingKubelet
 

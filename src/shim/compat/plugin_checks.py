@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import grpc
 
-from devshim_compat import CleanupMode, EndpointStopped, PluginSession, ProtocolViolation
-from devshim_compat.records import HEALTHY, UNHEALTHY, DeviceState
+from shim.kubelet import CleanupMode, EndpointStopped, PluginSession, ProtocolViolation
+from shim.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
 
 from .modes import PROFILES
 from .plugin_world import RPC_TIMEOUT_S, PluginUnderTest, PluginWorld, plugin_world
@@ -44,7 +44,7 @@ CLEANUP = {
 
 async def _first_list(session: PluginSession) -> tuple[DeviceState, ...]:
     try:
-        return await session.wait_for_list(timeout=FIRST_LIST_S)  # type: ignore[no-any-return]
+        return await session.wait_for_list(timeout=FIRST_LIST_S)
     except TimeoutError:
         raise Failed(f"no ListAndWatch message within {FIRST_LIST_S:g} s of the stream opening") from None
     except EndpointStopped:

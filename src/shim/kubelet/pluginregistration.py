@@ -2,7 +2,7 @@
 
 The kubelet's plugin manager calls the Registration service a plugin serves on its socket in
 plugins_registry (GetInfo, then NotifyRegistrationStatus). This module holds the kubelet's client
-for it and (at the end, clearly apart) a scripted test double of the plugin's side.
+for it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import grpc
 from shim.generated.pluginregistration.v1 import api_pb2, api_pb2_grpc
 
 from .records import PluginInfo
-from .scripted import RegistrationScript, ScriptedFailure
 
 # k8s.io/kubelet/pkg/apis/pluginregistration/v1 constants.go: the plugin types.
 DEVICE_PLUGIN = "DevicePlugin"
@@ -60,30 +59,3 @@ class RegistrationClient:
         if not self._closed:
             self._closed = True
             await self._channel.close(None)
-
-
-# -- TEST DOUBLE: a scripted plugin's Registration service, for the fake kubelet's own tests only ---
-
-
-class _ScriptedRegistrationServicer(api_pb2_grpc.RegistrationServicer):
-    def __init__(self, script: RegistrationScript) -> None:
-        self._script = script
-
-    async def GetInfo(self, request: api_pb2.InfoRequest, context: _Context) -> api_pb2.PluginInfo:
-        try:
-            info = await self._script.get_info()
-        except ScriptedFailure as failure:
-            await context.abort(failure.code, failure.details)
-        return info_to_proto(info)
-
-    async def NotifyRegistrationStatus(
-        self, request: api_pb2.RegistrationStatus, context: _Context
-    ) -> api_pb2.RegistrationStatusResponse:
-        await self._script.notified(request.plugin_registered, request.error)
-        return api_pb2.RegistrationStatusResponse()
-
-
-def add_scripted_registration(server: grpc.aio.Server, script: RegistrationScript) -> None:
-    """TEST DOUBLE: serve pluginregistration.Registration from `script` on `server`."""
-    servicer = _ScriptedRegistrationServicer(script)
-    api_pb2_grpc.add_RegistrationServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]

@@ -2,7 +2,7 @@
 
 Everything v1beta1 shares with devshim's v1beta2 (the translations, the Registration servicer,
 the plugin client) is written once in wire.py; this module hands it the v1beta1 generated modules.
-adapters/legacy (installed as devshim_compat) uses VERSION, PluginClientV1Beta1 and
+adapters/legacy uses VERSION, PluginClientV1Beta1 and
 add_registration_service.
 """
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devshim_compat import FakeKubelet, PluginSession
-from devshim_compat.records import DeviceState
 from shim.bootstrap import Shim
 from shim.driverhost import DriverHost
+from shim.kubelet import FakeKubelet, PluginSession
+from shim.kubelet.records import DeviceState
 from shim.model import Capabilities
 from shim.settings import Settings
 

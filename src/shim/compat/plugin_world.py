@@ -22,10 +22,10 @@ from pathlib import Path
 
 import grpc
 
-from devshim_compat import FakeKubelet, PluginOptions, PluginSession
-from devshim_compat.api import PluginClient
-from devshim_compat.records import RegisterRequest, RegistrationRecord
-from devshim_compat.versions import WIRES
+from shim.kubelet import FakeKubelet, PluginOptions, PluginSession
+from shim.kubelet.api import PluginClient
+from shim.kubelet.records import RegisterRequest, RegistrationRecord
+from shim.kubelet.versions import WIRES
 
 from .plugin_process import in_namespace, start_plugin, stop_plugin
 from .results import Failed, Skip
@@ -75,7 +75,7 @@ class Arrival:
     not_serving: str | None
 
 
-class ProbingKubelet(FakeKubelet):  # type: ignore[misc]
+class ProbingKubelet(FakeKubelet):
     """The fake kubelet, also noting whether the plugin's socket served when each Register arrived.
 
     Only this instant tells "serves, then registers" from the reverse: the kubelet's own dial

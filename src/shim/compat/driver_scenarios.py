@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from devshim_compat.records import HEALTHY, UNHEALTHY, ContainerSpec, DeviceState
+from shim.kubelet.records import HEALTHY, UNHEALTHY, ContainerSpec, DeviceState
 
 from .driver_world import DEALLOCATE_GRACE_S, DriverWorld, ids, restart_kubelet
 from .modes import Kubelet

@@ -2,8 +2,9 @@
 
 It serves a PluginScript (scripted.py) as the DevicePlugin service of v1beta1, v1beta2 or both on
 one unix socket, and registers on the Registration service of a chosen version. The plugins under
-test are the shim and the adapters; this only tests the kubelet side. Like wire.py it works on the
-generated modules a version module hands out (versions.WIRES), so it imports no stubs itself.
+test are the shim and the adapters; this only tests the kubelet side. Like the fake kubelet's
+wire.py it works on the generated modules a version module hands out (versions.WIRES); only its
+Registration service (at the end) imports pluginregistration's stubs.
 """
 
 from __future__ import annotations
@@ -15,10 +16,18 @@ from typing import Any, TypeVar
 
 import grpc
 
-from .pluginregistration import add_scripted_registration
+from shim.generated.pluginregistration.v1 import api_pb2, api_pb2_grpc
+from shim.kubelet.pluginregistration import info_to_proto
+from shim.kubelet.versions import WIRES, newest_first
+from shim.kubelet.wire import (
+    Context,
+    devices_to_proto,
+    grant_to_proto,
+    options_to_proto,
+    preferred_request_from_proto,
+)
+
 from .scripted import PluginScript, RegistrationScript, ScriptedFailure
-from .versions import WIRES, newest_first
-from .wire import Context, devices_to_proto, grant_to_proto, options_to_proto, preferred_request_from_proto
 
 T = TypeVar("T")
 
@@ -145,3 +154,34 @@ class ScriptedPlugin:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.stop()
+
+
+# -- its Registration service (pluginregistration v1) --------------------------------------------
+
+_RegistrationContext = grpc.aio.ServicerContext[Any, Any]
+
+
+class _ScriptedRegistrationServicer(api_pb2_grpc.RegistrationServicer):
+    def __init__(self, script: RegistrationScript) -> None:
+        self._script = script
+
+    async def GetInfo(
+        self, request: api_pb2.InfoRequest, context: _RegistrationContext
+    ) -> api_pb2.PluginInfo:
+        try:
+            info = await self._script.get_info()
+        except ScriptedFailure as failure:
+            await context.abort(failure.code, failure.details)
+        return info_to_proto(info)
+
+    async def NotifyRegistrationStatus(
+        self, request: api_pb2.RegistrationStatus, context: _RegistrationContext
+    ) -> api_pb2.RegistrationStatusResponse:
+        await self._script.notified(request.plugin_registered, request.error)
+        return api_pb2.RegistrationStatusResponse()
+
+
+def add_scripted_registration(server: grpc.aio.Server, script: RegistrationScript) -> None:
+    """TEST DOUBLE: serve pluginregistration.Registration from `script` on `server`."""
+    servicer = _ScriptedRegistrationServicer(script)
+    api_pb2_grpc.add_RegistrationServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
