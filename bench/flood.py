@@ -3,7 +3,7 @@
 Usage: python -m bench.flood [--quick] [--json FILE]. Not a row of ``python -m bench`` (it
 takes a minute and a half, most of it flooding): devshim runs two
 drivers, the sim (8 devices, per-call grants: each Allocate a round trip to it) and
-tests/compat/drivers/hostile_lists.py, which once a second sends ``devices_changed`` with as
+tests/support/drivers/hostile_lists.py, which once a second sends ``devices_changed`` with as
 many devices as its control file says. Each flood runs in a devshim of its own after a quiet phase
 there; every phase times Allocate on the sim's resource every 20 ms and takes devshim's peak RSS
 (VmHWM, reset at the phase's start):

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.compat.shim_fixtures import logged
+from tests.support.shim_fixtures import logged
 
 # Every devshim a test starts picks a free port for its ops endpoint, never the default 9477
 # (a test that needs a known port sets DEVSHIM_HTTP__PORT itself).

@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 
 from shim.compat.driver_scenarios import SCENARIOS
+from tests.support import DRIVERS
 
 DEVSHIM = [sys.executable, "-m", "shim"]
 PYTHON = shlex.quote(sys.executable)
-BROKEN = Path(__file__).with_name("drivers") / "broken.py"
+BROKEN = DRIVERS / "broken.py"
 SIGUSR1_HOOK = 'kill -USR1 "$DEVSHIM_COMPAT_DRIVER_PID"'
 NEWEST = "the newest kubelet modelled"
 

@@ -1,7 +1,7 @@
 """`devshim compat --plugin`: the plugin matrix run against real plugin processes.
 
-The Go legacy plugin (tests/legacy/go_plugin) must pass every cell; the Python legacy plugin
-(tests/legacy/python_plugin), given one deliberate bug at a time, must fail exactly the rows that
+The Go legacy plugin (tests/support/legacy_plugins/go) must pass every cell; the Python legacy plugin
+(tests/support/legacy_plugins/python), given one deliberate bug at a time, must fail exactly the rows that
 bug breaks, for the reason the kubelet would see.
 """
 
@@ -28,13 +28,14 @@ from shim.compat.plugin_world import NOT_STARTED, PluginUnderTest
 from shim.compat.report import table
 from shim.compat.results import Result, Status
 from shim.kubelet import FakeKubelet
-from tests.legacy import test_go_plugin, test_legacy_adapter
+from tests.compat import test_go_plugin, test_legacy_adapter
+from tests.support import LEGACY_PLUGINS
 
-# Fixtures shared with tests/legacy: the Go plugin, built; the Python plugin's generated stubs.
+# Fixtures shared with the legacy adapter tests: the Go plugin, built; the Python plugin's generated stubs.
 goplug = test_go_plugin.goplug
 stubs = test_legacy_adapter.stubs
 
-PY_PLUGIN = Path(__file__).resolve().parents[1] / "legacy" / "python_plugin" / "plugin.py"
+PY_PLUGIN = LEGACY_PLUGINS / "python" / "plugin.py"
 ROWS = list(PLUGIN_CHECKS)
 # The Python plugin never registers again after a kubelet restart: one variant proves the row
 # catches that (waiting out its 15 s deadline); the others leave the row out.

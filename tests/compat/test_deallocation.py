@@ -20,8 +20,9 @@ from shim.bootstrap import Shim
 from shim.kubelet import FakeKubelet
 from shim.kubelet.records import ContainerSpec
 from shim.settings import Settings
+from tests.support import DRIVERS
 
-DRIVER = Path(__file__).with_name("drivers") / "recording.py"
+DRIVER = DRIVERS / "recording.py"
 RESOURCE = "example.com/rec"
 GRACE_S = 0.6
 POLL_S = 0.05

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from shim.kubelet import FakeKubelet
+from tests.support import DRIVERS
 
 DEVSHIM = [sys.executable, "-m", "shim"]
 
@@ -183,7 +184,7 @@ async def exited(pid: int, timeout: float) -> bool:
 async def test_a_killed_devshim_leaves_no_driver_running(plugin_dir: Path, state_dir: Path) -> None:
     """SIGKILL gives devshim no chance to stop its drivers; the parent-death signal armed at
     their start makes the kernel kill them too, even one that ignores EOF and SIGTERM."""
-    stubborn = Path(__file__).with_name("drivers") / "stubborn.py"
+    stubborn = DRIVERS / "stubborn.py"
     command = f"{shlex.quote(sys.executable)} {shlex.quote(str(stubborn))}"
     async with FakeKubelet(plugin_dir) as kubelet:
         proc = await start_devshim(

@@ -22,8 +22,9 @@ import yaml
 
 from shim.kubelet import FakeKubelet
 from tests.compat.test_devshim_command import DEVSHIM, children, start_devshim
+from tests.support import DRIVERS
 
-LIFECYCLE = str(Path(__file__).with_name("drivers") / "lifecycle.py")
+LIFECYCLE = str(DRIVERS / "lifecycle.py")
 
 
 def sim(name: str, count: int) -> list[str]:

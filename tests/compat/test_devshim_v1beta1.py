@@ -17,7 +17,7 @@ from shim.kubelet import CleanupMode, FakeKubelet, PluginSession
 from shim.kubelet.records import DeviceState, PluginOptions
 from shim.model import Device, Health
 from shim.sources import StaticSource
-from tests.compat.shim_fixtures import BAR, FOO, running_shim
+from tests.support.shim_fixtures import BAR, FOO, running_shim
 
 GRANT = {
     "envs": {"FOO_DEVICES": "{ids}"},

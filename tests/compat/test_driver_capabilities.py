@@ -8,8 +8,9 @@ from pathlib import Path
 from shim.bootstrap import Shim
 from shim.kubelet import FakeKubelet
 from shim.settings import Settings
+from tests.support import DRIVERS
 
-DRIVER = Path(__file__).with_name("drivers") / "overpromising.py"
+DRIVER = DRIVERS / "overpromising.py"
 
 
 async def test_declared_but_unimplemented_methods_do_not_fail_admission(

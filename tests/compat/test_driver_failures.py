@@ -1,6 +1,6 @@
 """Misbehaving drivers behind devshim, seen from the fake kubelet.
 
-Each test runs devshim in-process with one scripted driver (tests/compat/drivers/flaky.py
+Each test runs devshim in-process with one scripted driver (tests/support/drivers/flaky.py
 on the SDK, flaky_raw.py writing raw JSON lines) that misbehaves in its first run(s)
 and behaves after devshim restarts it, next to a static resource that must keep being
 served whatever the driver does. The kubelet side is what is asserted: gRPC status codes
@@ -30,9 +30,10 @@ from shim.driverhost.limits import MAX_MESSAGE_BYTES
 from shim.kubelet import FakeKubelet, PluginSession
 from shim.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
 from shim.settings import Settings
-from tests.compat.shim_fixtures import logged
+from tests.support import DRIVERS
+from tests.support.shim_fixtures import logged
 
-DRIVERS = Path(__file__).resolve().parent / "drivers"
+DRIVERS = DRIVERS
 SDK_DRIVER = DRIVERS / "flaky.py"
 RAW_DRIVER = DRIVERS / "flaky_raw.py"
 FLAKY = "example.com/flaky"

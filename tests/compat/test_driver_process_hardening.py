@@ -2,7 +2,7 @@
 clear failure where devshim may not switch users, a death signal that survives the switch, and
 a stderr that is read to the end however much the driver writes, yet reaches the log bounded.
 
-The driver is tests/compat/drivers/hardened.py, a real subprocess whose device IDs say what it
+The driver is tests/support/drivers/hardened.py, a real subprocess whose device IDs say what it
 saw of itself (uid, gid, groups, environment names), so the fake kubelet's list proves it.
 """
 
@@ -29,8 +29,9 @@ from loguru import logger
 from shim.bootstrap import Shim
 from shim.kubelet import FakeKubelet, PluginSession
 from shim.settings import Settings
+from tests.support import DRIVERS
 
-HARDENED = Path(__file__).resolve().parent / "drivers" / "hardened.py"
+HARDENED = DRIVERS / "hardened.py"
 WHO = "example.com/who"
 NOBODY, NOGROUP = 65534, 65534
 WAIT_S = 20.0

@@ -27,8 +27,8 @@ from shim.kubelet import (
 from shim.kubelet.dirs import clean_plugin_dir
 from shim.kubelet.names import is_extended_resource_name
 from shim.kubelet.profiles import DEPRECATION_FILE
-from tests.doubles.scripted import PluginScript, ScriptedFailure
-from tests.doubles.scripted_plugin import ScriptedPlugin
+from tests.support.scripted import PluginScript, ScriptedFailure
+from tests.support.scripted_plugin import ScriptedPlugin
 
 RESOURCE = "example.com/widget"
 FOUR = tuple(DeviceState(f"w{i}", "Healthy") for i in range(4))

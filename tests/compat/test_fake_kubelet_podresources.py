@@ -23,8 +23,8 @@ from shim.kubelet import (
 )
 from shim.kubelet.podresources import PodResourcesReader
 from shim.kubelet.ratelimit import TokenBucket
-from tests.doubles.scripted import PluginScript
-from tests.doubles.scripted_plugin import ScriptedPlugin
+from tests.support.scripted import PluginScript
+from tests.support.scripted_plugin import ScriptedPlugin
 
 RESOURCE = "example.com/widget"
 FOUR = tuple(DeviceState(f"w{i}", "Healthy") for i in range(4))

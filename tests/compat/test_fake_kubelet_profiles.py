@@ -8,8 +8,8 @@ import grpc
 import pytest
 
 from shim.kubelet import DEPRECATION_FILE, PROFILES, DeviceState, FakeKubelet, PluginOptions
-from tests.doubles.scripted import PluginScript
-from tests.doubles.scripted_plugin import ScriptedPlugin
+from tests.support.scripted import PluginScript
+from tests.support.scripted_plugin import ScriptedPlugin
 
 RESOURCE = "example.com/widget"
 TWO = (DeviceState("w0", "Healthy"), DeviceState("w1", "Healthy"))

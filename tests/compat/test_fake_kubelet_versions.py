@@ -24,13 +24,13 @@ from shim.kubelet import (
     PluginSession,
     ProtocolViolation,
 )
-from tests.doubles.scripted import (
+from tests.support.scripted import (
     PluginScript,
     RegistrationScript,
     ScriptedFailure,
     grant_per_container,
 )
-from tests.doubles.scripted_plugin import ScriptedPlugin
+from tests.support.scripted_plugin import ScriptedPlugin
 
 RESOURCE = "example.com/widget"
 FOUR = tuple(DeviceState(f"w{i}", "Healthy") for i in range(4))

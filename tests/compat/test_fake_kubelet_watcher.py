@@ -25,8 +25,8 @@ from shim.kubelet import (
     PluginSession,
     WatchMode,
 )
-from tests.doubles.scripted import PluginScript, RegistrationScript, ScriptedFailure
-from tests.doubles.scripted_plugin import ScriptedPlugin
+from tests.support.scripted import PluginScript, RegistrationScript, ScriptedFailure
+from tests.support.scripted_plugin import ScriptedPlugin
 
 RESOURCE = "example.com/widget"
 FOUR = tuple(DeviceState(f"w{i}", "Healthy") for i in range(4))

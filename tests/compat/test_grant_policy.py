@@ -1,7 +1,7 @@
 """The grant policy end to end: a real driver subprocess grants outside it, the fake kubelet
 sees Allocate fail with PERMISSION_DENIED naming the field, and devshim keeps serving.
 
-The driver is tests/compat/drivers/granting.py; next to it devshim serves a static resource
+The driver is tests/support/drivers/granting.py; next to it devshim serves a static resource
 whose configured device node lies inside its policy as written but is a symlink leading out
 (what a static grant says is checked when the config loads; where it leads, on every call).
 """
@@ -23,9 +23,10 @@ from shim.kubelet import FakeKubelet, PluginSession
 from shim.kubelet.records import HEALTHY
 from shim.ops import metrics
 from shim.settings import Settings
-from tests.compat.drivers.granting import DECLARED, PER_CALL, PER_CALL_IDS
+from tests.support import DRIVERS
+from tests.support.drivers.granting import DECLARED, PER_CALL, PER_CALL_IDS
 
-DRIVER = Path(__file__).resolve().parent / "drivers" / "granting.py"
+DRIVER = DRIVERS / "granting.py"
 STATIC = "example.com/static-mount"
 WAIT_S = 20.0
 VERSIONS = [

@@ -15,8 +15,9 @@ import pytest
 
 from shim.kubelet import FakeKubelet
 from tests.compat.test_devshim_command import start_devshim
+from tests.support import DRIVERS
 
-LIFECYCLE = str(Path(__file__).with_name("drivers") / "lifecycle.py")
+LIFECYCLE = str(DRIVERS / "lifecycle.py")
 EXPECTED = {"example.com/foo": 3, "example.com/life": 4}  # a static resource and a driver's
 
 

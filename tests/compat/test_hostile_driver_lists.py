@@ -2,7 +2,7 @@
 
 A driver is untrusted: one resource's list must not run devshim (root, every resource of the
 node) out of memory, nor end a kubelet stream silently. The driver is a real subprocess
-(tests/compat/drivers/hostile_lists.py, raw JSON lines) that attacks on SIGUSR1 in its first
+(tests/support/drivers/hostile_lists.py, raw JSON lines) that attacks on SIGUSR1 in its first
 run and behaves after devshim restarts it; devshim is a real ``devshim run`` process where its
 memory is measured, in-process elsewhere.
 """
@@ -30,9 +30,10 @@ from shim.model import Device, Health
 from shim.ops.metrics import REGISTRY
 from shim.settings import Settings
 from shim.sources import StaticSource
-from tests.compat.shim_fixtures import logged, running_shim
+from tests.support import DRIVERS
+from tests.support.shim_fixtures import logged, running_shim
 
-DRIVER = Path(__file__).resolve().parent / "drivers" / "hostile_lists.py"
+DRIVER = DRIVERS / "hostile_lists.py"
 HOSTILE = "example.com/hostile"
 DEVICES = ("h-0", "h-1")
 WAIT_S = 30.0  # generous for a busy 2-core machine; a healthy run takes a fraction

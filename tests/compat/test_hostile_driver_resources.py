@@ -2,7 +2,7 @@
 names, seen from the fake kubelet (issue 19, items 1 and 6).
 
 devshim runs in-process with a static resource and real driver subprocesses
-(tests/compat/drivers/claiming.py, which declares whatever it is told to, at ``initialize`` and
+(tests/support/drivers/claiming.py, which declares whatever it is told to, at ``initialize`` and
 in ``resources_changed`` messages sent one per SIGUSR1). Each message carries a marker resource
 of the driver's own, so the kubelet registering the marker shows the whole message was applied.
 """
@@ -26,8 +26,9 @@ from shim.driverhost import DriverHost
 from shim.kubelet import FakeKubelet, PluginSession
 from shim.ops.metrics import REGISTRY
 from shim.settings import Settings
+from tests.support import DRIVERS
 
-CLAIMING = Path(__file__).resolve().parent / "drivers" / "claiming.py"
+CLAIMING = DRIVERS / "claiming.py"
 STATIC = "example.com/static"
 SHARED = "example.com/shared"
 THIEF = "example.com/thief"

@@ -19,7 +19,7 @@ from shim.frontend.common import KUBELET_MAX_MESSAGE_BYTES
 from shim.kubelet import FakeKubelet
 from shim.ops.metrics import REGISTRY
 from shim.status import render_status
-from tests.compat.shim_fixtures import logged, running_shim
+from tests.support.shim_fixtures import logged, running_shim
 
 GPU = "example.com/biggpu"
 EXACT = "example.com/exact"

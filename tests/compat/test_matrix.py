@@ -9,7 +9,6 @@ Every v1beta1 cell runs by default, with pairwise coverage of the rest; `--full-
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,9 +17,10 @@ from shim.compat.driver_scenarios import SCENARIOS
 from shim.compat.driver_world import DriverUnderTest, driver_world, ids, restart_kubelet
 from shim.compat.modes import KUBELET_LINE, MODES, Mode, in_default_subset
 from shim.compat.results import Skip
+from tests.support import DRIVERS
 
 LIFECYCLE = DriverUnderTest(
-    [sys.executable, str(Path(__file__).with_name("drivers") / "lifecycle.py")],
+    [sys.executable, str(DRIVERS / "lifecycle.py")],
     health_hook='kill -USR1 "$DEVSHIM_COMPAT_DRIVER_PID"',  # it flips its last device
 )
 

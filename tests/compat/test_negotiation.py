@@ -6,7 +6,7 @@ from pathlib import Path
 
 from shim.bootstrap import Shim
 from shim.kubelet import FakeKubelet
-from tests.compat.shim_fixtures import FOO, settings_for
+from tests.support.shim_fixtures import FOO, settings_for
 
 
 async def test_a_v1beta1_kubelet_gets_v1beta1_when_v1beta2_is_offered_first(plugin_dir: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 from shim.bootstrap import Shim
 from shim.kubelet import FakeKubelet, PluginSession
 from shim.settings import Settings
-from tests.toolchains import toolchain
+from tests.support.toolchains import toolchain
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "adapters" / "examples" / "node" / "driver.js"

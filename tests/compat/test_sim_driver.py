@@ -17,7 +17,7 @@ import yaml
 from shim.bootstrap import Shim
 from shim.kubelet import FakeKubelet, PluginSession
 from shim.settings import Settings
-from tests.waiting import until
+from tests.support.waiting import until
 
 GPU = "example.com/tgpu"
 NIC = "example.com/tnic"

@@ -15,7 +15,7 @@ from shim.frontend import sockets
 from shim.kubelet import CleanupMode, FakeKubelet
 from shim.kubelet.pluginregistration import RegistrationClient
 from shim.kubelet.records import WATCHER
-from tests.compat.shim_fixtures import FOO, settings_for
+from tests.support.shim_fixtures import FOO, settings_for
 
 
 @pytest.fixture

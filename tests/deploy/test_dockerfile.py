@@ -143,13 +143,13 @@ def copy_build_context(dest: Path) -> list[str]:
 
 def test_dockerignore_semantics_as_emulated() -> None:
     """The emulation agrees with Docker on the cases this .dockerignore relies on."""
-    ignore = DockerIgnore("*\n!src\n!src/shim/kubelet\n**/__pycache__\n")
+    ignore = DockerIgnore("*\n!src\n!tests/compat/peer\n**/__pycache__\n")
     assert ignore.excluded(".git/config") and ignore.excluded("docs/a.md")
     assert not ignore.excluded("src/shim/cli.py")
-    assert not ignore.excluded("src/shim/kubelet/wire.py")
+    assert not ignore.excluded("tests/compat/peer/wire.py")
     assert ignore.excluded("tests/compat/test_x.py")
     assert ignore.excluded("src/shim/__pycache__/cli.cpython-311.pyc")
-    assert ignore.may_reinclude_below("tests") and not ignore.may_reinclude_below("tests/legacy")
+    assert ignore.may_reinclude_below("tests") and not ignore.may_reinclude_below("tests/unit")
 
 
 @pytest.mark.timeout(300)

@@ -43,11 +43,12 @@ from shim.jsonrpc.errors import ErrorCode, ProtocolError
 from shim.model import Health
 from shim.settings import Settings
 from tests.fuzz.profiles import examples
-from tests.waiting import until
+from tests.support import DRIVERS
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-DRIVER = Path(__file__).resolve().parent / "garbage_driver.py"
+DRIVER = DRIVERS / "garbage.py"
 GARBAGE = "example.com/garbage"
 STEADY = "example.com/steady"
 DEVICES = ("g-0", "g-1")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shim.compat.modes import PROFILES
-from tests.waiting import Hung, bounded
+from tests.support.waiting import Hung, bounded
 
 from .faults import FAULTS, Context, Injected
 from .invariants import RECOVERY_BUDGET_S, Allocator, ListChecker, unhealthy, wait_recovered

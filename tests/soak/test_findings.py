@@ -23,10 +23,10 @@ from shim.bootstrap import Shim
 from shim.kubelet import FakeKubelet
 from shim.kubelet.records import RegisterRequest
 from shim.settings import Settings
-from tests.compat.shim_fixtures import FOO, running_shim
 from tests.soak.invariants import RECOVERY_BUDGET_S
 from tests.soak.runner import SoakOptions, run_soak
-from tests.waiting import bounded
+from tests.support.shim_fixtures import FOO, running_shim
+from tests.support.waiting import bounded
 
 
 async def test_a_socket_deleted_while_its_register_is_in_flight_is_served_again_at_once(

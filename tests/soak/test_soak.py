@@ -16,7 +16,7 @@ from tests.soak.invariants import RECOVERY_BUDGET_S, ListChecker, clear
 from tests.soak.report import Journal, reason, render
 from tests.soak.runner import SoakOptions, run_soak
 from tests.soak.world import SERVED
-from tests.waiting import bounded
+from tests.support.waiting import bounded
 
 # About 30 s on an idle 2-core machine; every kind is injected at least once whatever the seed.
 SHORT_RUN = SoakOptions(faults=30, seed=20261130)

@@ -8,14 +8,14 @@ Params already in the canonical form devshim writes (every value of exactly its
 field's JSON type, in range) skip that parser, whose per-element Python work
 cost ~350 µs for a preference request of 64 IDs; anything else still goes
 through it, so it alone decides what is refused and how, and
-tests/drivers/test_sdk_codec.py checks both readers agree on generated params.
+tests/unit/test_sdk_codec.py checks both readers agree on generated params.
 
 Outgoing devices and grants are written as dicts straight from the dataclass
 fields: betterproto2's generic ``to_dict`` takes 6-25 s for a 50,000-device
 list (without / with declared grants), which would eat devshim's 30 s
 list_devices budget; this path takes 0.03-0.3 s on the same machine. The
 output follows the proto3 JSON mapping as ``to_dict`` does (snake_case names,
-fields at their default left out, enums by name); tests/drivers/test_sdk_api.py
+fields at their default left out, enums by name); tests/compat/test_sdk_api.py
 checks that the two agree. Everything else is small and goes through ``to_dict``.
 """
 

@@ -19,7 +19,7 @@ from google.protobuf import json_format, message_factory
 from google.protobuf.message import Message
 
 from shim.generated.driver.v1 import driver_pb2
-from tests.drivers.process import ROOT, running_sim
+from tests.support.driver_process import ROOT, running_sim
 
 DOC = ROOT / "docs" / "driver-protocol.md"
 _FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)

@@ -1,6 +1,6 @@
 """devshim in front of an unmodified legacy v1beta1 plugin (adapters/legacy), both forms.
 
-The legacy plugin here is tests/legacy/python_plugin: it shares no code with devshim
+The legacy plugin here is tests/support/legacy_plugins/python: it shares no code with devshim
 and runs on stubs generated, for this test, from its own copy of the proto.
 """
 
@@ -22,8 +22,9 @@ import pytest
 from shim.bootstrap import Shim
 from shim.kubelet import FakeKubelet, PluginSession
 from shim.settings import Settings
+from tests.support import LEGACY_PLUGINS
 
-HERE = Path(__file__).resolve().parent / "python_plugin"
+HERE = LEGACY_PLUGINS / "python"
 RESOURCE = "example.com/pyplug"
 
 

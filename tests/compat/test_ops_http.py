@@ -13,8 +13,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from shim.bootstrap import Shim
 from shim.kubelet import FakeKubelet
 from shim.ops.http import MAX_HEAD_BYTES, OpsServer
-from tests.compat.shim_fixtures import running_shim
-from tests.ops.scrape import Samples, ops_for, raw, request
+from tests.support.scrape import Samples, ops_for, raw, request
+from tests.support.shim_fixtures import running_shim
 
 NAME = "example.com/ops-http"
 

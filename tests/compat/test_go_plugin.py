@@ -1,4 +1,4 @@
-"""A vendor-style legacy plugin written in Go (tests/legacy/go_plugin: a Go module on the upstream
+"""A vendor-style legacy plugin written in Go (tests/support/legacy_plugins/go: a Go module on the upstream
 API package k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1, with its own server, Register and
 ListAndWatch loop) behind the legacy adapter, devshim and the fake kubelet. Built in the test run
 with the machine's Go, its dependencies from the Go module proxy as pinned in go.sum."""
@@ -15,17 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.legacy.test_legacy_adapter import legacy_pid, served
-from tests.toolchains import toolchain
+from tests.compat.test_legacy_adapter import legacy_pid, served
+from tests.support import LEGACY_PLUGINS
+from tests.support.toolchains import toolchain
 
-GO_PLUGIN = Path(__file__).resolve().parent / "go_plugin"
+GO_PLUGIN = LEGACY_PLUGINS / "go"
 RESOURCE = "example.com/goplug"
 
 
 @pytest.fixture(scope="module")
 def goplug() -> Iterator[Path]:
     """The Go plugin, built in the run; skipped where Go is missing unless CI requires it."""
-    toolchain("go", "the Go legacy plugin (tests/legacy/go_plugin)")
+    toolchain("go", "the Go legacy plugin (tests/support/legacy_plugins/go)")
     out = Path(tempfile.mkdtemp(prefix="ds-go-")) / "goplug"
     subprocess.run(["bash", str(GO_PLUGIN / "build.sh"), str(out)], check=True, timeout=900)
     yield out

@@ -15,7 +15,7 @@ import pytest
 
 from shim.sdk.errors import InvalidParams
 from shim.sdk.server import check_protocol_version
-from tests.drivers.process import ROOT, SIM, DriverProcess, running_sim
+from tests.support.driver_process import ROOT, SIM, DriverProcess, running_sim
 
 SIM_RESOURCE = {"name": "example.com/sim", "devices": [{"id": "sim-a", "numa_nodes": [0]}, {"id": "sim-b"}]}
 

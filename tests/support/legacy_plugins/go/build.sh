@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Build the goplug vendor-style device plugin, as a vendor builds one.
 #
-#   tests/legacy/go_plugin/build.sh [OUTPUT]
+#   tests/support/legacy_plugins/go/build.sh [OUTPUT]
 #
-# OUTPUT defaults to tests/legacy/go_plugin/build/goplug (git-ignored via build/).
+# OUTPUT defaults to tests/support/legacy_plugins/go/build/goplug (git-ignored via build/).
 # goplug is a Go module: it imports the upstream API package
 # k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1 and google.golang.org/grpc, pinned in
 # go.mod/go.sum and fetched through the Go module proxy into Go's module cache (the

@@ -11,7 +11,7 @@ from adapters.sim.config import ResourceConfig
 from adapters.sim.control import AppendedLines
 from adapters.sim.resource import SimResource
 from shim.sdk import UnknownDevice, types
-from tests.drivers.process import running_sim
+from tests.support.driver_process import running_sim
 
 NUMA = [
     {"id": "a", "numa_nodes": [0]},

@@ -20,8 +20,8 @@ from shim.kubelet import FakeKubelet
 from shim.kubelet.records import RegisterRequest
 from shim.model import Health
 from shim.settings import Settings
-from tests.compat.shim_fixtures import running_shim, settings_for
-from tests.ops.scrape import Samples, ops_for, scrape, scrape_until
+from tests.support.scrape import Samples, ops_for, scrape, scrape_until
+from tests.support.shim_fixtures import running_shim, settings_for
 
 RPCS = "devshim_rpc_requests_total"
 DURATION_COUNT = "devshim_rpc_duration_seconds_count"

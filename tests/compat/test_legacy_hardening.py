@@ -3,7 +3,7 @@
 In the sidecar form that directory is an emptyDir the vendor's untrusted container writes to,
 while the adapter runs as root. Each attack is a real process working on real files and unix
 sockets, against the adapter's own kubelet side (PrivateKubelet) in this process or against the
-whole adapter behind devshim. Registrations come from tests/legacy/python_plugin/register.py, a
+whole adapter behind devshim. Registrations come from tests/support/legacy_plugins/python/register.py, a
 client sharing no code with devshim.
 """
 
@@ -24,14 +24,15 @@ import pytest
 
 from adapters.legacy.kubelet import LegacyPlugin, PrivateKubelet
 from shim.kubelet import records
-from tests.legacy import test_legacy_adapter
-from tests.legacy.test_legacy_adapter import RESOURCE, plugin_env, served
+from tests.compat import test_legacy_adapter
+from tests.compat.test_legacy_adapter import RESOURCE, plugin_env, served
+from tests.support import LEGACY_PLUGINS
 
 # Fixtures shared with test_legacy_adapter: the Python plugin's generated stubs, its directory.
 stubs = test_legacy_adapter.stubs
 private_dir = test_legacy_adapter.private_dir
 
-HERE = Path(__file__).resolve().parent / "python_plugin"
+HERE = LEGACY_PLUGINS / "python"
 ATTACKER = "example.com/evil"
 RACE_ROUNDS = 30
 
@@ -39,6 +40,7 @@ RACE_ROUNDS = 30
 # socket it finds there first (each distinct mode once).
 RACER = r"""
 import os, stat, sys
+from tests.support import LEGACY_PLUGINS
 sock, target, swap = sys.argv[1:4]
 seen = set()
 print("racing", flush=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.drivers.process import DriverProcess
+from tests.support.driver_process import DriverProcess
 
 DEVFS = [sys.executable, "-m", "adapters.devfs"]
 SERIAL = "example.com/serial"

@@ -1,1 +1,0 @@
-"""Test doubles of the plugin's side, for testing the fake kubelet (src/shim/kubelet) itself."""

@@ -1,1 +1,0 @@
-"""The driver SDK and the simulated driver, as real processes and over in-process pipes."""
