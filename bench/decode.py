@@ -15,8 +15,8 @@ import orjson
 from google.protobuf import json_format
 
 from shim.driverhost import protocol
-from shim.generated.driver.v1 import driver_pb2
 from shim.sdk.generated.devshim.driver import v1 as types
+from shim.sdk.generated.protobuf.driver.v1 import driver_pb2
 
 
 def timed(label: str, work: Callable[[], object]) -> None:

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from shim.kubelet import FakeKubelet
 from tests.support.shim_fixtures import logged
+from tests.support.unix import short_temp_dir
 
 # Every devshim a test starts picks a free port for its ops endpoint, never the default 9477
 # (a test that needs a known port sets DEVSHIM_HTTP__PORT itself).
@@ -20,26 +20,24 @@ os.environ["DEVSHIM_HTTP__PORT"] = "0"
 
 @pytest.fixture
 def plugin_dir() -> Iterator[Path]:
-    """A fresh device-plugins directory with a short path.
-
-    Unix socket paths must fit in sun_path (108 bytes with the NUL), and pytest's tmp_path is
-    often longer than that once a socket name is appended.
-    """
-    path = Path(tempfile.mkdtemp(prefix="ds-", dir="/tmp"))
-    try:
+    """A fresh device-plugins directory with a short path (unix sockets go in it)."""
+    with short_temp_dir("ds-") as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
 def state_dir() -> Iterator[Path]:
     """devshim's own state directory for one test (never the real /var/lib/devshim)."""
-    path = Path(tempfile.mkdtemp(prefix="ds-state-", dir="/tmp"))
-    try:
+    with short_temp_dir("ds-state-") as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def kubelet(plugin_dir: Path) -> AsyncIterator[FakeKubelet]:
+    """The fake kubelet with its defaults (newest profile, v1beta1), serving in plugin_dir for the
+    whole test. A test that needs options, or starts it part-way through, opens its own."""
+    async with FakeKubelet(plugin_dir) as kubelet:
+        yield kubelet
 
 
 @pytest.fixture

@@ -13,7 +13,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
+# Where each proto's protobuf stubs are committed, and which: the kubelet's APIs with gRPC's, the
+# driver protocol's (proto/driver/) as the SDK's own, without (the protocol is JSON-RPC).
 COMMITTED = ROOT / "src" / "shim" / "generated"
+STUBS = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
+DRIVER_PROTOS = Path("driver")
+DRIVER_COMMITTED = ROOT / "src" / "shim" / "sdk" / "generated" / "protobuf"
+DRIVER_STUBS = ("_pb2.py", "_pb2.pyi")
 TREES = ("shim/generated", "shim/sdk/generated")
 GENERATOR = ROOT / "scripts" / "generate_protos.py"
 REGENERATE = "python scripts/generate_protos.py"
@@ -66,8 +72,10 @@ def test_every_proto_file_has_a_committed_generated_module() -> None:
     missing = []
     for proto in protos:
         stem = proto.relative_to(PROTO_DIR).with_suffix("")
-        for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py"):
-            module = COMMITTED / stem.parent / f"{stem.name}{suffix}"
+        driver = stem.is_relative_to(DRIVER_PROTOS)
+        committed, suffixes = (DRIVER_COMMITTED, DRIVER_STUBS) if driver else (COMMITTED, STUBS)
+        for suffix in suffixes:
+            module = committed / stem.parent / f"{stem.name}{suffix}"
             if not module.is_file():
                 source, target = proto.relative_to(ROOT).as_posix(), module.relative_to(ROOT).as_posix()
                 missing.append(f"{source}: no {target}")

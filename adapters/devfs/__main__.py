@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from shim.sdk import run
-from shim.settings import ConfigError
+from shim.sdk.config import ConfigError
 
 from .config import load_config
 from .driver import DevfsDriver

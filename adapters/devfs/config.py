@@ -11,13 +11,13 @@ from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from shim.settings import (
+from shim.sdk.config import (
     ConfigError,
-    MountSettings,
     check_extended_resource_name,
     format_validation_error,
     read_config_file,
 )
+from shim.sdk.grants import MountSettings
 
 
 class _Strict(BaseModel):

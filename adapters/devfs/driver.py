@@ -20,8 +20,7 @@ from typing import Any
 
 from loguru import logger
 
-import shim
-from shim.sdk import Driver, UnknownDevice, types
+from shim.sdk import DEVSHIM_VERSION, Driver, UnknownDevice, types
 
 from .config import DevfsConfig, GroupConfig
 from .scan import Node, scan, watched_directories
@@ -69,7 +68,7 @@ def _merged(grants: list[types.Grant]) -> types.Grant:
 
 class DevfsDriver(Driver):
     name = "devshim-devfs"
-    version = shim.__version__
+    version = DEVSHIM_VERSION
 
     def __init__(self, config: DevfsConfig, clock: Callable[[], float] = time.monotonic) -> None:
         self._config = config

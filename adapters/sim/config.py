@@ -1,6 +1,6 @@
 """The simulator's configuration: a YAML or JSON file, or an inline JSON string.
 
-Grants reuse devshim's own template settings (``{ids}`` joins the IDs, ``{id}``
+Grants reuse devshim's own grant template (shim.sdk.grants: ``{ids}`` joins the IDs, ``{id}``
 repeats a device node or CDI name per device), so the simulator and the static
 source expand a template the same way.
 """
@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal, Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from shim.settings import MAX_NUMA_NODE, GrantSettings, check_extended_resource_name, format_validation_error
+from shim.sdk.config import MAX_NUMA_NODE, check_extended_resource_name, format_validation_error
+from shim.sdk.grants import GrantSettings
 
 DeviceId = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[^\s,]+$")]
 Delay = Annotated[float, Field(ge=0, le=600)]

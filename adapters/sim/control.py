@@ -17,15 +17,11 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from loguru import logger
 
-from shim.jsonrpc import ConnectionClosed
-from shim.sdk import types
-
-if TYPE_CHECKING:
-    from .driver import SimDriver
+from shim.sdk import ConnectionClosed, types
 
 POLL_INTERVAL_S = 0.05
 _HEALTH = {"healthy": types.Health.HEALTHY, "unhealthy": types.Health.UNHEALTHY}
@@ -33,6 +29,17 @@ _HEALTH = {"healthy": types.Health.HEALTHY, "unhealthy": types.Health.UNHEALTHY}
 
 class CommandError(ValueError):
     """A command that cannot be applied; the simulator logs it and goes on."""
+
+
+class Simulator(Protocol):
+    """What the commands change (the simulated driver, adapters/sim/driver.py); each raises
+    CommandError for a command it cannot apply."""
+
+    async def set_health(self, resource: str, device_id: str, health: types.Health) -> None: ...
+    async def set_count(self, resource: str, count: int) -> None: ...
+    async def add_resource(self, resource: str, count: int) -> None: ...
+    async def remove_resource(self, resource: str) -> None: ...
+    async def log(self, level: types.LogLevel | str, message: str) -> None: ...
 
 
 class AppendedLines:
@@ -63,7 +70,7 @@ class AppendedLines:
         return [text for line in lines if (text := line.decode(errors="replace").strip())]
 
 
-async def apply(driver: SimDriver, line: str) -> None:
+async def apply(driver: Simulator, line: str) -> None:
     match line.split():
         case ["health", resource, device_id, health]:
             if health.lower() not in _HEALTH:
@@ -89,7 +96,7 @@ def _count(text: str) -> int:
     return int(text)
 
 
-async def follow(driver: SimDriver, lines: AppendedLines) -> None:
+async def follow(driver: Simulator, lines: AppendedLines) -> None:
     """Apply each new line of the control file until the connection to devshim ends."""
     path = lines.path
     while True:

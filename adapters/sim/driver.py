@@ -8,8 +8,7 @@ import contextlib
 
 from loguru import logger
 
-import shim
-from shim.sdk import Driver, types
+from shim.sdk import DEVSHIM_VERSION, Driver, types
 
 from .config import ResourceConfig, SimConfig
 from .control import AppendedLines, CommandError, follow
@@ -18,7 +17,7 @@ from .resource import SimResource
 
 class SimDriver(Driver):
     name = "devshim-sim"
-    version = shim.__version__
+    version = DEVSHIM_VERSION
 
     def __init__(self, config: SimConfig) -> None:
         self._config = config

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from shim.grants import expand, merge
-from shim.model import ContainerGrant
 from shim.sdk import UnknownDevice, types
+from shim.sdk.grants import ContainerGrant, expand, merge
 
 from .config import ResourceConfig
 

@@ -23,15 +23,9 @@ from shim.frontend.handover import Handover
 from shim.frontend.v1beta1 import API as V1BETA1
 from shim.frontend.v1beta2 import API as V1BETA2
 from shim.inventory import InventoryStore
-from shim.policy import GrantPolicy
-from shim.settings import (
-    INSTANCE_ID_DIGITS,
-    DriverSettings,
-    GrantPolicySettings,
-    Settings,
-    check_extended_resource_name,
-    socket_prefix,
-)
+from shim.names import check_extended_resource_name
+from shim.policy import GrantPolicy, GrantPolicySettings
+from shim.settings import INSTANCE_ID_DIGITS, DriverSettings, Settings, socket_prefix
 from shim.sources import DeviceSource, StaticSource
 from shim.status import driver_status, resource_status
 
@@ -287,7 +281,10 @@ class Shim:
             "registration": self.settings.registration,
             "api_versions": list(self.settings.api_versions),
             "ready": self.ready()[1],
-            "resources": {name: resource_status(served) for name, served in sorted(self.served.items())},
+            "resources": {
+                name: resource_status(served.endpoint, served.service.devices)
+                for name, served in sorted(self.served.items())
+            },
             "drivers": {driver.name: driver_status(driver) for driver in self.drivers},
             "deallocation": self.deallocation.status if self.settings.deallocation.enabled else "disabled",
         }

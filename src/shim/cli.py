@@ -16,9 +16,10 @@ import typer
 from loguru import logger
 
 from shim import __version__, logs
+from shim.configfile import ConfigError
 from shim.errors import ShimError
 from shim.runtime import run as run_shim
-from shim.settings import ConfigError, Settings
+from shim.settings import Settings
 from shim.status import render_status
 
 app = typer.Typer(

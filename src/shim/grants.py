@@ -1,11 +1,46 @@
-"""Grants: expanding a configured template for some devices, and merging declared grants."""
+"""Grants: the configured template, expanding it for some devices, and merging declared grants.
+
+The template is read from devshim's settings (a static source's grant) and from drivers'
+configurations (through shim.sdk.grants), so a template expands alike on both sides.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import Annotated
 
+from pydantic import Field
+
+from shim.configfile import StrictModel
 from shim.model import ContainerGrant, DeviceNode, Mount
-from shim.settings import GrantSettings
+
+
+class MountSettings(StrictModel):
+    container_path: str
+    host_path: str
+    read_only: bool = False
+
+
+class DeviceNodeSettings(StrictModel):
+    """``{id}`` in either path expands to one node per allocated device."""
+
+    container_path: str
+    host_path: str
+    permissions: Annotated[str, Field(pattern=r"^[rwm]{1,3}$")] = "rw"
+
+
+class GrantSettings(StrictModel):
+    """A grant as configured: a static source's, or a driver's (the simulator's).
+
+    In env and annotation values ``{ids}`` becomes the comma-joined allocated IDs;
+    in device-node paths and CDI names ``{id}`` repeats the entry per device.
+    """
+
+    envs: dict[str, str] = {}
+    mounts: list[MountSettings] = []
+    device_nodes: list[DeviceNodeSettings] = []
+    annotations: dict[str, str] = {}
+    cdi_devices: list[str] = []
 
 
 def expand(template: GrantSettings, ids: Sequence[str]) -> ContainerGrant:

@@ -3,9 +3,9 @@
 A driver is a program devshim runs but does not trust with the node: whatever it grants, the
 kubelet hands to the container runtime, which opens host paths and honours environment
 variables and annotations on the driver's word. The operator states per resource what is
-allowed (settings ``GrantPolicySettings``); ``core/resource.py`` checks every grant of every
-source here before the kubelet sees it, and a grant outside the policy fails Allocate with
-PERMISSION_DENIED naming the field (docs/configuration.md, "Grant policy").
+allowed (``GrantPolicySettings``, part of devshim's settings); ``core/resource.py`` checks every
+grant of every source here before the kubelet sees it, and a grant outside the policy fails
+Allocate with PERMISSION_DENIED naming the field (docs/configuration.md, "Grant policy").
 
 Host paths are checked twice: normalised as written, and with symlinks resolved as devshim
 sees the node's filesystem, on every call (a symlink can change between two Allocates, so that
@@ -22,17 +22,63 @@ import posixpath
 import re
 import stat
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
+from pydantic import AfterValidator, Field
+
+from shim.configfile import StrictModel
 from shim.errors import GrantRefused
 from shim.incremental import PerObject
 from shim.model import ContainerGrant, Mount
-from shim.settings import GrantPolicySettings
 
 # The cgroup device access letters; static grants are held to the same rule by their settings.
 _PERMISSIONS = re.compile(r"[rwm]{1,3}")
 # Annotations containerd and CRI-O read as CDI device names (comma-separated).
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
+
+
+def _path_prefix(value: str) -> str:
+    """An allowed host path prefix: absolute, without NUL or '..', normalised."""
+    if "\x00" in value:
+        raise ValueError("a path prefix must not contain a NUL byte")
+    if not value.startswith("/"):
+        raise ValueError(f"{value!r} is not an absolute path")
+    if ".." in value.split("/"):
+        raise ValueError(f"{value!r} must not contain '..'")
+    # normpath keeps a leading '//' (POSIX leaves its meaning open); on Linux it is '/'.
+    return "/" + posixpath.normpath(value).lstrip("/")
+
+
+def _regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"{value!r} is not a valid regular expression: {exc}") from None
+    return value
+
+
+PathPrefix = Annotated[str, AfterValidator(_path_prefix)]
+# A CDI vendor ("example.com") or a vendor and class ("example.com/gpu").
+CdiKindPrefix = Annotated[str, Field(pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*(/[A-Za-z0-9][-A-Za-z0-9_.]*)?$")]
+
+
+class GrantPolicySettings(StrictModel):
+    """What a resource's source may grant; anything else fails Allocate (docs/configuration.md,
+    "Grant policy"). The defaults allow device nodes under /dev only."""
+
+    # Host paths of device nodes and of mounts must lie under one of these, both as written
+    # (normalised) and with symlinks resolved; matched on whole path components.
+    device_path_prefixes: list[PathPrefix] = ["/dev"]
+    mount_path_prefixes: list[PathPrefix] = []
+    read_only_mounts: bool = True
+    env_name_pattern: Annotated[str, AfterValidator(_regex)] = r"^[A-Za-z_][A-Za-z0-9_]*$"
+    # The dynamic loader's hooks: a value for them runs code of the driver's choosing in the container.
+    denied_env_names: list[str] = ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"]
+    # Plain string prefixes; null: any key. None by default: container runtimes act on some
+    # annotations (cdi.k8s.io/ injects CDI devices, CRI-O's io.kubernetes.cri-o.Devices adds nodes).
+    annotation_key_prefixes: list[Annotated[str, Field(min_length=1)]] | None = []
+    # None: any CDI device name; a list: only names of these vendors or vendor/classes.
+    cdi_vendor_prefixes: list[CdiKindPrefix] | None = None
 
 
 class _Prefixes:

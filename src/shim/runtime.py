@@ -11,8 +11,9 @@ from loguru import logger
 
 from shim import logs
 from shim.bootstrap import Shim
+from shim.configfile import ConfigError
 from shim.ops.http import OpsServer
-from shim.settings import ConfigError, Settings
+from shim.settings import Settings
 
 
 async def run(settings: Settings, reload: Callable[[], Settings] | None = None) -> None:

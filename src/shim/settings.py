@@ -3,24 +3,22 @@
 Sources, lowest to highest priority: defaults, a YAML/JSON config file,
 ``DEVSHIM_*`` environment variables (nested with ``__``), command-line flags.
 Later issues extend these classes rather than inventing flags per feature.
+The parts that others use without the rest sit below this module: the grant template
+(shim/grants.py), the grant policy's settings (shim/policy.py), the extended-resource-name
+check (shim/names.py) and config-file reading (shim/configfile.py).
 """
 
 from __future__ import annotations
 
 import grp
-import posixpath
 import pwd
-import re
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
-import yaml
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -28,6 +26,13 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from shim.configfile import ConfigError, StrictModel, format_validation_error, read_config_file
+from shim.errors import GrantRefused
+from shim.grants import GrantSettings, expand
+from shim.model import MAX_NUMA_NODE
+from shim.names import check_extended_resource_name
+from shim.policy import GrantPolicy, GrantPolicySettings
 
 # Upstream constants (deviceplugin/v1beta1/constants.go).
 DEFAULT_DEVICE_PLUGINS_DIR = Path("/var/lib/kubelet/device-plugins")
@@ -37,36 +42,6 @@ MAX_SOCKET_PATH = 107
 # devshim binds each socket first as <dir>/.devshim-bind-<8 hex>/.s (frontend/sockets.py):
 # that path must fit in sun_path too.
 PRIVATE_BIND_EXTRA = len("/.devshim-bind-01234567/.s")
-
-# Used with fullmatch: a Python "$" also matches before a final newline, which the kubelet's
-# Go regexps refuse ("example.com/gpu\n" would pass and then fail Register forever).
-_QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
-class ConfigError(Exception):
-    """Settings that cannot be used; the message says which and why."""
-
-
-def check_extended_resource_name(name: str) -> str:
-    """Reject names the kubelet's Register would reject (IsExtendedResourceName upstream)."""
-    domain, sep, short = name.partition("/")
-    if not sep or not domain or not short:
-        raise ValueError(f"{name!r} is not an extended resource name: expected 'vendor-domain/type'")
-    if "kubernetes.io/" in name:
-        raise ValueError(f"{name!r} is in the kubernetes.io namespace, which is reserved")
-    if name.startswith("requests."):
-        raise ValueError(f"{name!r} must not start with 'requests.' (the resource quota prefix)")
-    # The kubelet checks "requests." + name as a qualified name: its domain gets that prefix.
-    if len("requests." + domain) > 253 or not _DNS_SUBDOMAIN.fullmatch(domain):
-        raise ValueError(f"{name!r}: {domain!r} is not a lowercase DNS subdomain of at most 244 characters")
-    # The kubelet also checks that "requests.<name>" is a valid quota name.
-    if len(short) > 63 or not _QUALIFIED_NAME.fullmatch(short):
-        raise ValueError(
-            f"{name!r}: {short!r} must be 1-63 characters [A-Za-z0-9-_.], alphanumeric at both ends"
-        )
-    return name
-
 
 # Each devshim instance names its sockets with an id of this many hex digits, so two instances
 # on a node (a rolling update) never clash (shim/frontend/handover.py).
@@ -81,96 +56,17 @@ def default_socket_name(resource: str, instance: str = "0" * INSTANCE_ID_DIGITS)
     return f"{socket_prefix(resource)}-{instance}.sock"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class MountSettings(_Strict):
-    container_path: str
-    host_path: str
-    read_only: bool = False
-
-
-class DeviceNodeSettings(_Strict):
-    """``{id}`` in either path expands to one node per allocated device."""
-
-    container_path: str
-    host_path: str
-    permissions: Annotated[str, Field(pattern=r"^[rwm]{1,3}$")] = "rw"
-
-
-class GrantSettings(_Strict):
-    """The fixed grant of a static source.
-
-    In env and annotation values ``{ids}`` becomes the comma-joined allocated IDs;
-    in device-node paths and CDI names ``{id}`` repeats the entry per device.
-    """
-
-    envs: dict[str, str] = {}
-    mounts: list[MountSettings] = []
-    device_nodes: list[DeviceNodeSettings] = []
-    annotations: dict[str, str] = {}
-    cdi_devices: list[str] = []
-
-
-def _path_prefix(value: str) -> str:
-    """An allowed host path prefix: absolute, without NUL or '..', normalised."""
-    if "\x00" in value:
-        raise ValueError("a path prefix must not contain a NUL byte")
-    if not value.startswith("/"):
-        raise ValueError(f"{value!r} is not an absolute path")
-    if ".." in value.split("/"):
-        raise ValueError(f"{value!r} must not contain '..'")
-    # normpath keeps a leading '//' (POSIX leaves its meaning open); on Linux it is '/'.
-    return "/" + posixpath.normpath(value).lstrip("/")
-
-
-def _regex(value: str) -> str:
-    try:
-        re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"{value!r} is not a valid regular expression: {exc}") from None
-    return value
-
-
-PathPrefix = Annotated[str, AfterValidator(_path_prefix)]
 ResourceName = Annotated[str, AfterValidator(check_extended_resource_name)]
-# A CDI vendor ("example.com") or a vendor and class ("example.com/gpu").
-CdiKindPrefix = Annotated[str, Field(pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*(/[A-Za-z0-9][-A-Za-z0-9_.]*)?$")]
 
 
-class GrantPolicySettings(_Strict):
-    """What a resource's source may grant; anything else fails Allocate (shim/policy.py,
-    docs/configuration.md "Grant policy"). The defaults allow device nodes under /dev only."""
-
-    # Host paths of device nodes and of mounts must lie under one of these, both as written
-    # (normalised) and with symlinks resolved; matched on whole path components.
-    device_path_prefixes: list[PathPrefix] = ["/dev"]
-    mount_path_prefixes: list[PathPrefix] = []
-    read_only_mounts: bool = True
-    env_name_pattern: Annotated[str, AfterValidator(_regex)] = r"^[A-Za-z_][A-Za-z0-9_]*$"
-    # The dynamic loader's hooks: a value for them runs code of the driver's choosing in the container.
-    denied_env_names: list[str] = ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"]
-    # Plain string prefixes; null: any key. None by default: container runtimes act on some
-    # annotations (cdi.k8s.io/ injects CDI devices, CRI-O's io.kubernetes.cri-o.Devices adds nodes).
-    annotation_key_prefixes: list[Annotated[str, Field(min_length=1)]] | None = []
-    # None: any CDI device name; a list: only names of these vendors or vendor/classes.
-    cdi_vendor_prefixes: list[CdiKindPrefix] | None = None
-
-
-# model.MAX_NUMA_NODE (Linux's MAX_NUMNODES is at most 1024), repeated because settings import no
-# other layer of devshim; tests/unit/test_settings.py checks the two agree.
-MAX_NUMA_NODE = 1023
-
-
-class StaticDeviceSettings(_Strict):
+class StaticDeviceSettings(StrictModel):
     id: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[^\s,]+$")]
     # strict: YAML's true is no NUMA node.
     numa_nodes: list[Annotated[int, Field(ge=0, le=MAX_NUMA_NODE, strict=True)]] = []
     healthy: bool = True
 
 
-class StaticSourceSettings(_Strict):
+class StaticSourceSettings(StrictModel):
     """Either ``count`` devices named ``<id_prefix><n>``, or an explicit ``devices`` list."""
 
     count: Annotated[int, Field(ge=0, le=100_000)] | None = None
@@ -193,7 +89,7 @@ class StaticSourceSettings(_Strict):
         return self
 
 
-class ResourceSettings(_Strict):
+class ResourceSettings(StrictModel):
     name: str
     socket_name: str | None = None
     static: StaticSourceSettings
@@ -217,11 +113,6 @@ class ResourceSettings(_Strict):
     def _grant_within_policy(self) -> Self:
         """A static grant outside its policy is a config error, not a refused first Allocate: what
         it says is fixed here. Where its host paths lead is still judged on every call."""
-        # Imported here: the policy and the grant expansion are built on these settings.
-        from shim.errors import GrantRefused
-        from shim.grants import expand
-        from shim.policy import GrantPolicy
-
         static = self.static
         if static.devices is not None:
             ids = [d.id for d in static.devices]
@@ -239,7 +130,7 @@ class ResourceSettings(_Strict):
         return self
 
 
-class DriverTimeouts(_Strict):
+class DriverTimeouts(StrictModel):
     """Per-method deadlines for driver calls (docs/driver-protocol.md, "Methods")."""
 
     initialize_s: Annotated[float, Field(gt=0, le=600)] = 30.0
@@ -253,7 +144,7 @@ class DriverTimeouts(_Strict):
     shutdown_s: Annotated[float, Field(gt=0, le=600)] = 5.0
 
 
-class DeallocationSettings(_Strict):
+class DeallocationSettings(StrictModel):
     """Deallocate emulation for drivers on v1beta1, through the kubelet's PodResources List."""
 
     enabled: bool = True
@@ -265,7 +156,7 @@ class DeallocationSettings(_Strict):
     grace_s: Annotated[float, Field(ge=0, le=3600)] = 30.0
 
 
-class RestartPolicy(_Strict):
+class RestartPolicy(StrictModel):
     """How a failed driver is restarted (docs/driver-protocol.md, "Failures")."""
 
     # Consecutive failed starts after which the driver stays down (devices Unhealthy).
@@ -329,7 +220,7 @@ UserName = Annotated[str | int, AfterValidator(_known_user)]
 GroupName = Annotated[str | int, AfterValidator(_known_group)]
 
 
-class DriverStderrSettings(_Strict):
+class DriverStderrSettings(StrictModel):
     """How much of a driver's stderr reaches devshim's log; the rest is read and dropped."""
 
     # Longer lines are cut here and marked; the rest of the line is skipped.
@@ -338,7 +229,7 @@ class DriverStderrSettings(_Strict):
     max_lines_per_s: Annotated[int, Field(ge=1, le=100_000)] = 100
 
 
-class DriverSettings(_Strict):
+class DriverSettings(StrictModel):
     """A driver subprocess: started from ``command`` (an argv list, never a shell)
     with exactly ``env`` as its environment."""
 
@@ -400,7 +291,7 @@ def _socket_mode(value: int) -> int:
     return value
 
 
-class SocketSettings(_Strict):
+class SocketSettings(StrictModel):
     """Who may connect to devshim's plugin sockets. The kubelet runs as root, which the default
     (owner only) serves; a reader running as another user (a sidecar) gets in through ``group``."""
 
@@ -408,7 +299,7 @@ class SocketSettings(_Strict):
     group: GroupName | None = None
 
 
-class HttpSettings(_Strict):
+class HttpSettings(StrictModel):
     """The ops endpoint: /metrics (Prometheus), /healthz and /readyz (probes), /status."""
 
     enabled: bool = True
@@ -552,36 +443,3 @@ class _FileSource(PydanticBaseSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         return dict(_FILE_DATA.get() or {})
-
-
-def read_config_file(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping at the top, not {type(data).__name__}")
-    return data
-
-
-def format_validation_error(exc: ValidationError, source: Path | str | None, what: str = "settings") -> str:
-    """One line per problem, each naming its field (used by devshim and its drivers' configs)."""
-    where = f" in {source}" if source else ""
-    lines = [f"invalid {what}{where}:"]
-    for err in exc.errors():
-        lines.append(f"  {location(err['loc'])}: {err['msg']}")
-    return "\n".join(lines)
-
-
-def location(parts: tuple[int | str, ...]) -> str:
-    """("resources", 1, "name") -> "resources[1].name", the way a YAML path reads."""
-    text = ""
-    for part in parts:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "(top level)"

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from shim.model import Health
+from shim.model import Device, Health
 
 if TYPE_CHECKING:
-    from shim.bootstrap import Served
     from shim.driverhost import DriverHost
+    from shim.frontend.endpoint import PluginEndpoint
 
 
-def resource_status(served: Served) -> dict[str, Any]:
-    endpoint, devices = served.endpoint, served.service.devices
+def resource_status(endpoint: PluginEndpoint, devices: Sequence[Device]) -> dict[str, Any]:
+    """One served resource: its kubelet endpoint, and the devices its core service lists."""
     return {
         "registered": endpoint.registered,
         "negotiated": endpoint.negotiated or None,

@@ -19,8 +19,8 @@ import pytest
 
 from shim.compat.driver_scenarios import SCENARIOS
 from tests.support import DRIVERS
+from tests.support.devshim_process import DEVSHIM
 
-DEVSHIM = [sys.executable, "-m", "shim"]
 PYTHON = shlex.quote(sys.executable)
 BROKEN = DRIVERS / "broken.py"
 SIGUSR1_HOOK = 'kill -USR1 "$DEVSHIM_COMPAT_DRIVER_PID"'

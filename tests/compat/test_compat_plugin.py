@@ -14,7 +14,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,14 +27,10 @@ from shim.compat.plugin_world import NOT_STARTED, PluginUnderTest
 from shim.compat.report import table
 from shim.compat.results import Result, Status
 from shim.kubelet import FakeKubelet
-from tests.compat import test_go_plugin, test_legacy_adapter
-from tests.support import LEGACY_PLUGINS
+from tests.support.legacy import PYTHON_PLUGIN
+from tests.support.unix import short_temp_dir
 
-# Fixtures shared with the legacy adapter tests: the Go plugin, built; the Python plugin's generated stubs.
-goplug = test_go_plugin.goplug
-stubs = test_legacy_adapter.stubs
-
-PY_PLUGIN = LEGACY_PLUGINS / "python" / "plugin.py"
+PY_PLUGIN = PYTHON_PLUGIN / "plugin.py"
 ROWS = list(PLUGIN_CHECKS)
 # The Python plugin never registers again after a kubelet restart: one variant proves the row
 # catches that (waiting out its 15 s deadline); the others leave the row out.
@@ -174,9 +169,8 @@ async def test_a_plugin_hardcoding_the_kubelet_dir_runs_in_a_private_mount_names
 
 @pytest.fixture
 def running_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="ds-run-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with short_temp_dir("ds-run-") as path:
+        yield path
 
 
 async def test_socket_mode_checks_a_running_plugin_and_skips_the_registration_rows(

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -21,6 +19,7 @@ from shim.kubelet import FakeKubelet
 from shim.kubelet.records import ContainerSpec
 from shim.settings import Settings
 from tests.support import DRIVERS
+from tests.support.unix import short_temp_dir
 
 DRIVER = DRIVERS / "recording.py"
 RESOURCE = "example.com/rec"
@@ -49,9 +48,8 @@ class Deallocations:
 
 @pytest.fixture
 def pod_resources_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="ds-pr-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with short_temp_dir("ds-pr-") as path:
+        yield path
 
 
 @asynccontextmanager
@@ -130,7 +128,7 @@ async def test_a_rate_limiting_kubelet_is_polled_more_slowly(
 
 
 async def test_without_a_pod_resources_socket_the_emulation_is_off_and_says_so(
-    plugin_dir: Path, state_dir: Path, pod_resources_dir: Path, warnings: list[str]
+    plugin_dir: Path, state_dir: Path, pod_resources_dir: Path, warnings: list[str], kubelet: FakeKubelet
 ) -> None:
     """No PodResources service (feature off, old kubelet): status says off, one warning."""
     settings = Settings.load(
@@ -142,7 +140,7 @@ async def test_without_a_pod_resources_socket_the_emulation_is_off_and_says_so(
             "poll_interval_s": POLL_S,
         },
     )
-    async with FakeKubelet(plugin_dir) as kubelet, Shim(settings) as shim:
+    async with Shim(settings) as shim:
         await kubelet.wait_for_plugin(RESOURCE, timeout=20)
         # The emulator polls once at start, before the driver is even up; status has no
         # event of its own, so look a few times within a bound.

@@ -96,7 +96,7 @@ async def test_a_v1beta2_kubelet_gets_a_v1beta2_session_that_allocates(
 
 
 async def test_devfs_under_devshim_run_serves_real_dev_nodes(
-    plugin_dir: Path, state_dir: Path, tmp_path: Path
+    plugin_dir: Path, state_dir: Path, tmp_path: Path, kubelet: FakeKubelet
 ) -> None:
     """`devshim run --driver devfs=...` as a real process: /dev/null, /dev/zero and /dev/full
     matched by one glob reach the kubelet, and Allocate grants the real device nodes."""
@@ -104,17 +104,16 @@ async def test_devfs_under_devshim_run_serves_real_dev_nodes(
     group = {"resource": "example.com/nullish", "paths": ["/dev/null", "/dev/zero", "/dev/full"]}
     config.write_text(json.dumps({"groups": [group]}))
     command = f"{shlex.quote(sys.executable)} -m devshim_adapters.devfs --config {shlex.quote(str(config))}"
-    async with FakeKubelet(plugin_dir) as kubelet:
-        proc = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "shim", "run", "--device-plugins-dir", str(plugin_dir)),
-            *("--state-dir", str(state_dir), "--driver", f"devfs={command}"),
-        )
-        try:
-            session = await kubelet.wait_for_plugin("example.com/nullish", timeout=30)
-            listed = await session.wait_for_list(lambda ds: len(ds) == 3)
-            assert sorted(d.id for d in listed) == ["full", "null", "zero"]
-            grant = await session.allocate(["zero"])
-            assert grant.device_nodes == (("/dev/zero", "/dev/zero", "rw"),)
-        finally:
-            proc.terminate()
-            assert await proc.wait() == 0
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "shim", "run", "--device-plugins-dir", str(plugin_dir)),
+        *("--state-dir", str(state_dir), "--driver", f"devfs={command}"),
+    )
+    try:
+        session = await kubelet.wait_for_plugin("example.com/nullish", timeout=30)
+        listed = await session.wait_for_list(lambda ds: len(ds) == 3)
+        assert sorted(d.id for d in listed) == ["full", "null", "zero"]
+        grant = await session.allocate(["zero"])
+        assert grant.device_nodes == (("/dev/zero", "/dev/zero", "rw"),)
+    finally:
+        proc.terminate()
+        assert await proc.wait() == 0

@@ -16,75 +16,46 @@ import pytest
 
 from shim.kubelet import FakeKubelet
 from tests.support import DRIVERS
-
-DEVSHIM = [sys.executable, "-m", "shim"]
-
-
-async def start_devshim(*args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        *DEVSHIM, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
+from tests.support.devshim_process import DEVSHIM, children, devshim, start_devshim
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-async def test_a_signal_stops_devshim_cleanly_removing_only_its_sockets(plugin_dir: Path, sig: int) -> None:
+async def test_a_signal_stops_devshim_cleanly_removing_only_its_sockets(
+    plugin_dir: Path, kubelet: FakeKubelet, sig: int
+) -> None:
     """After registering, a signal makes devshim exit 0 within seconds, its sockets gone and
     kubelet.sock and another plugin's socket untouched."""
     with socket.socket(socket.AF_UNIX) as other:
         other.bind(str(plugin_dir / "vendor-other.sock"))
-        async with FakeKubelet(plugin_dir) as kubelet:
-            proc = await start_devshim(
-                "run",
-                "--device-plugins-dir",
-                str(plugin_dir),
-                "-r",
-                "example.com/foo=2",
-                "-r",
-                "example.com/bar=1",
-            )
-            try:
-                for resource in ("example.com/foo", "example.com/bar"):
-                    session = await kubelet.wait_for_plugin(resource, timeout=30)
-                    await session.wait_for_list()
-                proc.send_signal(sig)
-                _, stderr = await asyncio.wait_for(proc.communicate(), 10)
-            finally:
-                if proc.returncode is None:
-                    proc.kill()
-                    await proc.wait()
-            assert proc.returncode == 0, stderr.decode()
-            names = sorted(p.name for p in plugin_dir.iterdir())
-            assert names == ["DEPRECATION", "kubelet.sock", "vendor-other.sock"]  # the kubelet's files stay
+        async with devshim(
+            *("run", "--device-plugins-dir", str(plugin_dir)),
+            *("-r", "example.com/foo=2", "-r", "example.com/bar=1"),
+        ) as proc:
+            for resource in ("example.com/foo", "example.com/bar"):
+                session = await kubelet.wait_for_plugin(resource, timeout=30)
+                await session.wait_for_list()
+            proc.send_signal(sig)
+            _, stderr = await asyncio.wait_for(proc.communicate(), 10)
+        assert proc.returncode == 0, stderr.decode()
+        names = sorted(p.name for p in plugin_dir.iterdir())
+        assert names == ["DEPRECATION", "kubelet.sock", "vendor-other.sock"]  # the kubelet's files stay
 
 
-def children(pid: int) -> set[int]:
-    found: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found |= {int(child) for child in (task / "children").read_text().split()}
-    return found
-
-
-async def test_sigterm_stops_the_drivers_too(plugin_dir: Path, state_dir: Path) -> None:
+async def test_sigterm_stops_the_drivers_too(plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet) -> None:
     """A driver given with --driver serves its resource; on SIGTERM devshim stops it before
     exiting, so no driver process outlives devshim."""
     sim = json.dumps({"resources": [{"name": "example.com/cli", "count": 2}]})
     command = f"{shlex.quote(sys.executable)} -m devshim_adapters.sim --config-json {shlex.quote(sim)}"
-    async with FakeKubelet(plugin_dir) as kubelet:
-        proc = await start_devshim(
-            *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
-            *("--driver", f"sim={command}"),
-        )
-        try:
-            session = await kubelet.wait_for_plugin("example.com/cli", timeout=30)
-            assert [d.id for d in await session.wait_for_list()] == ["cli-0", "cli-1"]
-            drivers = children(proc.pid)
-            assert drivers, "the driver should be a child process of devshim"
-            proc.send_signal(signal.SIGTERM)
-            _, stderr = await asyncio.wait_for(proc.communicate(), 15)
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+    async with devshim(
+        *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
+        *("--driver", f"sim={command}"),
+    ) as proc:
+        session = await kubelet.wait_for_plugin("example.com/cli", timeout=30)
+        assert [d.id for d in await session.wait_for_list()] == ["cli-0", "cli-1"]
+        drivers = children(proc.pid)
+        assert drivers, "the driver should be a child process of devshim"
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(proc.communicate(), 15)
     assert proc.returncode == 0, stderr.decode()
     for pid in drivers:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
@@ -134,32 +105,29 @@ def test_help_describes_run_and_its_options() -> None:
 
 
 async def test_a_driver_that_cannot_start_stays_down_while_others_are_served(
-    plugin_dir: Path, state_dir: Path
+    plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet
 ) -> None:
     """A missing driver program is retried with backoff, then given up with a log line naming
     the driver and the cause, while devshim keeps serving its other resources."""
-    async with FakeKubelet(plugin_dir) as kubelet:
-        proc = await start_devshim(
-            *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
-            *("-r", "example.com/ok=1"),
-            *("--driver", "gone=/nonexistent/driver"),
-        )
-        try:
-            await kubelet.wait_for_registration("example.com/ok", timeout=30)
-            assert proc.stderr is not None
-            lines: list[str] = []
-            while not any("stays down" in line for line in lines):
-                line = await asyncio.wait_for(proc.stderr.readline(), 30)
-                assert line, "devshim exited: " + "".join(lines)
-                lines.append(line.decode())
-            assert proc.returncode is None
-            assert any(
-                "cannot run '/nonexistent/driver': No such file or directory" in line for line in lines
-            )
-            assert (await kubelet.plugin("example.com/ok").allocate(["dev0"])) is not None
-        finally:
-            proc.terminate()
-            await proc.wait()
+    proc = await start_devshim(
+        *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
+        *("-r", "example.com/ok=1"),
+        *("--driver", "gone=/nonexistent/driver"),
+    )
+    try:
+        await kubelet.wait_for_registration("example.com/ok", timeout=30)
+        assert proc.stderr is not None
+        lines: list[str] = []
+        while not any("stays down" in line for line in lines):
+            line = await asyncio.wait_for(proc.stderr.readline(), 30)
+            assert line, "devshim exited: " + "".join(lines)
+            lines.append(line.decode())
+        assert proc.returncode is None
+        assert any("cannot run '/nonexistent/driver': No such file or directory" in line for line in lines)
+        assert (await kubelet.plugin("example.com/ok").allocate(["dev0"])) is not None
+    finally:
+        proc.terminate()
+        await proc.wait()
 
 
 async def exited(pid: int, timeout: float) -> bool:
@@ -181,23 +149,19 @@ async def exited(pid: int, timeout: float) -> bool:
         os.close(fd)
 
 
-async def test_a_killed_devshim_leaves_no_driver_running(plugin_dir: Path, state_dir: Path) -> None:
+async def test_a_killed_devshim_leaves_no_driver_running(
+    plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet
+) -> None:
     """SIGKILL gives devshim no chance to stop its drivers; the parent-death signal armed at
     their start makes the kernel kill them too, even one that ignores EOF and SIGTERM."""
     stubborn = DRIVERS / "stubborn.py"
     command = f"{shlex.quote(sys.executable)} {shlex.quote(str(stubborn))}"
-    async with FakeKubelet(plugin_dir) as kubelet:
-        proc = await start_devshim(
-            *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
-            *("--driver", f"sim={command}"),
-        )
-        try:
-            await kubelet.wait_for_plugin("example.com/orphan", timeout=30)
-            (driver,) = children(proc.pid)
-            proc.kill()
-            await proc.wait()
-            assert await exited(driver, 10), f"driver {driver} outlived a SIGKILLed devshim"
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+    async with devshim(
+        *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
+        *("--driver", f"sim={command}"),
+    ) as proc:
+        await kubelet.wait_for_plugin("example.com/orphan", timeout=30)
+        (driver,) = children(proc.pid)
+        proc.kill()
+        await proc.wait()
+        assert await exited(driver, 10), f"driver {driver} outlived a SIGKILLed devshim"

@@ -6,13 +6,8 @@ import asyncio
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import urllib.error
-import urllib.request
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +16,8 @@ import pytest
 import yaml
 
 from shim.kubelet import FakeKubelet
-from tests.compat.test_devshim_command import DEVSHIM, children, start_devshim
 from tests.support import DRIVERS
+from tests.support.devshim_process import DEVSHIM, children, devshim, free_port, http_get
 
 LIFECYCLE = str(DRIVERS / "lifecycle.py")
 
@@ -78,17 +73,6 @@ def test_check_config_of_a_missing_or_broken_file_says_so(tmp_path: Path) -> Non
     )
 
 
-@asynccontextmanager
-async def devshim(*args: str) -> AsyncIterator[asyncio.subprocess.Process]:
-    proc = await start_devshim(*args)
-    try:
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.communicate()
-
-
 def driver_pids(devshim_pid: int) -> dict[str, int]:
     """The driver processes under devshim, by the resource or script their command line names."""
     found = {}
@@ -100,7 +84,7 @@ def driver_pids(devshim_pid: int) -> dict[str, int]:
 
 
 async def test_sighup_reloads_the_config_restarting_only_what_changed(
-    tmp_path: Path, plugin_dir: Path, state_dir: Path
+    tmp_path: Path, plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet
 ) -> None:
     """A changed static resource and a changed driver are restarted, a new resource is served, an
     unchanged driver keeps running; a broken config on a later SIGHUP changes nothing."""
@@ -108,7 +92,7 @@ async def test_sighup_reloads_the_config_restarting_only_what_changed(
     life = {"name": "life", "command": [sys.executable, LIFECYCLE]}
     write_config(config, plugin_dir, state_dir, resources=[{"name": "example.com/a", "static": {"count": 1}}],
                  drivers=[life, {"name": "sim", "command": sim("example.com/s", 1)}])  # fmt: skip
-    async with FakeKubelet(plugin_dir) as kubelet, devshim("run", "--config", str(config)) as proc:
+    async with devshim("run", "--config", str(config)) as proc:
         for resource in ("example.com/a", "example.com/life", "example.com/s"):
             await (await kubelet.wait_for_plugin(resource, timeout=30)).wait_for_list()
         before = driver_pids(proc.pid)
@@ -142,23 +126,13 @@ async def test_sighup_reloads_the_config_restarting_only_what_changed(
 
 
 async def test_json_logs_are_one_object_per_line_naming_the_resource(
-    plugin_dir: Path, state_dir: Path
+    plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet
 ) -> None:
-    async with (
-        FakeKubelet(plugin_dir) as kubelet,
-        devshim(
-            *(
-                "run",
-                "--device-plugins-dir",
-                str(plugin_dir),
-                "--state-dir",
-                str(state_dir),
-                "--log-format",
-                "json",
-            ),
-            *("-r", "example.com/foo=1", "--driver", f"life={sys.executable} {LIFECYCLE}"),
-        ) as proc,
-    ):
+    async with devshim(
+        *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
+        *("--log-format", "json"),
+        *("-r", "example.com/foo=1", "--driver", f"life={sys.executable} {LIFECYCLE}"),
+    ) as proc:
         await kubelet.wait_for_registration("example.com/foo", timeout=30)
         await kubelet.wait_for_registration("example.com/life", timeout=30)
         with pytest.raises(grpc.aio.AioRpcError):  # an unknown device: refused, and logged
@@ -174,14 +148,8 @@ async def test_json_logs_are_one_object_per_line_naming_the_resource(
     assert refused and refused[0]["resource"] == "example.com/foo" and refused[0]["version"] == "v1beta1"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def test_status_metrics_and_probes_of_a_running_devshim(
-    plugin_dir: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+    plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`devshim status` reads the running process: resources, negotiated version, devices by
     health, the driver (found on devshim's PATH by its bare name, with an empty environment) and
@@ -191,13 +159,10 @@ async def test_status_metrics_and_probes_of_a_running_devshim(
     port = free_port()
     monkeypatch.setenv("DEVSHIM_HTTP__PORT", str(port))
     sim_config = json.dumps({"resources": [{"name": "example.com/st", "count": 2}]})
-    async with (
-        FakeKubelet(plugin_dir) as kubelet,
-        devshim(
-            *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
-            *("-r", "example.com/foo=3", "--driver", f"sim=devshim-sim --config-json '{sim_config}'"),
-        ) as proc,
-    ):
+    async with devshim(
+        *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
+        *("-r", "example.com/foo=3", "--driver", f"sim=devshim-sim --config-json '{sim_config}'"),
+    ) as proc:
         session = await kubelet.wait_for_plugin("example.com/st", timeout=30)
         await session.allocate([(await session.wait_for_list())[0].id])
         await kubelet.wait_for_registration("example.com/foo", timeout=30)
@@ -243,11 +208,3 @@ def test_status_without_a_running_devshim_says_so(tmp_path: Path) -> None:
     )
     assert result.returncode == 1 and "no devshim answers at http://127.0.0.1:" in result.stderr
     assert "Traceback" not in result.stderr
-
-
-def http_get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()

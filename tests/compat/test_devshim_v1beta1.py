@@ -36,12 +36,6 @@ def ids(devices: tuple[DeviceState, ...]) -> list[str]:
 
 
 @pytest.fixture
-async def kubelet(plugin_dir: Path) -> AsyncIterator[FakeKubelet]:
-    async with FakeKubelet(plugin_dir) as kubelet:
-        yield kubelet
-
-
-@pytest.fixture
 async def foo(plugin_dir: Path, kubelet: FakeKubelet) -> AsyncIterator[tuple[StaticSource, PluginSession]]:
     async with running_shim(plugin_dir, {FOO: FOUR}, policies={FOO: POLICY}) as (_, sources):
         session = await kubelet.wait_for_plugin(FOO)

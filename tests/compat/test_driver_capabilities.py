@@ -14,7 +14,7 @@ DRIVER = DRIVERS / "overpromising.py"
 
 
 async def test_declared_but_unimplemented_methods_do_not_fail_admission(
-    plugin_dir: Path, state_dir: Path
+    plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet
 ) -> None:
     """The driver declares preferred allocation and pre-start, then answers -32601 for both:
     the kubelet still gets exactly allocation_size IDs and a successful PreStartContainer, so
@@ -24,7 +24,7 @@ async def test_declared_but_unimplemented_methods_do_not_fail_admission(
         state_dir=state_dir,
         drivers=[{"name": "over", "command": [sys.executable, str(DRIVER)]}],
     )
-    async with FakeKubelet(plugin_dir) as kubelet, Shim(settings):
+    async with Shim(settings):
         session = await kubelet.wait_for_plugin("example.com/over", timeout=20)
         await session.wait_for_list()
         assert session.options.pre_start_required and session.options.get_preferred_allocation_available

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,39 +28,10 @@ from loguru import logger
 from shim.bootstrap import Shim
 from shim.kubelet import FakeKubelet, PluginSession
 from shim.settings import Settings
-from tests.support import DRIVERS
+from tests.support.privileges import HARDENED, NOBODY, NOBODY_PYTHON, can_drop_capabilities, needs_nobody
 
-HARDENED = DRIVERS / "hardened.py"
 WHO = "example.com/who"
-NOBODY, NOGROUP = 65534, 65534
 WAIT_S = 20.0
-
-
-def python_for_nobody() -> str | None:
-    """A Python that user nobody can run the test driver with (devshim's own may sit in a
-    directory nobody cannot enter), or None."""
-    if os.geteuid() != 0:
-        return None
-    for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
-        # The child drops to nobody itself (see connect_as_nobody in test_sockets_hardening.py),
-        # then runs the same interpreter again as nobody.
-        check = f"open({str(HARDENED)!r}).close()"
-        drop = f"import os\nos.setgroups([])\nos.setgid({NOGROUP})\nos.setuid({NOBODY})\n"
-        run = f"os.execv({candidate!r}, [{candidate!r}, '-I', '-c', {check!r}])"
-        probe = [candidate, "-I", "-c", drop + run]
-        try:
-            done = subprocess.run(probe, capture_output=True)
-        except OSError:
-            continue
-        if done.returncode == 0:
-            return candidate
-    return None
-
-
-NOBODY_PYTHON = python_for_nobody()
-needs_nobody = pytest.mark.skipif(
-    NOBODY_PYTHON is None, reason="needs root and a Python that user nobody can run the driver with"
-)
 
 
 def driver(python: str | None = None, **settings: Any) -> dict[str, Any]:
@@ -262,15 +232,6 @@ def test_a_driver_run_as_another_user_dies_with_devshim_even_by_sigkill(
         for child in children:  # an orphan, if the test failed
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, signal.SIGKILL)
-
-
-def can_drop_capabilities() -> bool:
-    """Root, with setpriv allowed to drop capabilities from the bounding set (CAP_SETPCAP)."""
-    setpriv = shutil.which("setpriv")
-    if os.geteuid() != 0 or setpriv is None:
-        return False
-    probe = [setpriv, "--bounding-set=-setuid,-setgid,-chown", "--", sys.executable, "-c", "pass"]
-    return subprocess.run(probe, capture_output=True).returncode == 0
 
 
 @pytest.mark.skipif(not can_drop_capabilities(), reason="needs root and setpriv that may drop capabilities")

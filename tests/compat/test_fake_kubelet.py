@@ -37,6 +37,7 @@ ALL_OPTIONS = PluginOptions(pre_start_required=True, get_preferred_allocation_av
 
 @pytest.fixture
 async def kubelet(plugin_dir: Path) -> AsyncIterator[FakeKubelet]:
+    """tests/conftest.py's kubelet, with short dial and call timeouts: some tests here wait them out."""
     async with FakeKubelet(plugin_dir, dial_timeout_s=0.5, rpc_timeout_s=2.0) as kubelet:
         yield kubelet
 

@@ -66,6 +66,7 @@ async def registered(
 
 @pytest.fixture
 async def kubelet(plugin_dir: Path) -> AsyncIterator[FakeKubelet]:
+    """Instead of tests/conftest.py's: new_kubelet's, serving PodResources beside device-plugins/."""
     async with new_kubelet(plugin_dir) as kubelet:
         yield kubelet
 

@@ -45,6 +45,7 @@ def new_kubelet(root: Path, mode: WatchMode = "auto") -> FakeKubelet:
 
 @pytest.fixture
 async def kubelet(plugin_dir: Path) -> AsyncIterator[FakeKubelet]:
+    """Instead of tests/conftest.py's: new_kubelet's, watching plugins_registry/ beside device-plugins/."""
     async with new_kubelet(plugin_dir) as kubelet:
         yield kubelet
 

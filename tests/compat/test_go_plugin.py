@@ -6,38 +6,14 @@ with the machine's Go, its dependencies from the Go module proxy as pinned in go
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.compat.test_legacy_adapter import legacy_pid, served
-from tests.support import LEGACY_PLUGINS
-from tests.support.toolchains import toolchain
+from tests.support.legacy import legacy_pid, served
 
-GO_PLUGIN = LEGACY_PLUGINS / "go"
 RESOURCE = "example.com/goplug"
-
-
-@pytest.fixture(scope="module")
-def goplug() -> Iterator[Path]:
-    """The Go plugin, built in the run; skipped where Go is missing unless CI requires it."""
-    toolchain("go", "the Go legacy plugin (tests/support/legacy_plugins/go)")
-    out = Path(tempfile.mkdtemp(prefix="ds-go-")) / "goplug"
-    subprocess.run(["bash", str(GO_PLUGIN / "build.sh"), str(out)], check=True, timeout=900)
-    yield out
-    shutil.rmtree(out.parent, ignore_errors=True)
-
-
-@pytest.fixture
-def private_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="ds-priv-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from shim.kubelet import FakeKubelet
-from tests.compat.test_devshim_command import start_devshim
 from tests.support import DRIVERS
+from tests.support.devshim_process import start_devshim
 
 LIFECYCLE = str(DRIVERS / "lifecycle.py")
 EXPECTED = {"example.com/foo": 3, "example.com/life": 4}  # a static resource and a driver's

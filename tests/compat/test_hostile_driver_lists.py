@@ -136,7 +136,7 @@ async def devshim_run(plugin_dir: Path, state_dir: Path, env: dict[str, str]) ->
     ids=["bytes", "values", "devices"],
 )
 async def test_a_device_list_over_the_bound_is_refused_and_the_driver_restarted_without_memory_growth(
-    plugin_dir: Path, state_dir: Path, mode: str, size: int, refusal: str
+    plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet, mode: str, size: int, refusal: str
 ) -> None:
     """The driver's list is refused before it is built into Python objects: an error in devshim's
     log says why, the kubelet sees the driver's devices Unhealthy (never removed), then Healthy
@@ -148,7 +148,7 @@ async def test_a_device_list_over_the_bound_is_refused_and_the_driver_restarted_
         "HOSTILE_DEVICES": str(size),
         "HOSTILE_VALUES": str(size),
     }
-    async with FakeKubelet(plugin_dir) as kubelet, devshim_run(plugin_dir, state_dir, env) as devshim:
+    async with devshim_run(plugin_dir, state_dir, env) as devshim:
         session = await kubelet.wait_for_plugin(HOSTILE, timeout=WAIT_S)
         await session.wait_for_list(listed(HEALTHY), timeout=WAIT_S)
         before_mb = memory_mb(devshim.process.pid, "VmRSS")
@@ -175,7 +175,7 @@ async def test_a_device_list_over_the_bound_is_refused_and_the_driver_restarted_
 
 
 async def test_a_list_devices_answer_over_the_bound_fails_the_start_and_the_next_run_serves(
-    plugin_dir: Path, state_dir: Path, warnings: list[str]
+    plugin_dir: Path, state_dir: Path, warnings: list[str], kubelet: FakeKubelet
 ) -> None:
     """The same bound holds for the answer to list_devices: that start fails, saying why, before
     a device of it is read; the next run's devices are served."""
@@ -186,7 +186,7 @@ async def test_a_list_devices_answer_over_the_bound_fails_the_start_and_the_next
         "HOSTILE_DEVICES": str(MAX_DEVICES_PER_LIST + 1),
     }
     settings = hostile_settings(plugin_dir, state_dir, env)
-    async with FakeKubelet(plugin_dir) as kubelet, Shim(settings):
+    async with Shim(settings):
         session = await kubelet.wait_for_plugin(HOSTILE, timeout=WAIT_S)
         await session.wait_for_list(listed(HEALTHY), timeout=WAIT_S)
         assert len(starts(run_file)) == 2
@@ -206,7 +206,7 @@ def encode_failures(resource: str) -> float:
 
 
 async def test_a_numa_node_beyond_the_kernels_is_refused_and_later_changes_still_reach_the_kubelet(
-    plugin_dir: Path, state_dir: Path, warnings: list[str]
+    plugin_dir: Path, state_dir: Path, warnings: list[str], kubelet: FakeKubelet
 ) -> None:
     """sysfs's -1 read as uint64 (2**64-1) as a device's NUMA node: devshim refuses that list with
     a warning naming the device and keeps the devices as they were; the health change the driver
@@ -215,7 +215,7 @@ async def test_a_numa_node_beyond_the_kernels_is_refused_and_later_changes_still
     env = {"RUN_FILE": str(run_file), "HOSTILE_MODE": "numa"}
     before = encode_failures(HOSTILE)
     settings = hostile_settings(plugin_dir, state_dir, env)
-    async with FakeKubelet(plugin_dir) as kubelet, Shim(settings):
+    async with Shim(settings):
         session = await kubelet.wait_for_plugin(HOSTILE, timeout=WAIT_S)
         await session.wait_for_list(listed(HEALTHY), timeout=WAIT_S)
         os.kill(starts(run_file)[0], signal.SIGUSR1)
@@ -238,7 +238,7 @@ BAD = "example.com/badnuma"
 
 
 async def test_a_list_that_cannot_be_encoded_ends_the_stream_with_a_clear_status_until_it_changes(
-    plugin_dir: Path,
+    plugin_dir: Path, kubelet: FakeKubelet
 ) -> None:
     """Whatever gets past validation into a list the kubelet's messages cannot carry (here a NUMA
     node over int64, set through the static source's seam) is an ERROR and a metric, and ends the
@@ -247,7 +247,7 @@ async def test_a_list_that_cannot_be_encoded_ends_the_stream_with_a_clear_status
     before = encode_failures(BAD)
     resources = {BAD: {"devices": [{"id": "n-0"}, {"id": "n-1"}]}}
     with logged("ERROR") as errors:
-        async with FakeKubelet(plugin_dir) as kubelet, running_shim(plugin_dir, resources) as (_, sources):
+        async with running_shim(plugin_dir, resources) as (_, sources):
             session = await kubelet.wait_for_plugin(BAD, timeout=WAIT_S)
             await session.wait_for_list(lambda ds: len(ds) == 2, timeout=WAIT_S)
             source: StaticSource = sources[BAD]

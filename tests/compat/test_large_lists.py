@@ -35,14 +35,14 @@ def registrations(kubelet: FakeKubelet, resource: str) -> int:
     return sum(1 for r in kubelet.registrations if r.resource_name == resource)
 
 
-async def test_50000_realistic_devices_fit_in_one_list(plugin_dir: Path) -> None:
+async def test_50000_realistic_devices_fit_in_one_list(plugin_dir: Path, kubelet: FakeKubelet) -> None:
     """The issue's goal: 50,000 GPUs named like NVIDIA's ("GPU-<uuid>"), one NUMA node each,
     reach the kubelet as one list (about 2.9 MB: some 72,000 such devices fit)."""
     rng = random.Random(11)
     ids = [f"GPU-{uuid.UUID(int=rng.getrandbits(128), version=4)}" for _ in range(50_000)]
     devices = [{"id": i, "numa_nodes": [n % 2]} for n, i in enumerate(ids)]
     before = refused_lists(GPU)
-    async with FakeKubelet(plugin_dir) as kubelet, running_shim(plugin_dir, {GPU: {"devices": devices}}):
+    async with running_shim(plugin_dir, {GPU: {"devices": devices}}):
         session = await kubelet.wait_for_plugin(GPU, timeout=30)
         listed = await session.wait_for_list(timeout=30)
         assert len(listed) == 50_000
@@ -59,13 +59,13 @@ def ids_totalling(size: int) -> list[str]:
     return [f"{n:063d}" for n in range(long_ids)] + ["e" * (rest - 13)]
 
 
-async def test_the_limit_is_the_kubelets_exactly(plugin_dir: Path) -> None:
+async def test_the_limit_is_the_kubelets_exactly(plugin_dir: Path, kubelet: FakeKubelet) -> None:
     """A list of exactly 4 MiB reaches a kubelet with gRPC's default limit (which counts the
     message, not the 5-byte frame prefix); one byte more is refused by devshim, not the kubelet."""
     exact, over = ids_totalling(KUBELET_MAX_MESSAGE_BYTES), ids_totalling(KUBELET_MAX_MESSAGE_BYTES + 1)
     resources = {EXACT: {"devices": [{"id": i} for i in exact]}, OVER: {"devices": [{"id": i} for i in over]}}
     before = refused_lists(OVER)
-    async with FakeKubelet(plugin_dir) as kubelet, running_shim(plugin_dir, resources):
+    async with running_shim(plugin_dir, resources):
         fits = await kubelet.wait_for_plugin(EXACT, timeout=30)
         assert len(await fits.wait_for_list(timeout=30)) == len(exact)
         refused = await kubelet.wait_for_plugin(OVER, timeout=30)

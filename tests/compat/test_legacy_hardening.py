@@ -24,15 +24,8 @@ import pytest
 
 from adapters.legacy.kubelet import LegacyPlugin, PrivateKubelet
 from shim.kubelet import records
-from tests.compat import test_legacy_adapter
-from tests.compat.test_legacy_adapter import RESOURCE, plugin_env, served
-from tests.support import LEGACY_PLUGINS
+from tests.support.legacy import PYTHON_PLUGIN, RESOURCE, plugin_env, served
 
-# Fixtures shared with test_legacy_adapter: the Python plugin's generated stubs, its directory.
-stubs = test_legacy_adapter.stubs
-private_dir = test_legacy_adapter.private_dir
-
-HERE = LEGACY_PLUGINS / "python"
 ATTACKER = "example.com/evil"
 RACE_ROUNDS = 30
 
@@ -40,7 +33,6 @@ RACE_ROUNDS = 30
 # socket it finds there first (each distinct mode once).
 RACER = r"""
 import os, stat, sys
-from tests.support import LEGACY_PLUGINS
 sock, target, swap = sys.argv[1:4]
 seen = set()
 print("racing", flush=True)
@@ -97,7 +89,7 @@ async def register(
 ) -> list[str | None]:
     """Each registration's error details (None: accepted), from a separate client process."""
     client = await asyncio.create_subprocess_exec(
-        sys.executable, str(HERE / "register.py"),
+        sys.executable, str(PYTHON_PLUGIN / "register.py"),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env={"PYTHONPATH": str(stubs)},
     )  # fmt: skip
     job = json.dumps({"socket": str(kubelet_socket), "registrations": registrations})
@@ -251,7 +243,7 @@ async def test_a_legitimate_plugin_is_served_and_unlisted_resources_are_refused(
     kdir = attack_dir / "k"
     async with private_kubelet(kdir, allowed_resources=[RESOURCE]) as (kubelet, followed):
         plugin = await asyncio.create_subprocess_exec(
-            sys.executable, str(HERE / "plugin.py"), env=plugin_env(kdir, stubs)
+            sys.executable, str(PYTHON_PLUGIN / "plugin.py"), env=plugin_env(kdir, stubs)
         )
         try:
             devices = await asyncio.wait_for(followed.wait_for(RESOURCE), 30)
@@ -272,7 +264,7 @@ async def test_the_adapter_refuses_foreign_registrations_end_to_end(
 ) -> None:
     """The whole adapter behind devshim, started with --resource: its plugin is served, while
     another resource name, or an endpoint outside the directory, is refused at Register."""
-    command = [sys.executable, str(HERE / "plugin.py")]
+    command = [sys.executable, str(PYTHON_PLUGIN / "plugin.py")]
     env = plugin_env(private_dir, stubs)
     async with served(
         plugin_dir, state_dir, private_dir, command, env, adapter_args=["--resource", RESOURCE]

@@ -9,11 +9,13 @@ from shim.kubelet import FakeKubelet
 from tests.support.shim_fixtures import FOO, settings_for
 
 
-async def test_a_v1beta1_kubelet_gets_v1beta1_when_v1beta2_is_offered_first(plugin_dir: Path) -> None:
+async def test_a_v1beta1_kubelet_gets_v1beta1_when_v1beta2_is_offered_first(
+    plugin_dir: Path, kubelet: FakeKubelet
+) -> None:
     """With both versions offered, Register is tried as v1beta2 first; a kubelet without that
     Registration service answers UNIMPLEMENTED and devshim falls back to v1beta1."""
     settings = settings_for(plugin_dir, {FOO: {"count": 2}}, api_versions=["v1beta1", "v1beta2"])
-    async with FakeKubelet(plugin_dir) as kubelet, Shim(settings) as shim:
+    async with Shim(settings) as shim:
         record = await kubelet.wait_for_registration(FOO)
         assert record.ok and record.version == "v1beta1"
         session = await kubelet.wait_for_plugin(FOO)

@@ -37,11 +37,11 @@ def node_settings(plugin_dir: Path, state_dir: Path, **env: str) -> Settings:
 
 
 @pytest.fixture
-async def node(plugin_dir: Path, state_dir: Path) -> AsyncIterator[PluginSession]:
+async def node(plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet) -> AsyncIterator[PluginSession]:
     settings = node_settings(
         plugin_dir, state_dir, NODE_DRIVER_DEVICES="n-a,n-b,n-c,n-d", NODE_DRIVER_PREFERRED_DELAY_MS="1500"
     )
-    async with FakeKubelet(plugin_dir) as kubelet, Shim(settings):
+    async with Shim(settings):
         session = await kubelet.wait_for_plugin(RESOURCE)
         await session.wait_for_list()
         yield session
@@ -99,23 +99,25 @@ async def test_an_unknown_device_is_refused_before_the_driver_is_asked(node: Plu
 
 
 async def test_a_health_change_from_the_driver_arrives_as_a_full_list(
-    plugin_dir: Path, state_dir: Path
+    plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet
 ) -> None:
     """The driver's health_changed delta becomes a complete new list with that device Unhealthy."""
     settings = node_settings(
         plugin_dir, state_dir, NODE_DRIVER_DEVICES="h-0,h-1", NODE_DRIVER_UNHEALTHY_AFTER_MS="300"
     )
-    async with FakeKubelet(plugin_dir) as kubelet, Shim(settings):
+    async with Shim(settings):
         session = await kubelet.wait_for_plugin(RESOURCE)
         listed = await session.wait_for_list(lambda ds: any(not d.healthy for d in ds))
     assert [(d.id, d.health) for d in listed] == [("h-0", "Healthy"), ("h-1", "Unhealthy")]
 
 
-async def test_a_killed_driver_is_restarted_and_its_devices_return(plugin_dir: Path, state_dir: Path) -> None:
+async def test_a_killed_driver_is_restarted_and_its_devices_return(
+    plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet
+) -> None:
     """Killing the driver never drops a device: the next list has every one Unhealthy; the
     supervisor restarts it and the devices come back Healthy and allocatable."""
     settings = node_settings(plugin_dir, state_dir, NODE_DRIVER_DEVICES="k-0,k-1")
-    async with FakeKubelet(plugin_dir) as kubelet, Shim(settings) as shim:
+    async with Shim(settings) as shim:
         session = await kubelet.wait_for_plugin(RESOURCE)
         await session.wait_for_list()
         process = shim.drivers[0].process

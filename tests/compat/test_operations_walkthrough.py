@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.compat.test_devshim_command import DEVSHIM
-from tests.compat.test_devshim_operating import free_port, http_get
+from tests.support.devshim_process import DEVSHIM, free_port, http_get
 
 DOC = Path(__file__).parents[2] / "docs" / "operations.md"
 

@@ -32,14 +32,13 @@ def devices(samples: Samples, resource: str) -> dict[str, float]:
     return {h: samples.get("devshim_devices", resource=resource, health=h) for h in ("Healthy", "Unhealthy")}
 
 
-async def test_allocate_calls_are_counted_by_the_code_the_kubelet_got_and_timed(plugin_dir: Path) -> None:
+async def test_allocate_calls_are_counted_by_the_code_the_kubelet_got_and_timed(
+    plugin_dir: Path, kubelet: FakeKubelet
+) -> None:
     """Two good Allocates count twice as OK, an unknown device once as INVALID_ARGUMENT, and
     all three are in the latency histogram; every other kubelet-facing RPC is counted too."""
     name = "example.com/ops-alloc"
-    async with (
-        FakeKubelet(plugin_dir) as kubelet,
-        running_shim(plugin_dir, {name: {"count": 2, "pre_start": True}}) as (shim, _),
-    ):
+    async with running_shim(plugin_dir, {name: {"count": 2, "pre_start": True}}) as (shim, _):
         session = await kubelet.wait_for_plugin(name)
         await session.wait_for_list()
         async with ops_for(shim) as ops:
@@ -64,21 +63,20 @@ async def test_allocate_calls_are_counted_by_the_code_the_kubelet_got_and_timed(
 
 
 async def test_the_devices_gauge_follows_each_published_list_and_goes_with_the_resource(
-    plugin_dir: Path,
+    plugin_dir: Path, kubelet: FakeKubelet
 ) -> None:
     """Healthy/Unhealthy counts equal the list the kubelet has, change with a health flip, and
     the resource's series (devices, version in use) are gone once it is no longer served."""
     name = "example.com/ops-devices"
-    async with FakeKubelet(plugin_dir) as kubelet:
-        async with running_shim(plugin_dir, {name: {"count": 4}}) as (shim, sources), ops_for(shim) as ops:
-            session = await kubelet.wait_for_plugin(name)
-            await session.wait_for_list()
-            first = await scrape(ops.port)
-            await sources[name].set_health("dev2", Health.UNHEALTHY)
-            await session.wait_for_list(lambda devices: not devices[2].healthy)
-            flipped = await scrape(ops.port)
-        async with ops_for(shim) as ops:
-            gone = await scrape(ops.port)
+    async with running_shim(plugin_dir, {name: {"count": 4}}) as (shim, sources), ops_for(shim) as ops:
+        session = await kubelet.wait_for_plugin(name)
+        await session.wait_for_list()
+        first = await scrape(ops.port)
+        await sources[name].set_health("dev2", Health.UNHEALTHY)
+        await session.wait_for_list(lambda devices: not devices[2].healthy)
+        flipped = await scrape(ops.port)
+    async with ops_for(shim) as ops:
+        gone = await scrape(ops.port)
     assert devices(first, name) == {"Healthy": 4, "Unhealthy": 0}
     assert devices(flipped, name) == {"Healthy": 3, "Unhealthy": 1}
     assert first.get("devshim_negotiated_version_info", resource=name, version="v1beta1") == 1
@@ -167,11 +165,11 @@ async def test_a_drivers_calls_and_its_restart_after_sigkill_are_counted(
     assert restarted.get(DRIVER_CALLS, driver=driver, method="list_devices", outcome="ok") >= 1
 
 
-async def test_label_values_never_hold_device_ids(plugin_dir: Path) -> None:
+async def test_label_values_never_hold_device_ids(plugin_dir: Path, kubelet: FakeKubelet) -> None:
     """After allocations of named devices, no series carries a device ID as a label value."""
     name = "example.com/ops-labels"
     devices = {"devices": [{"id": "secret-dev-a"}, {"id": "secret-dev-b"}]}
-    async with FakeKubelet(plugin_dir) as kubelet, running_shim(plugin_dir, {name: devices}) as (shim, _):
+    async with running_shim(plugin_dir, {name: devices}) as (shim, _):
         session = await kubelet.wait_for_plugin(name)
         await session.wait_for_list()
         await session.allocate(["secret-dev-a"])

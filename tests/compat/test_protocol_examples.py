@@ -18,7 +18,7 @@ import yaml
 from google.protobuf import json_format, message_factory
 from google.protobuf.message import Message
 
-from shim.generated.driver.v1 import driver_pb2
+from shim.sdk.generated.protobuf.driver.v1 import driver_pb2
 from tests.support.driver_process import ROOT, running_sim
 
 DOC = ROOT / "docs" / "driver-protocol.md"

@@ -14,10 +14,10 @@ import betterproto2
 import pytest
 from google.protobuf import json_format
 
-from shim.generated.driver.v1 import driver_pb2
 from shim.jsonrpc import MAX_LINE_BYTES, ConnectionClosed, Peer, RemoteError, StreamTransport
 from shim.sdk import Driver, DriverError, ErrorCode, UnknownDevice, codec, serve, types
 from shim.sdk.codec import device_json
+from shim.sdk.generated.protobuf.driver.v1 import driver_pb2
 
 TOY = "example.com/toy"
 

@@ -29,13 +29,7 @@ from shim.bootstrap import Shim
 from shim.frontend.sockets import BIND_DIR_PREFIX, BIND_NAME
 from shim.kubelet import CleanupMode, FakeKubelet
 from shim.settings import MAX_SOCKET_PATH, PRIVATE_BIND_EXTRA
-from tests.compat.test_driver_process_hardening import (
-    NOBODY,
-    NOBODY_PYTHON,
-    NOGROUP,
-    can_drop_capabilities,
-    needs_nobody,
-)
+from tests.support.privileges import NOBODY, NOBODY_PYTHON, NOGROUP, can_drop_capabilities, needs_nobody
 from tests.support.shim_fixtures import FOO, settings_for
 
 SOCKET = "hard.sock"

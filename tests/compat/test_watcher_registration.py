@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,13 +14,13 @@ from shim.kubelet import CleanupMode, FakeKubelet
 from shim.kubelet.pluginregistration import RegistrationClient
 from shim.kubelet.records import WATCHER
 from tests.support.shim_fixtures import FOO, settings_for
+from tests.support.unix import short_temp_dir
 
 
 @pytest.fixture
 def registry() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="ds-reg-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with short_temp_dir("ds-reg-") as path:
+        yield path
 
 
 @asynccontextmanager

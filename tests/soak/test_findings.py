@@ -68,7 +68,7 @@ DEAF_DRIVER = Path(__file__).with_name("deaf_driver.py")
 
 
 async def test_a_driver_that_stops_reading_its_input_is_failed_and_restarted(
-    plugin_dir: Path, state_dir: Path
+    plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet
 ) -> None:
     """A driver whose input pipe breaks (it closed stdin, or it died just as devshim wrote; the
     soak saw the latter once in 35,000 Allocates) is a failed driver: the Allocate fails
@@ -79,7 +79,7 @@ async def test_a_driver_that_stops_reading_its_input_is_failed_and_restarted(
         deallocation={"enabled": False},
         drivers=[{"name": "deaf", "command": [sys.executable, str(DEAF_DRIVER)]}],
     )
-    async with FakeKubelet(plugin_dir) as kubelet, Shim(settings):
+    async with Shim(settings):
         session = await kubelet.wait_for_plugin("example.com/deaf", timeout=30)
         await session.wait_for_list(lambda devices: len(devices) == 2)
         with pytest.raises(grpc.aio.AioRpcError) as failure:
@@ -91,7 +91,7 @@ async def test_a_driver_that_stops_reading_its_input_is_failed_and_restarted(
 
 
 async def test_an_allocate_in_flight_when_devshim_serves_again_is_still_answered(
-    plugin_dir: Path, state_dir: Path
+    plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet
 ) -> None:
     """devshim's own socket deleted while the kubelet waits on an Allocate: devshim serves a new
     socket and registers again, and the call in flight on the old one is answered. It used to be
@@ -101,10 +101,7 @@ async def test_an_allocate_in_flight_when_devshim_serves_again_is_still_answered
     sim = {"resources": [{"name": slow, "count": 2, "delays": {"allocate_s": 0.5}}]}
     sim_command = [sys.executable, "-m", "devshim_adapters.sim", "--config-json", json.dumps(sim)]
     drivers = [{"name": "sim", "command": sim_command}]
-    async with (
-        FakeKubelet(plugin_dir) as kubelet,
-        running_shim(plugin_dir, {}, state_dir=state_dir, drivers=drivers),
-    ):
+    async with running_shim(plugin_dir, {}, state_dir=state_dir, drivers=drivers):
         session = await kubelet.wait_for_plugin(slow, timeout=20)
         await session.wait_for_list()
         call = asyncio.create_task(session.allocate(["slow-0"]))

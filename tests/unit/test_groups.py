@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shim.core.groups import DeviceGroups
+from shim.groups import DeviceGroups
 
 
 def test_a_new_group_supersedes_every_group_sharing_a_device() -> None:

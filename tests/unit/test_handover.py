@@ -3,9 +3,7 @@ resource's whose name starts the same, and never by a pattern made from the name
 
 from __future__ import annotations
 
-import shutil
 import socket
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,15 +11,7 @@ import pytest
 
 from shim.frontend.handover import Handover
 from shim.settings import socket_prefix
-from tests.unit.test_sockets import bound_socket
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A directory with a short path: socket paths must fit in 107 bytes."""
-    path = Path(tempfile.mkdtemp(prefix="ds-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+from tests.support.unix import bound_socket
 
 
 @pytest.fixture

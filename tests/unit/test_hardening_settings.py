@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from shim.settings import ConfigError, DriverStderrSettings, Settings, SocketSettings
+from shim.configfile import ConfigError
+from shim.settings import DriverStderrSettings, Settings, SocketSettings
 
 DRIVER = {"name": "d", "command": ["/bin/true"]}
 

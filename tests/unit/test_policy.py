@@ -17,12 +17,14 @@ import grpc
 import pytest
 import yaml
 
+from shim.configfile import ConfigError
 from shim.core.resource import ResourceService
 from shim.errors import GrantRefused, grpc_status
+from shim.grants import GrantSettings, MountSettings
 from shim.model import ContainerAllocateRequest, ContainerGrant, Device, DeviceNode, Mount
 from shim.ops import metrics
-from shim.policy import GrantPolicy
-from shim.settings import ConfigError, GrantPolicySettings, GrantSettings, MountSettings, Settings
+from shim.policy import GrantPolicy, GrantPolicySettings
+from shim.settings import Settings
 from shim.sources import StaticSource
 
 RESOURCE = "example.com/gpu"

@@ -18,9 +18,9 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shim.generated.driver.v1 import driver_pb2
 from shim.sdk import codec, types
 from shim.sdk.errors import InvalidParams
+from shim.sdk.generated.protobuf.driver.v1 import driver_pb2
 
 PARAMS = [
     types.InitializeParams,

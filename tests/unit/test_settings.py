@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from shim.settings import ConfigError, Settings, check_extended_resource_name, default_socket_name
+from shim.configfile import ConfigError
+from shim.names import check_extended_resource_name
+from shim.settings import Settings, default_socket_name
 
 
 def static(count: int = 2) -> dict[str, object]:

@@ -2,31 +2,12 @@
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from shim.frontend.sockets import SocketInUse, clear_stale_socket, identity, remove_own_socket
-
-
-def bound_socket(path: Path, listen: bool) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.bind(str(path))
-    if listen:
-        sock.listen()
-    return sock
-
-
-@pytest.fixture
-def short_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    import shutil
-    import tempfile
-
-    path = Path(tempfile.mkdtemp(prefix="ds-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+from tests.support.unix import bound_socket
 
 
 def test_a_stale_socket_of_our_name_is_removed(short_dir: Path) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from shim.core.groups import DeviceGroups, Group
+from shim.groups import DeviceGroups, Group
 
 
 class ReleaseTracker:

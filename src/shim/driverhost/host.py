@@ -30,8 +30,9 @@ from shim.driverhost.source import DriverSource
 from shim.errors import ClaimRefused, ShimError, SourceUnavailable
 from shim.inventory import InventoryStore
 from shim.model import Capabilities
+from shim.names import check_extended_resource_name
 from shim.ops import metrics
-from shim.settings import DriverSettings, check_extended_resource_name
+from shim.settings import DriverSettings
 from shim.sources.base import DeviceSource
 
 # Calls worth waiting for while the driver restarts (the kubelet chose a device that was

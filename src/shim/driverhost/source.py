@@ -15,9 +15,9 @@ from typing import Any
 from loguru import logger
 
 from shim import grants
-from shim.core.groups import DeviceGroups, Group
 from shim.driverhost import protocol
 from shim.errors import ShimError
+from shim.groups import DeviceGroups, Group
 from shim.inventory import InventoryStore, SavedResource
 from shim.latest import Latest
 from shim.model import (

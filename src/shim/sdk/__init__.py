@@ -15,6 +15,16 @@ UnknownDevice; unknown resources and undeclared optional methods are answered
 for the driver), the protocol version check, and the notifications
 (``Driver.devices_changed`` and friends). Messages are the betterproto2
 dataclasses in ``types``, generated from proto/driver/v1/driver.proto.
+``ConnectionClosed`` is what a notification raises once devshim has gone, and
+``DEVSHIM_VERSION`` the version of the devshim this SDK ships with (the
+drivers in adapters/ report it as their own).
+
+Two submodules carry what drivers share with devshim beyond the protocol:
+``shim.sdk.grants`` (grant templates, expanded and merged as devshim does) and
+``shim.sdk.config`` (a driver's configuration file read and checked as
+devshim's settings are). The SDK imports nothing of devshim's own side
+(settings, driver host, core, front end): only the JSON-RPC peer, its
+generated code, and those shared pieces (lint-imports checks it).
 
 Device lists are encoded without betterproto2's generic ``to_dict`` (codec.py).
 For 50,000 devices with declared grants (an env and a mount each, 8.8 MiB of
@@ -23,7 +33,8 @@ a 2-core machine where ``to_dict`` alone takes ~25 s; the simulator answers
 such a list_devices over a pipe in ~1.3 s end to end, the reader's parse included.
 """
 
-from shim.jsonrpc import ErrorCode
+from shim import __version__ as DEVSHIM_VERSION
+from shim.jsonrpc import ConnectionClosed, ErrorCode
 from shim.sdk.driver import Driver
 from shim.sdk.errors import DriverError, UnknownDevice
 from shim.sdk.generated.devshim.driver import v1 as types
@@ -31,7 +42,9 @@ from shim.sdk.server import PROTOCOL_VERSION, serve
 from shim.sdk.stdio import run
 
 __all__ = [
+    "DEVSHIM_VERSION",
     "PROTOCOL_VERSION",
+    "ConnectionClosed",
     "Driver",
     "DriverError",
     "ErrorCode",

@@ -28,18 +28,15 @@ import betterproto2
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from shim.generated.driver.v1 import driver_pb2
+from shim.model import MAX_NUMA_NODE
 from shim.sdk.errors import InvalidParams
 from shim.sdk.generated.devshim.driver import v1 as types
+from shim.sdk.generated.protobuf.driver.v1 import driver_pb2
 
 M = TypeVar("M", bound=betterproto2.Message)
 
 _HEALTH_NAMES = {int(h): h.name for h in types.Health}
 _LOG_LEVEL_NAMES = {int(level): level.name for level in types.LogLevel}
-# devshim's bound on NUMA node IDs (shim/model.py MAX_NUMA_NODE: Linux's MAX_NUMNODES is at most
-# 1024), repeated because the SDK imports nothing devshim-side: a driver learns of a bad ID here,
-# where it is made, rather than from devshim refusing its whole list.
-MAX_NUMA_NODE = 1023
 
 
 def decode(cls: type[M], method: str, params: Any) -> M:
@@ -225,6 +222,8 @@ def device_json(device: types.Device) -> dict[str, Any]:
         out["health"] = _HEALTH_NAMES.get(device.health, device.health)
     if device.numa_nodes:
         nodes = device.numa_nodes
+        # devshim's own bound: a driver learns of a bad ID here, where it is made, rather than from
+        # devshim refusing its whole list.
         if not 0 <= min(nodes) <= max(nodes) <= MAX_NUMA_NODE:
             bad = next(n for n in nodes if not 0 <= n <= MAX_NUMA_NODE)
             raise ValueError(

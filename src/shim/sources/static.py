@@ -18,7 +18,7 @@ from shim.model import (
     Health,
     PreferredAllocationRequest,
 )
-from shim.settings import GrantSettings, StaticSourceSettings
+from shim.settings import StaticSourceSettings
 from shim.sources.base import DeviceSource
 
 
@@ -26,11 +26,11 @@ class StaticSource(DeviceSource):
     def __init__(
         self,
         devices: Iterable[Device],
-        grant: GrantSettings | None = None,
+        grant: grants.GrantSettings | None = None,
         capabilities: Capabilities | None = None,
     ) -> None:
         self._devices = tuple(devices)
-        template = grant or GrantSettings()
+        template = grant or grants.GrantSettings()
         self._grants = grants.ByDevices(lambda ids: grants.expand(template, ids))
         self._capabilities = capabilities or Capabilities(preferred_allocation=True)
         self._latest: Latest[tuple[Device, ...]] = Latest()

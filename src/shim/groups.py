@@ -3,6 +3,9 @@
 v1beta1 never says when a container's devices are freed, so a new allocation of a device
 supersedes the older group that held it. Kept with an index from device to group, so an
 Allocate costs the size of its own group, not a pass over every group on the node.
+
+Both the core's release tracker (core/release.py) and a driver's source (driverhost/source.py)
+keep groups, so this sits below both.
 """
 
 from __future__ import annotations

@@ -1,0 +1,45 @@
+"""Fixtures of the compat tests (tests/conftest.py has those every directory shares): the
+legacy plugins of tests/support/legacy_plugins, built in the run, and the adapter's directory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.legacy import GO_PLUGIN, PYTHON_PLUGIN
+from tests.support.toolchains import toolchain
+from tests.support.unix import short_temp_dir
+
+
+@pytest.fixture
+def private_dir() -> Iterator[Path]:
+    """The legacy adapter's --kubelet-dir: where its legacy plugin finds kubelet.sock."""
+    with short_temp_dir("ds-priv-") as path:
+        yield path
+
+
+@pytest.fixture(scope="module")
+def stubs() -> Iterator[Path]:
+    """The Python legacy plugin's own generated stubs, as its vendor would build them."""
+    with tempfile.TemporaryDirectory(prefix="ds-stubs-", ignore_cleanup_errors=True) as out:
+        subprocess.run(
+            [sys.executable, "-m", "grpc_tools.protoc", f"-I{PYTHON_PLUGIN}", f"--python_out={out}",
+             f"--grpc_python_out={out}", "api.proto"],
+            check=True,
+        )  # fmt: skip
+        yield Path(out)
+
+
+@pytest.fixture(scope="module")
+def goplug() -> Iterator[Path]:
+    """The Go legacy plugin, built in the run; skipped where Go is missing unless CI requires it."""
+    toolchain("go", "the Go legacy plugin (tests/support/legacy_plugins/go)")
+    with tempfile.TemporaryDirectory(prefix="ds-go-", ignore_cleanup_errors=True) as out:
+        binary = Path(out) / "goplug"
+        subprocess.run(["bash", str(GO_PLUGIN / "build.sh"), str(binary)], check=True, timeout=900)
+        yield binary

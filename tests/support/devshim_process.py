@@ -1,0 +1,57 @@
+"""devshim as a real process (`python -m shim`): its command, its children, its ops endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+DEVSHIM = [sys.executable, "-m", "shim"]
+
+
+async def start_devshim(*args: str) -> asyncio.subprocess.Process:
+    """`devshim ARGS...`, its stdout and stderr piped."""
+    return await asyncio.create_subprocess_exec(
+        *DEVSHIM, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+
+
+@asynccontextmanager
+async def devshim(*args: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`devshim ARGS...` running for the block, killed on the way out if it has not exited."""
+    proc = await start_devshim(*args)
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.communicate()
+
+
+def children(pid: int) -> set[int]:
+    """The process IDs of the children of ``pid`` (from /proc)."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found |= {int(child) for child in (task / "children").read_text().split()}
+    return found
+
+
+def free_port() -> int:
+    """A local TCP port free at the time of asking."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def http_get(url: str) -> tuple[int, str]:
+    """The status and body of a GET of ``url`` (an error status too, not raised)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()

@@ -1,0 +1,60 @@
+"""The legacy adapter (adapters/legacy) in front of a plugin of tests/support/legacy_plugins,
+behind devshim and the fake kubelet. (The fixtures that build those plugins, and the adapter's
+private directory, are in tests/compat/conftest.py.)"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from shim.bootstrap import Shim
+from shim.kubelet import FakeKubelet, PluginSession
+from shim.settings import Settings
+from tests.support import LEGACY_PLUGINS
+
+PYTHON_PLUGIN = LEGACY_PLUGINS / "python"  # the Python plugin: plugin.py, register.py, api.proto
+GO_PLUGIN = LEGACY_PLUGINS / "go"  # the Go plugin: a Go module, built by build.sh
+RESOURCE = "example.com/pyplug"  # the Python plugin's resource
+
+
+def plugin_env(private_dir: Path, stubs: Path, **extra: str) -> dict[str, str]:
+    """The Python plugin's environment: its kubelet directory and its generated stubs."""
+    return {"DP_DIR": str(private_dir), "PYTHONPATH": str(stubs), **extra}
+
+
+@asynccontextmanager
+async def served(
+    plugin_dir: Path,
+    state_dir: Path,
+    private_dir: Path,
+    command: list[str],
+    env: dict[str, str],
+    resource: str = RESOURCE,
+    adapter_args: Sequence[str] = (),
+) -> AsyncIterator[tuple[PluginSession, Shim]]:
+    """devshim with the legacy adapter as its driver, the adapter starting ``command`` with ``env``
+    and playing kubelet in ``private_dir``: the kubelet's session of ``resource`` once its three
+    devices are listed Healthy, and the Shim."""
+    argv = [sys.executable, "-m", "devshim_adapters.legacy", "--kubelet-dir", str(private_dir), *adapter_args]
+    argv += [arg for key, value in env.items() for arg in ("--plugin-env", f"{key}={value}")]
+    if command:
+        argv += ["--", *command]
+    settings = Settings.load(
+        device_plugins_dir=plugin_dir, state_dir=state_dir, drivers=[{"name": "legacy", "command": argv}]
+    )
+    async with FakeKubelet(plugin_dir) as kubelet, Shim(settings) as shim:
+        session = await kubelet.wait_for_plugin(resource, timeout=30)
+        await session.wait_for_list(lambda ds: len(ds) == 3 and all(d.healthy for d in ds), timeout=30)
+        yield session, shim
+
+
+def legacy_pid(shim: Shim) -> int:
+    """The process ID of the legacy plugin the adapter (devshim's first driver) started."""
+    adapter = shim.drivers[0].process
+    assert adapter is not None
+    for task in Path(f"/proc/{adapter.pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            return int(child)
+    raise LookupError("the adapter has no legacy plugin process")
