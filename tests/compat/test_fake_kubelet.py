@@ -27,8 +27,10 @@ from shim.kubelet import (
 from shim.kubelet.dirs import clean_plugin_dir
 from shim.kubelet.names import is_extended_resource_name
 from shim.kubelet.profiles import DEPRECATION_FILE
+from shim.kubelet.records import RegisterRequest
 from tests.support.scripted import PluginScript, ScriptedFailure
 from tests.support.scripted_plugin import ScriptedPlugin
+from tests.support.waiting import until
 
 RESOURCE = "example.com/widget"
 FOUR = tuple(DeviceState(f"w{i}", "Healthy") for i in range(4))
@@ -160,20 +162,24 @@ async def test_reregistering_replaces_the_session_and_ends_the_old_stream(
     assert await second.wait_for_list() == FOUR
 
 
-async def test_stopping_during_register_records_an_interrupted_registration(kubelet: FakeKubelet) -> None:
+async def test_stopping_during_register_records_an_interrupted_registration(plugin_dir: Path) -> None:
     """A Register still dialing when the kubelet stops fails, is recorded, and leaks nothing."""
-    plugin = make_plugin(kubelet)  # never started: the kubelet keeps dialing
-    attempt = asyncio.create_task(register(kubelet, plugin))
-    await asyncio.sleep(0.1)  # Register is now dialing (the dial timeout is 0.5 s)
-    await kubelet.stop()
-    with pytest.raises(grpc.aio.AioRpcError):
-        await attempt
-    for _ in range(100):
-        if kubelet.registrations:
-            break
-        await asyncio.sleep(0.01)
-    (record,) = kubelet.registrations
-    assert record.error == "interrupted: the kubelet stopped during Register"
+    arrived = asyncio.Event()
+
+    async def note_arrival(request: RegisterRequest, received_at: float) -> None:
+        arrived.set()
+
+    # A dial that cannot time out while the test runs: the stop, not the timeout, ends it.
+    async with FakeKubelet(plugin_dir, dial_timeout_s=60, on_register=note_arrival) as kubelet:
+        plugin = make_plugin(kubelet)  # never started: the kubelet keeps dialing
+        attempt = asyncio.create_task(register(kubelet, plugin))
+        await asyncio.wait_for(arrived.wait(), 30)  # the Register is in, its dial about to start
+        await kubelet.stop()
+        with pytest.raises(grpc.aio.AioRpcError):
+            await attempt
+        await until(lambda: bool(kubelet.registrations), "the interrupted Register is recorded")
+        (record,) = kubelet.registrations
+        assert record.error == "interrupted: the kubelet stopped during Register"
 
 
 async def test_waiting_for_a_registration_that_never_comes_times_out_with_context(

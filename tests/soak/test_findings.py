@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import time
 from pathlib import Path
@@ -25,8 +24,10 @@ from shim.kubelet.records import RegisterRequest
 from shim.settings import Settings
 from tests.soak.invariants import RECOVERY_BUDGET_S
 from tests.soak.runner import SoakOptions, run_soak
-from tests.support.shim_fixtures import FOO, running_shim
-from tests.support.waiting import bounded
+from tests.support import DRIVERS
+from tests.support.drivers import holding
+from tests.support.shim_fixtures import FOO, logged, running_shim
+from tests.support.waiting import bounded, until
 
 
 async def test_a_socket_deleted_while_its_register_is_in_flight_is_served_again_at_once(
@@ -97,19 +98,17 @@ async def test_an_allocate_in_flight_when_devshim_serves_again_is_still_answered
     socket and registers again, and the call in flight on the old one is answered. It used to be
     cancelled, reaching the kubelet as gRPC's "Cancelling all calls" (4 of 32,518 Allocates in the
     1,000-fault soak): the old server now ends its streams and gives unary calls a grace period."""
-    slow = "example.com/slow"
-    sim = {"resources": [{"name": slow, "count": 2, "delays": {"allocate_s": 0.5}}]}
-    sim_command = [sys.executable, "-m", "devshim_adapters.sim", "--config-json", json.dumps(sim)]
-    drivers = [{"name": "sim", "command": sim_command}]
-    async with running_shim(plugin_dir, {}, state_dir=state_dir, drivers=drivers):
-        session = await kubelet.wait_for_plugin(slow, timeout=20)
-        await session.wait_for_list()
-        call = asyncio.create_task(session.allocate(["slow-0"]))
-        await asyncio.sleep(0.2)  # the sim holds it for 0.5 s
-        assert not call.done()
-        (plugin_dir / session.endpoint).unlink()
-        grant = await asyncio.wait_for(call, 5)
-        assert grant.envs == {} and grant.device_nodes == ()
-        await kubelet.wait_for_registration(slow, count=2, timeout=RECOVERY_BUDGET_S + 1)
-        again = await kubelet.wait_for_plugin(slow)
-        assert again is not session and len(await again.wait_for_list()) == 2
+    drivers = [{"name": "holding", "command": [sys.executable, str(DRIVERS / "holding.py")]}]
+    with logged("INFO") as logs:
+        async with running_shim(plugin_dir, {}, state_dir=state_dir, drivers=drivers):
+            session = await kubelet.wait_for_plugin(holding.RESOURCE, timeout=20)
+            await session.wait_for_list()
+            call = asyncio.create_task(session.allocate(["h-0"]))
+            await until(lambda: any(holding.ARRIVED in m for m in logs), "the driver has the Allocate")
+            assert not call.done()  # the driver holds it for HOLD_S
+            (plugin_dir / session.endpoint).unlink()
+            grant = await asyncio.wait_for(call, 5)
+            assert grant.envs == {} and grant.device_nodes == ()
+            await kubelet.wait_for_registration(holding.RESOURCE, count=2, timeout=RECOVERY_BUDGET_S + 1)
+            again = await kubelet.wait_for_plugin(holding.RESOURCE)
+            assert again is not session and len(await again.wait_for_list()) == 2
