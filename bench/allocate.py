@@ -123,7 +123,8 @@ async def echo_server(
     async with running(proc):
         channel = grpc.aio.insecure_channel(f"unix:{path}")
         try:
-            await asyncio.wait_for(channel.channel_ready(), 10)
+            async with asyncio.timeout(10):
+                await channel.channel_ready()
             yield channel
         finally:
             await channel.close(None)

@@ -165,7 +165,8 @@ async def stop(proc: asyncio.subprocess.Process) -> None:
     if proc.returncode is None:
         proc.terminate()
         try:
-            await asyncio.wait_for(proc.wait(), 10)
+            async with asyncio.timeout(10):
+                await proc.wait()
         except TimeoutError:
             proc.kill()
             await proc.wait()

@@ -43,7 +43,9 @@ async def start_up(command: list[str]) -> float:
     assert proc.stdin is not None and proc.stdout is not None
     request = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE}
     proc.stdin.write(json.dumps(request).encode() + b"\n")
-    answer = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+    async with asyncio.timeout(30):
+        line = await proc.stdout.readline()
+    answer = json.loads(line)
     elapsed = time.perf_counter() - start
     assert "result" in answer, answer
     proc.kill()

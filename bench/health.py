@@ -104,7 +104,8 @@ async def baseline_session(work: Path) -> tuple[PluginSession, asyncio.subproces
             break
         await asyncio.sleep(0.02)
     client = PluginClientV1Beta1(path)
-    await asyncio.wait_for(client.connect(), 10)
+    async with asyncio.timeout(10):
+        await client.connect()
     session = PluginSession(RESOURCE, path.name, PluginOptions(), client, version="v1beta1")
     session.start()
     return session, proc

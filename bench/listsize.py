@@ -74,7 +74,8 @@ async def ended(session: PluginSession, timeout: float) -> float | None:
     """Seconds until the session's stream ends, None if it is still open after ``timeout``."""
     start = time.monotonic()
     try:
-        await asyncio.wait_for(session.stream_ended.wait(), timeout)
+        async with asyncio.timeout(timeout):
+            await session.stream_ended.wait()
     except TimeoutError:
         return None
     return time.monotonic() - start

@@ -13,7 +13,6 @@ at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -127,9 +126,9 @@ class DevfsDriver(Driver):
             self._expiry.cancel()
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self._tasks:
+            # asyncio.wait, not `await task`: a cancellation of this shutdown must still propagate.
+            await asyncio.wait(self._tasks)
 
     # --- scanning ---------------------------------------------------------------
 

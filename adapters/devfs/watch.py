@@ -7,7 +7,6 @@ duplicated or spurious wake-up costs one scan and never a wrong list.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
@@ -78,5 +77,4 @@ async def _inotify(
     finally:
         if poller is not None:
             poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await poller
+            await asyncio.wait([poller])  # not `await poller`: our own cancellation must propagate

@@ -73,7 +73,8 @@ class LegacyAdapter(Driver):
         if self.process is not None:
             await self.process.start()
         try:
-            await asyncio.wait_for(self.kubelet.registered.wait(), FIRST_REGISTRATION_S)
+            async with asyncio.timeout(FIRST_REGISTRATION_S):
+                await self.kubelet.registered.wait()
         except TimeoutError:
             logger.warning(
                 "no legacy plugin registered within {:g} s; serving it once it does", FIRST_REGISTRATION_S

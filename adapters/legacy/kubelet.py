@@ -202,7 +202,8 @@ class PrivateKubelet:
                     continue
                 plugin.attach(pinned)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(plugin.client.connect(), min(RECHECK_S, remaining))
+                async with asyncio.timeout(min(RECHECK_S, remaining)):
+                    await plugin.client.connect()
                 return
         raise TimeoutError
 

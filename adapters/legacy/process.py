@@ -49,7 +49,8 @@ class LegacyProcess:
         if process is not None and process.returncode is None:
             process.terminate()
             try:
-                await asyncio.wait_for(process.wait(), 5)
+                async with asyncio.timeout(5):
+                    await process.wait()
             except TimeoutError:
                 process.kill()
                 await process.wait()

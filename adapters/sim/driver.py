@@ -4,7 +4,6 @@ through a control file (adapters/sim/control.py)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from loguru import logger
 
@@ -72,8 +71,7 @@ class SimDriver(Driver):
     async def on_shutdown(self) -> None:
         if self._control is not None:
             self._control.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._control
+            await asyncio.wait([self._control])  # not `await`: our own cancellation must propagate
 
     # --- control-file commands --------------------------------------------------
 

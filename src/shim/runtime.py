@@ -40,8 +40,8 @@ async def run(settings: Settings, reload: Callable[[], Settings] | None = None) 
         finally:
             for task in (serving, stopping, reloading):
                 task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await serving
+            # asyncio.wait, not `await serving`: a cancellation of run() itself must propagate.
+            await asyncio.wait([serving])
 
 
 @contextlib.asynccontextmanager

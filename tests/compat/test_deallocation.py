@@ -41,7 +41,8 @@ class Deallocations:
             self.arrived.set()
 
     async def next(self, timeout: float = 10) -> str:
-        await asyncio.wait_for(self.arrived.wait(), timeout)
+        async with asyncio.timeout(timeout):
+            await self.arrived.wait()
         self.arrived.clear()
         return self.calls[-1][1]
 

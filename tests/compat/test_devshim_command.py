@@ -35,7 +35,8 @@ async def test_a_signal_stops_devshim_cleanly_removing_only_its_sockets(
                 session = await kubelet.wait_for_plugin(resource, timeout=30)
                 await session.wait_for_list()
             proc.send_signal(sig)
-            _, stderr = await asyncio.wait_for(proc.communicate(), 10)
+            async with asyncio.timeout(10):
+                _, stderr = await proc.communicate()
         assert proc.returncode == 0, stderr.decode()
         names = sorted(p.name for p in plugin_dir.iterdir())
         assert names == ["DEPRECATION", "kubelet.sock", "vendor-other.sock"]  # the kubelet's files stay
@@ -55,7 +56,8 @@ async def test_sigterm_stops_the_drivers_too(plugin_dir: Path, state_dir: Path, 
         drivers = children(proc.pid)
         assert drivers, "the driver should be a child process of devshim"
         proc.send_signal(signal.SIGTERM)
-        _, stderr = await asyncio.wait_for(proc.communicate(), 15)
+        async with asyncio.timeout(15):
+            _, stderr = await proc.communicate()
     assert proc.returncode == 0, stderr.decode()
     for pid in drivers:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
@@ -119,7 +121,8 @@ async def test_a_driver_that_cannot_start_stays_down_while_others_are_served(
         assert proc.stderr is not None
         lines: list[str] = []
         while not any("stays down" in line for line in lines):
-            line = await asyncio.wait_for(proc.stderr.readline(), 30)
+            async with asyncio.timeout(30):
+                line = await proc.stderr.readline()
             assert line, "devshim exited: " + "".join(lines)
             lines.append(line.decode())
         assert proc.returncode is None
@@ -140,7 +143,8 @@ async def exited(pid: int, timeout: float) -> bool:
     gone = loop.create_future()
     loop.add_reader(fd, gone.set_result, None)
     try:
-        await asyncio.wait_for(gone, timeout)
+        async with asyncio.timeout(timeout):
+            await gone
         return True
     except TimeoutError:
         return False

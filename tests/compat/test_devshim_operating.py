@@ -120,7 +120,8 @@ async def test_sighup_reloads_the_config_restarting_only_what_changed(
         assert not kubelet.plugin("example.com/b").stream_ended.is_set()
 
         proc.send_signal(signal.SIGTERM)
-        _, stderr = await asyncio.wait_for(proc.communicate(), 15)
+        async with asyncio.timeout(15):
+            _, stderr = await proc.communicate()
     assert proc.returncode == 0
     assert "the new config is not used, nothing changed" in stderr.decode()
 
@@ -138,7 +139,8 @@ async def test_json_logs_are_one_object_per_line_naming_the_resource(
         with pytest.raises(grpc.aio.AioRpcError):  # an unknown device: refused, and logged
             await (await kubelet.wait_for_plugin("example.com/foo")).allocate(["no-such-device"])
         proc.send_signal(signal.SIGTERM)
-        _, stderr = await asyncio.wait_for(proc.communicate(), 15)
+        async with asyncio.timeout(15):
+            _, stderr = await proc.communicate()
     records = [json.loads(line) for line in stderr.decode().splitlines()]
     assert all({"time", "level", "message"} <= set(r) for r in records)
     registered = {r.get("resource"): r for r in records if "registered with the kubelet" in r["message"]}
@@ -195,7 +197,8 @@ async def test_status_metrics_and_probes_of_a_running_devshim(
         labels = 'code="OK",method="Allocate",resource="example.com/st",version="v1beta1"'
         assert f"devshim_rpc_requests_total{{{labels}}} 1.0" in metrics
         proc.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(proc.communicate(), 15)
+        async with asyncio.timeout(15):
+            await proc.communicate()
     assert proc.returncode == 0
 
 

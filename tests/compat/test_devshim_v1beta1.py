@@ -189,7 +189,8 @@ async def test_prestart_is_offered_and_answered_when_configured(
         session = await kubelet.wait_for_plugin(FOO)
         await session.wait_for_list()
         assert session.options.pre_start_required
-        chosen, _ = await asyncio.wait_for(session.admit(1), 5)
+        async with asyncio.timeout(5):
+            chosen, _ = await session.admit(1)
         await session.prestart(chosen)
 
 

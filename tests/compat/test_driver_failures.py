@@ -85,7 +85,8 @@ class Running:
 
     async def down_for_good(self) -> None:
         """Until the supervisor has given up on the driver."""
-        await asyncio.wait_for(self.host.gave_up.wait(), WAIT_S)
+        async with asyncio.timeout(WAIT_S):
+            await self.host.gave_up.wait()
 
 
 def settings_for(

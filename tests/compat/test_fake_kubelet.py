@@ -158,7 +158,8 @@ async def test_reregistering_replaces_the_session_and_ends_the_old_stream(
     await kubelet.wait_for_registration(RESOURCE, count=2)
     second = kubelet.plugin(RESOURCE)
     assert second is not first
-    await asyncio.wait_for(first.stream_ended.wait(), 5)
+    async with asyncio.timeout(5):
+        await first.stream_ended.wait()
     assert await second.wait_for_list() == FOUR
 
 
@@ -173,7 +174,8 @@ async def test_stopping_during_register_records_an_interrupted_registration(plug
     async with FakeKubelet(plugin_dir, dial_timeout_s=60, on_register=note_arrival) as kubelet:
         plugin = make_plugin(kubelet)  # never started: the kubelet keeps dialing
         attempt = asyncio.create_task(register(kubelet, plugin))
-        await asyncio.wait_for(arrived.wait(), 30)  # the Register is in, its dial about to start
+        async with asyncio.timeout(30):
+            await arrived.wait()  # the Register is in, its dial about to start
         await kubelet.stop()
         with pytest.raises(grpc.aio.AioRpcError):
             await attempt
@@ -222,7 +224,8 @@ async def test_stream_ends_when_the_plugin_server_stops(kubelet: FakeKubelet, pl
     session = kubelet.plugin(RESOURCE)
     await session.wait_for_list()
     await plugin.stop()
-    await asyncio.wait_for(session.stream_ended.wait(), 5)
+    async with asyncio.timeout(5):
+        await session.stream_ended.wait()
     assert session.stream_error is not None and "UNAVAILABLE" in session.stream_error
     with pytest.raises(EndpointStopped):
         await session.allocate(["w0"])
@@ -246,7 +249,8 @@ async def test_stream_error_records_the_status_the_plugin_ended_with(
     session = kubelet.plugin(RESOURCE)
     await session.wait_for_list()
     plugin.script.end_streams(ScriptedFailure(grpc.StatusCode.INTERNAL, "boom"))
-    await asyncio.wait_for(session.stream_ended.wait(), 5)
+    async with asyncio.timeout(5):
+        await session.stream_ended.wait()
     assert session.stream_error == "INTERNAL: boom"
 
 

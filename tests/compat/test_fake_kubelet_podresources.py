@@ -223,7 +223,8 @@ async def test_allocatable_lists_healthy_devices_per_numa_node(kubelet: FakeKube
             AssignedDevice(RESOURCE, "w0", (1,)),
         )
         await plugin.stop()
-        await asyncio.wait_for(session.stream_ended.wait(), 5)
+        async with asyncio.timeout(5):
+            await session.stream_ended.wait()
         assert await pods.allocatable() == ()
 
 

@@ -67,7 +67,8 @@ def script_of(plugin: ScriptedPlugin) -> RegistrationScript:
 
 
 async def wait_ended(session: PluginSession) -> None:
-    await asyncio.wait_for(session.stream_ended.wait(), 5)
+    async with asyncio.timeout(5):
+        await session.stream_ended.wait()
 
 
 # -- registration ------------------------------------------------------------------------------------

@@ -68,7 +68,8 @@ async def test_a_new_devshim_takes_over_without_a_list_ever_lacking_a_device(
                 assert old_sessions[resource].stream_ended.is_set()
 
             old.send_signal(signal.SIGTERM)
-            _, old_err = await asyncio.wait_for(old.communicate(), 20)
+            async with asyncio.timeout(20):
+                _, old_err = await old.communicate()
             assert old.returncode == 0, old_err.decode()
             await asyncio.sleep(1.0)  # time for a late teardown to show
             for resource, count in EXPECTED.items():

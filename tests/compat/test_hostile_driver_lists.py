@@ -117,7 +117,8 @@ async def devshim_run(plugin_dir: Path, state_dir: Path, env: dict[str, str]) ->
         if process.returncode is None:
             process.terminate()
             try:
-                await asyncio.wait_for(process.wait(), 15)
+                async with asyncio.timeout(15):
+                    await process.wait()
             except TimeoutError:
                 process.kill()
                 await process.wait()
@@ -252,7 +253,8 @@ async def test_a_list_that_cannot_be_encoded_ends_the_stream_with_a_clear_status
             await session.wait_for_list(lambda ds: len(ds) == 2, timeout=WAIT_S)
             source: StaticSource = sources[BAD]
             await source.set_devices([Device("n-0", numa_nodes=(2**64 - 1,)), Device("n-1")])
-            await asyncio.wait_for(session.stream_ended.wait(), WAIT_S)
+            async with asyncio.timeout(WAIT_S):
+                await session.stream_ended.wait()
             assert session.stream_error is not None
             assert session.stream_error.startswith(
                 f"INTERNAL: {BAD}: ListAndWatch: cannot encode the list"

@@ -212,7 +212,8 @@ async def test_invalid_resource_names_from_a_driver_are_refused_and_its_valid_on
         await ids_listed(kubelet.plugin(GOOD2), ["namer-0", "namer-1"])
 
         send_step(shim, "namer")  # drops good2
-        await asyncio.wait_for(kubelet.plugin(GOOD2).stream_ended.wait(), WAIT_S)
+        async with asyncio.timeout(WAIT_S):
+            await kubelet.plugin(GOOD2).stream_ended.wait()
         await kubelet.wait_until(lambda: GOOD2 not in shim.served, timeout=WAIT_S, what="good2 removed")
 
         assert sorted(shim.served) == [GOOD, STATIC]

@@ -69,7 +69,8 @@ async def test_the_limit_is_the_kubelets_exactly(plugin_dir: Path, kubelet: Fake
         fits = await kubelet.wait_for_plugin(EXACT, timeout=30)
         assert len(await fits.wait_for_list(timeout=30)) == len(exact)
         refused = await kubelet.wait_for_plugin(OVER, timeout=30)
-        await asyncio.wait_for(refused.stream_ended.wait(), 30)
+        async with asyncio.timeout(30):
+            await refused.stream_ended.wait()
         # devshim's status, not the kubelet's own "Received message larger than max".
         assert refused.stream_error == (
             f"RESOURCE_EXHAUSTED: {OVER}: ListAndWatch: the list of {len(over)} devices is "
@@ -104,7 +105,8 @@ async def test_a_list_over_the_limit_is_refused_once_and_sent_when_it_shrinks(
             ),
         ):
             first = await kubelet.wait_for_plugin(GPU, timeout=30)
-            await asyncio.wait_for(first.stream_ended.wait(), 30)
+            async with asyncio.timeout(30):
+                await first.stream_ended.wait()
             assert first.lists == []
             assert first.stream_error is not None
             assert first.stream_error.startswith(f"RESOURCE_EXHAUSTED: {GPU}: ListAndWatch: ")

@@ -93,7 +93,8 @@ async def register(
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env={"PYTHONPATH": str(stubs)},
     )  # fmt: skip
     job = json.dumps({"socket": str(kubelet_socket), "registrations": registrations})
-    out, _ = await asyncio.wait_for(client.communicate(job.encode()), 60)
+    async with asyncio.timeout(60):
+        out, _ = await client.communicate(job.encode())
     assert client.returncode == 0
     results: list[str | None] = json.loads(out)
     return results
@@ -153,7 +154,9 @@ async def test_kubelet_sock_never_has_another_mode_and_no_symlink_is_followed(at
     )
     assert racer.stdout is not None
     try:
-        assert await asyncio.wait_for(racer.stdout.readline(), 30) == b"racing\n"
+        async with asyncio.timeout(30):
+            ready = await racer.stdout.readline()
+        assert ready == b"racing\n"
         for _ in range(RACE_ROUNDS):
             async with private_kubelet(kdir, socket_mode=0o666):
                 pass
@@ -246,7 +249,8 @@ async def test_a_legitimate_plugin_is_served_and_unlisted_resources_are_refused(
             sys.executable, str(PYTHON_PLUGIN / "plugin.py"), env=plugin_env(kdir, stubs)
         )
         try:
-            devices = await asyncio.wait_for(followed.wait_for(RESOURCE), 30)
+            async with asyncio.timeout(30):
+                devices = await followed.wait_for(RESOURCE)
             assert [d.id for d in devices] == ["p0", "p1", "p2"]
             grants = await kubelet.plugins[RESOURCE].client.allocate([["p1"]], 10)
             assert grants[0].envs == {"PYPLUG": "p1"}

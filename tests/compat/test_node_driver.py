@@ -81,7 +81,8 @@ async def test_a_slow_preferred_allocation_does_not_stall_allocate(node: PluginS
         await node.allocate(["n-a"])
         order.append("allocate")
 
-    await asyncio.wait_for(asyncio.gather(prefer(), allocate()), 10)
+    async with asyncio.timeout(10):
+        await asyncio.gather(prefer(), allocate())
     assert order == ["allocate", "preferred"]
 
 

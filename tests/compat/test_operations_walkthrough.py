@@ -52,7 +52,9 @@ async def test_the_walkthrough_in_docs_operations_md_works(
         assert kubelet.stdout is not None
         seen: list[str] = []
         while not any("4 devices" in line for line in seen):
-            seen.append((await asyncio.wait_for(kubelet.stdout.readline(), 30)).decode())
+            async with asyncio.timeout(30):
+                raw_line = await kubelet.stdout.readline()
+            seen.append(raw_line.decode())
         assert any("example.com/sim: registered (v1beta1" in line for line in seen), seen
         status = await asyncio.to_thread(
             subprocess.run, [*DEVSHIM, "status"], capture_output=True, text=True, timeout=30
@@ -70,7 +72,8 @@ async def test_the_walkthrough_in_docs_operations_md_works(
             if proc.returncode is None:
                 proc.send_signal(signal.SIGINT)
                 try:
-                    await asyncio.wait_for(proc.communicate(), 15)
+                    async with asyncio.timeout(15):
+                        await proc.communicate()
                 except TimeoutError:
                     proc.kill()
                     await proc.communicate()

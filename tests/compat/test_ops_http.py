@@ -110,7 +110,8 @@ async def test_stop_does_not_wait_for_a_client_that_never_sends(shim: Shim) -> N
     assert port != 0
     _, writer = await asyncio.open_connection("127.0.0.1", port)
     await asyncio.sleep(0.05)
-    await asyncio.wait_for(server.stop(), 2)
+    async with asyncio.timeout(2):
+        await server.stop()
     writer.close()
     with pytest.raises(ConnectionRefusedError):
         await asyncio.open_connection("127.0.0.1", port)

@@ -201,7 +201,9 @@ async def test_the_driver_exits_0_when_devshim_closes_its_stdin(tmp_path: Path) 
     """devshim going away (stdin closed without shutdown) ends the driver cleanly, not with an error."""
     async with running_sim({"resources": [SIM_RESOURCE]}, tmp_path) as sim:
         await sim.initialize()
-        assert await asyncio.wait_for(sim.finish(), 10) == 0, sim.stderr
+        async with asyncio.timeout(10):
+            status = await sim.finish()
+        assert status == 0, sim.stderr
 
 
 def test_the_python_example_is_the_one_in_the_doc() -> None:

@@ -86,7 +86,8 @@ async def connected(driver: Driver) -> AsyncIterator[Devshim]:
         yield Devshim(peer, notifications)
     finally:
         await peer.close()
-        await asyncio.wait_for(serving, 10)
+        async with asyncio.timeout(10):
+            await serving
         reading.cancel()
         await asyncio.wait([reading])
 
@@ -154,7 +155,10 @@ async def test_notifications_go_out_in_the_schema_snake_case_form() -> None:
         await driver.health_changed(TOY, [("t0", types.Health.UNHEALTHY)])
         await driver.resources_changed()
         await driver.log("warning", "hot")
-        received = [await asyncio.wait_for(devshim.notifications.get(), 10) for _ in range(4)]
+        received: list[tuple[str, Any]] = []
+        for _ in range(4):
+            async with asyncio.timeout(10):
+                received.append(await devshim.notifications.get())
     assert received == [
         ("devices_changed", {"resource": TOY, "devices": [{"id": "t0", "numa_nodes": [1]}]}),
         ("health_changed", {"resource": TOY, "changes": [{"id": "t0", "health": "UNHEALTHY"}]}),
@@ -179,9 +183,11 @@ async def test_a_request_read_before_the_stream_ends_is_still_answered() -> None
     serving = asyncio.create_task(serve(driver, await transport(theirs)))
     await loop.sock_sendall(ours, b'{"jsonrpc":"2.0","id":7,"method":"shutdown","params":{}}\n')
     ours.shutdown(socket.SHUT_WR)
-    answer = await asyncio.wait_for(loop.sock_recv(ours, 4096), 10)
+    async with asyncio.timeout(10):
+        answer = await loop.sock_recv(ours, 4096)
     assert answer == b'{"jsonrpc":"2.0","id":7,"result":{}}\n'
-    await asyncio.wait_for(serving, 10)
+    async with asyncio.timeout(10):
+        await serving
     assert driver.shutdowns == 1
     ours.close()
 

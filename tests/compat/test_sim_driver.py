@@ -154,7 +154,8 @@ async def test_a_slow_preferred_allocation_does_not_stall_allocate(sim: Running)
         await gpu.allocate(["g-b"])
         order.append("allocate")
 
-    await asyncio.wait_for(asyncio.gather(prefer(), allocate()), 15)
+    async with asyncio.timeout(15):
+        await asyncio.gather(prefer(), allocate())
     assert order == ["allocate", "preferred"]
 
 
@@ -182,7 +183,8 @@ async def test_a_resource_added_and_removed_at_run_time(sim: Running, plugin_dir
     socket = plugin_dir / extra.endpoint
     assert socket.exists()
     sim.command("remove example.com/textra")
-    await asyncio.wait_for(extra.stream_ended.wait(), 10)
+    async with asyncio.timeout(10):
+        await extra.stream_ended.wait()
     # The stream ends before the socket is removed: wait for that too, however busy the machine.
     await until(lambda: not socket.exists(), f"{socket} is removed")
 

@@ -341,7 +341,8 @@ async def feed_peer(data: bytes, *, strict: bool) -> PeerRun:
                 # RecursionError's own traceback is more than pytest can print)
                 raise AssertionError(f"Peer.run() raised {type(exc).__name__}: {str(exc)[:200]}") from None
             try:
-                pending: Any = await asyncio.wait_for(asking, 5)
+                async with asyncio.timeout(5):
+                    pending: Any = await asking
             except (ConnectionClosed, RemoteError) as exc:
                 pending = exc
         await peer.close()

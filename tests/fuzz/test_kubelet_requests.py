@@ -623,7 +623,8 @@ async def test_list_and_watch_with_junk_in_its_empty_request_still_lists_or_is_r
     )
     stream = served.channels[resource].unary_stream(f"/{version}.DevicePlugin/ListAndWatch", None, None)(raw)
     try:
-        first = await asyncio.wait_for(stream.read(), CALL_TIMEOUT_S)
+        async with asyncio.timeout(CALL_TIMEOUT_S):
+            first = await stream.read()
     except grpc.aio.AioRpcError as error:
         with pytest.raises(DecodeError):
             VERSIONS[version].Empty.FromString(raw)

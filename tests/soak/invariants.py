@@ -133,7 +133,11 @@ class Allocator:
         calls = self._journal.calls_of(method)
         started = time.monotonic()
         try:
-            await asyncio.wait_for(call, KUBELET_DEADLINE_S + HANG_MARGIN_S)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for returns the call's result when a
+            # cancellation arrives as the call completes, and the cancellation is lost (the soak's
+            # Allocator then ran on after run_soak cancelled it, and gather waited forever).
+            async with asyncio.timeout(KUBELET_DEADLINE_S + HANG_MARGIN_S):
+                await call
         except (AdmissionRejected, EndpointStopped) as err:
             # The kubelet's own refusal (no registered plugin, no Healthy device): no call made.
             calls.refused[reason(str(err))] += 1

@@ -64,7 +64,8 @@ async def run_soak(options: SoakOptions, progress: Callable[[str], None] = lambd
         finally:
             for task in background:
                 task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
+            stopped = asyncio.gather(*background, return_exceptions=True)
+            await bounded(stopped, 10, "the list checker and the allocator to stop once cancelled")
         checker.sweep()
         status = await w.devshim.status()
         exit_code = await w.devshim.stop()

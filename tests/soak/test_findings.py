@@ -107,7 +107,8 @@ async def test_an_allocate_in_flight_when_devshim_serves_again_is_still_answered
             await until(lambda: any(holding.ARRIVED in m for m in logs), "the driver has the Allocate")
             assert not call.done()  # the driver holds it for HOLD_S
             (plugin_dir / session.endpoint).unlink()
-            grant = await asyncio.wait_for(call, 5)
+            async with asyncio.timeout(5):
+                grant = await call
             assert grant.envs == {} and grant.device_nodes == ()
             await kubelet.wait_for_registration(holding.RESOURCE, count=2, timeout=RECOVERY_BUDGET_S + 1)
             again = await kubelet.wait_for_plugin(holding.RESOURCE)

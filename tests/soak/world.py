@@ -156,7 +156,8 @@ class Devshim:
         if self.proc.returncode is None:
             self.proc.terminate()
             try:
-                await asyncio.wait_for(self.proc.wait(), 10)
+                async with asyncio.timeout(10):
+                    await self.proc.wait()
             except TimeoutError:
                 self.proc.kill()
                 await self.proc.wait()
@@ -167,7 +168,8 @@ class Devshim:
         if self.proc is None or self.proc.returncode is not None:
             return None
         try:
-            return await asyncio.wait_for(self._get("/status"), timeout)
+            async with asyncio.timeout(timeout):
+                return await self._get("/status")
         except (OSError, TimeoutError, ValueError):
             return None
 

@@ -57,7 +57,8 @@ class DriverProcess:
         """The driver's next message; fails after ``timeout`` or at the end of its stdout."""
         assert self.process.stdout is not None
         try:
-            line = await asyncio.wait_for(self.process.stdout.readline(), timeout)
+            async with asyncio.timeout(timeout):
+                line = await self.process.stdout.readline()
         except TimeoutError:
             raise AssertionError(
                 f"no message from the driver in {timeout} s; stderr:\n{self.stderr}"
@@ -97,7 +98,8 @@ class DriverProcess:
         assert self.process.stdin is not None
         self.process.stdin.close()
         try:
-            return await asyncio.wait_for(self.process.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                return await self.process.wait()
         finally:
             await self.kill()
 
@@ -105,7 +107,8 @@ class DriverProcess:
         if self.process.returncode is None:
             self.process.kill()
             await self.process.wait()
-        await asyncio.wait_for(self._stderr_task, MESSAGE_TIMEOUT_S)
+        async with asyncio.timeout(MESSAGE_TIMEOUT_S):
+            await self._stderr_task
 
 
 @asynccontextmanager

@@ -51,7 +51,8 @@ async def raw(port: int, data: bytes) -> bytes:
     try:
         writer.write(data)
         await writer.drain()
-        return await asyncio.wait_for(reader.read(), 5)
+        async with asyncio.timeout(5):
+            return await reader.read()
     finally:
         writer.close()
 

@@ -156,9 +156,8 @@ class RegistrationScript:
         """The notifications received, once there are at least `count`."""
         async with self._changed:
             try:
-                await asyncio.wait_for(
-                    self._changed.wait_for(lambda: len(self.notifications) >= count), timeout
-                )
+                async with asyncio.timeout(timeout):
+                    await self._changed.wait_for(lambda: len(self.notifications) >= count)
             except TimeoutError:
                 raise TimeoutError(
                     f"fewer than {count} notifications within {timeout}s: {self.notifications}"

@@ -108,7 +108,8 @@ async def test_a_notification_reaches_its_handler() -> None:
     task = asyncio.create_task(peer.run())
     their_writer.write(b'{"jsonrpc":"2.0","method":"log","params":{"message":"hi"}}\n')
     their_writer.close()
-    await asyncio.wait_for(task, 5)
+    async with asyncio.timeout(5):
+        await task
     assert got == [{"message": "hi"}]
 
 
@@ -134,8 +135,10 @@ async def test_a_strict_peer_facing_garbage_fails_pending_calls_and_closes(garba
     their_writer.write(garbage)
     await their_writer.drain()
     with pytest.raises(ConnectionClosed, match="driver 'x'"):
-        await asyncio.wait_for(pending, 5)
-    await asyncio.wait_for(runner, 5)
+        async with asyncio.timeout(5):
+            await pending
+    async with asyncio.timeout(5):
+        await runner
     assert len(closed) == 1 and isinstance(closed[0], ProtocolError)
     assert peer.closed
     their_writer.close()
@@ -151,12 +154,17 @@ async def test_a_lenient_peer_answers_garbage_with_an_error_object() -> None:
     peer = Peer(ours, name="driver", requests={"echo": echo}, strict=False)
     task = asyncio.create_task(peer.run())
     their_writer.write(b'not json\n{"jsonrpc":"2.0","id":7,"method":"echo","params":[7]}\n')
-    first = json.loads(await asyncio.wait_for(their_reader.readline(), 5))
-    second = json.loads(await asyncio.wait_for(their_reader.readline(), 5))
+    async with asyncio.timeout(5):
+        line = await their_reader.readline()
+    first = json.loads(line)
+    async with asyncio.timeout(5):
+        line = await their_reader.readline()
+    second = json.loads(line)
     assert first["error"]["code"] == ErrorCode.PARSE_ERROR and first["id"] is None
     assert second == {"jsonrpc": "2.0", "id": 7, "result": [7]}
     their_writer.close()
-    await asyncio.wait_for(task, 5)
+    async with asyncio.timeout(5):
+        await task
 
 
 async def test_end_of_stream_fails_pending_requests() -> None:
@@ -168,7 +176,8 @@ async def test_end_of_stream_fails_pending_requests() -> None:
     await asyncio.sleep(0.05)
     their_writer.close()
     with pytest.raises(ConnectionClosed):
-        await asyncio.wait_for(pending, 5)
+        async with asyncio.timeout(5):
+            await pending
     await runner
     with pytest.raises(ConnectionClosed):
         await peer.request("allocate", {}, timeout=1)

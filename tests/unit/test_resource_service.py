@@ -169,7 +169,9 @@ async def test_a_failing_source_shows_devices_unhealthy_then_recovers() -> None:
     await svc.start()
     seen = [await anext(watch)]
     while seen[-1] != tuple(devices(2)) or len(seen) < 2:
-        seen.append(await asyncio.wait_for(anext(watch), 5))
+        async with asyncio.timeout(5):
+            latest = await anext(watch)
+        seen.append(latest)
     assert (Device("d0", Health.UNHEALTHY), Device("d1", Health.UNHEALTHY)) in seen
     assert all(len(listed) == 2 for listed in seen)
     await watch.aclose()

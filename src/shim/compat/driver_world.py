@@ -140,7 +140,8 @@ class DriverWorld:
             hook, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
         )
         try:
-            output, _ = await asyncio.wait_for(process.communicate(), HOOK_TIMEOUT_S)
+            async with asyncio.timeout(HOOK_TIMEOUT_S):
+                output, _ = await process.communicate()
         except TimeoutError:
             process.kill()
             await process.wait()

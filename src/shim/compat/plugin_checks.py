@@ -103,7 +103,8 @@ async def stream_open(w: PluginWorld) -> None:
     session = await w.session()
     await _first_list(session)
     try:
-        await asyncio.wait_for(session.stream_ended.wait(), STREAM_OPEN_S)
+        async with asyncio.timeout(STREAM_OPEN_S):
+            await session.stream_ended.wait()
     except TimeoutError:
         return
     how = "with status OK" if session.stream_error is None else f"with {session.stream_error}"

@@ -45,7 +45,8 @@ async def stop_plugin(process: asyncio.subprocess.Process) -> None:
     """SIGTERM to the plugin's process group, SIGKILL after STOP_GRACE_S; stragglers too."""
     _signal_group(process.pid, signal.SIGTERM)
     try:
-        await asyncio.wait_for(process.wait(), STOP_GRACE_S)
+        async with asyncio.timeout(STOP_GRACE_S):
+            await process.wait()
     except TimeoutError:
         _signal_group(process.pid, signal.SIGKILL)
         await process.wait()

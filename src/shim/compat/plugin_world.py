@@ -180,7 +180,8 @@ class PluginWorld:
         client = WIRES[VERSION].client(socket)
         self._clients.append(client)
         try:
-            await asyncio.wait_for(client.connect(), DIAL_TIMEOUT_S)
+            async with asyncio.timeout(DIAL_TIMEOUT_S):
+                await client.connect()
         except TimeoutError:
             raise Failed(
                 f"could not connect to its socket {socket.name} within {DIAL_TIMEOUT_S:g} s"

@@ -54,7 +54,8 @@ async def run_cell(row: str, column: str, check: Callable[[], Awaitable[None]], 
         return Result(row, column, status, reason, round(time.monotonic() - started, 3))
 
     try:
-        await asyncio.wait_for(check(), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            await check()
     except Skip as skip:
         return result(Status.SKIP, str(skip))
     except Failed as failure:

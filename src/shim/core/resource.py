@@ -74,7 +74,8 @@ class ResourceService:
         """Follow the source; return once its first list is in (a kubelet gets a full list at once)."""
         self._task = asyncio.create_task(self._follow_source(), name=f"source:{self.name}")
         try:
-            await asyncio.wait_for(self._first_list.wait(), first_list_timeout_s)
+            async with asyncio.timeout(first_list_timeout_s):
+                await self._first_list.wait()
         except TimeoutError:
             raise SourceUnavailable(
                 f"{self.name}: device source gave no device list within {first_list_timeout_s}s"
@@ -227,7 +228,8 @@ class ResourceService:
         try:
             # Answer well inside the kubelet's 30 s PreStartContainer deadline
             # (KubeletPreStartContainerRPCTimeoutInSecs, deviceplugin/v1beta1/constants.go).
-            await asyncio.wait_for(self.source.prestart(device_ids), self._prestart_timeout_s)
+            async with asyncio.timeout(self._prestart_timeout_s):
+                await self.source.prestart(device_ids)
         except TimeoutError:
             raise SourceTimeout(
                 f"{self.name}: pre-start of {', '.join(device_ids)} "

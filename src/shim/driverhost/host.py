@@ -300,7 +300,8 @@ class DriverHost:
         restarting = method in WAIT_FOR_RESTART and not self.gave_up.is_set()
         wait_s = self._policy.call_wait_s if restarting else 0
         try:
-            await asyncio.wait_for(self._ready.wait(), wait_s)
+            async with asyncio.timeout(wait_s):
+                await self._ready.wait()
         except TimeoutError:
             raise SourceUnavailable(
                 f"driver {self.name!r}: {method}: the driver is not running ({self.status})"

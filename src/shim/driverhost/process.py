@@ -164,7 +164,8 @@ class DriverProcess:
     async def _expect_exit(self) -> None:
         assert self.process is not None
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.process.wait(), 2.0)
+            async with asyncio.timeout(2.0):
+                await self.process.wait()
             return
         self.fail("it closed its output but kept running")
 
@@ -192,13 +193,15 @@ class DriverProcess:
             # Our write found the driver's input closed: it died as we wrote (its exit status, if
             # it comes at once, is the better reason) or it no longer reads. Either way it is broken.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self.failed), 0.5)
+                async with asyncio.timeout(0.5):
+                    await asyncio.shield(self.failed)
             self.fail(f"it closed its input ({exc})")
             raise ConnectionClosed(self.failed.result()) from None
         except ConnectionClosed as exc:
             # The stream ended before the exit status is known: wait briefly for the real reason.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self.failed), 2.0)
+                async with asyncio.timeout(2.0):
+                    await asyncio.shield(self.failed)
             raise ConnectionClosed(self.failed.result() if self.failed.done() else str(exc)) from None
         if method == "list_devices" and self._over_device_bound(method, result, params):
             raise ConnectionClosed(self.failed.result())
@@ -216,7 +219,8 @@ class DriverProcess:
     async def _watch_exit(self, process: asyncio.subprocess.Process) -> None:
         code = await process.wait()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._tasks[2]), 0.5)  # its last log lines
+            async with asyncio.timeout(0.5):
+                await asyncio.shield(self._tasks[2])  # its last log lines
         if code in (EXEC_FAILED, SWITCH_FAILED) and self.last_log.startswith("cannot run"):
             reason = self.last_log
             if code == SWITCH_FAILED and "not permitted" in reason:
@@ -301,4 +305,5 @@ class DriverProcess:
             if escalate is not None:
                 escalate()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(process.wait(), wait_s)
+                async with asyncio.timeout(wait_s):
+                    await process.wait()

@@ -347,7 +347,8 @@ class PluginEndpoint:
     async def _sleep_until_kubelet(self, seconds: float) -> None:
         """Back off, but wake at once when kubelet.sock appears."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._kubelet_seen.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self._kubelet_seen.wait()
 
     # --- shutdown --------------------------------------------------------
 

@@ -54,7 +54,8 @@ async def connect_session(
     `options`: the ones a <= 1.24 kubelet took from RegisterRequest instead of asking."""
     try:
         # client.go dial: a blocking dial bounded by a 10 s timeout (errFailedToDialDevicePlugin).
-        await asyncio.wait_for(client.connect(), dial_timeout_s)
+        async with asyncio.timeout(dial_timeout_s):
+            await client.connect()
     except TimeoutError:
         raise RegistrationRejected("failed to dial device plugin: context deadline exceeded") from None
     if options is None:

@@ -384,7 +384,8 @@ class FakeKubelet:
         """Wait until `ready()`, checked whenever a registration or a notification is recorded."""
         async with self._changed:
             try:
-                await asyncio.wait_for(self._changed.wait_for(ready), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._changed.wait_for(ready)
             except TimeoutError:
                 raise TimeoutError(
                     f"no {what or 'such state'} within {timeout}s; registrations seen: {self.registrations}"

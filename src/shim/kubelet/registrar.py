@@ -103,7 +103,8 @@ class Registrar:
     async def _register(self, attempt: _Attempt, client: RegistrationClient) -> Outcome:
         socket = attempt.socket
         try:
-            await asyncio.wait_for(client.connect(), self._dial_timeout_s)
+            async with asyncio.timeout(self._dial_timeout_s):
+                await client.connect()
         except TimeoutError:
             attempt.error = (
                 f"RegisterPlugin error -- dial failed at socket {socket}, "

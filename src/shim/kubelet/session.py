@@ -139,7 +139,8 @@ class PluginSession:
 
         async with self._changed:
             try:
-                await asyncio.wait_for(self._changed.wait_for(settled), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._changed.wait_for(settled)
             except TimeoutError:
                 raise TimeoutError(f"{self.resource}: no matching list within {timeout}s; {self}") from None
         if found is None:

@@ -137,7 +137,8 @@ class OpsServer:
 async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str]:
     """The method and path of a request; its headers and any body are not needed."""
     try:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
+        async with asyncio.timeout(READ_TIMEOUT_S):
+            head = await reader.readuntil(b"\r\n\r\n")
     except asyncio.LimitOverrunError:
         raise BadRequest(431, f"request head over {MAX_HEAD_BYTES} bytes") from None
     except TimeoutError:
