@@ -27,6 +27,7 @@ from shim.kubelet import FakeKubelet, PluginSession
 from shim.ops.metrics import REGISTRY
 from shim.settings import Settings
 from tests.support import DRIVERS
+from tests.support.waiting import until
 
 CLAIMING = DRIVERS / "claiming.py"
 STATIC = "example.com/static"
@@ -225,7 +226,12 @@ async def test_invalid_resource_names_from_a_driver_are_refused_and_its_valid_on
         assert not any("handover" in w for w in warnings), warnings
         # The static resource was never disturbed (a glob once made it wait for a handover).
         assert not static.stream_ended.is_set() and registration_attempts(kubelet, STATIC) == 1
-        sockets = sorted(p.name.rsplit("-", 1)[0] for p in plugin_dir.glob("devshim-*"))
-        assert sockets == ["devshim-example.com_good", "devshim-example.com_static"]
+
+        def sockets() -> list[str]:
+            return sorted(p.name.rsplit("-", 1)[0] for p in plugin_dir.glob("devshim-*"))
+
+        # A removed resource's endpoint deletes its socket as it stops, after it left `served`.
+        want = ["devshim-example.com_good", "devshim-example.com_static"]
+        await until(lambda: sockets() == want, f"the sockets left are {want}")
     saved = sorted(p.name for p in (state_dir / "drivers" / "namer").iterdir() if not p.name.startswith("."))
     assert saved == ["example.com_good.json"]
