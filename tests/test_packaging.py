@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -31,9 +32,14 @@ def test_every_package_folder_is_listed_in_pyproject() -> None:
 def test_the_wheel_ships_the_product_and_no_test_code(tmp_path: Path) -> None:
     """What `pip install .` installs: the fake kubelet and the matrix (what `devshim compat`,
     `devshim demo` and the legacy adapter run) under shim/, and nothing of tests/."""
+    # Built from a copy of the tree: setuptools writes build/ and *.egg-info beside the sources,
+    # and would ship any stale file an earlier build left in build/.
+    tree = tmp_path / "tree"
+    local = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".*_cache")
+    shutil.copytree(ROOT, tree, ignore=local)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "--wheel-dir", str(tmp_path), str(ROOT)],
+         "--wheel-dir", str(tmp_path), str(tree)],
         check=True, capture_output=True,
     )  # fmt: skip
     (wheel,) = tmp_path.glob("devshim-*.whl")

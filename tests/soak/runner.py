@@ -59,8 +59,8 @@ async def run_soak(options: SoakOptions, progress: Callable[[str], None] = lambd
         background = [asyncio.create_task(checker.run()), asyncio.create_task(allocator.run())]
         try:
             ctx = Context(w, journal, rng, allocator)
-            await _inject(ctx, options, progress)
-            await _hold(w, journal)
+            if await _inject(ctx, options, progress):
+                await _hold(w, journal)
         finally:
             for task in background:
                 task.cancel()
@@ -91,7 +91,8 @@ async def _started(w: World) -> None:
         raise SoakError(f"devshim did not come up within {START_TIMEOUT_S:g} s: {wrong}\n{tail}")
 
 
-async def _inject(ctx: Context, options: SoakOptions, progress: Callable[[str], None]) -> None:
+async def _inject(ctx: Context, options: SoakOptions, progress: Callable[[str], None]) -> bool:
+    """Inject every fault, each followed by its recovery; False when one did not recover."""
     # Every kind is owed once (in a shuffled order) before kinds are drawn at random, so even a
     # short run injects each, and a kubelet restart once per profile (kubelet_restart takes the
     # profile restarted least); a kind that does not apply yet stays owed.
@@ -115,7 +116,7 @@ async def _inject(ctx: Context, options: SoakOptions, progress: Callable[[str], 
             why = f"{injected.variant}: not healthy {RECOVERY_TIMEOUT_S:g} s after it: {wrong}"
             ctx.journal.violate("no_recovery", why)
             progress(f"fault #{n} {kind} did not recover; the soak stops here")
-            return
+            return False
         stats.recoveries.append(took)
         if ctx.pending_figure is not None:
             name, since = ctx.pending_figure
@@ -125,6 +126,7 @@ async def _inject(ctx: Context, options: SoakOptions, progress: Callable[[str], 
             ctx.journal.violate("slow_recovery", why)
         ctx.journal.fault = f"quiet after #{n} {kind}"
         await asyncio.sleep(ctx.rng.uniform(0.0, options.pause_s))
+    return True
 
 
 async def _one(ctx: Context, owed: list[str], kinds: tuple[str, ...], n: int) -> tuple[str, Injected]:
