@@ -45,9 +45,10 @@ def upstream_gomod(release: str) -> str:
         return f.read()
 
 
-def render(release: str, module: str, upstream: str) -> str:
+def render(release: str, module: str, upstream: str, local: dict[str, str] | None = None) -> str:
     """A go.mod for `module`, requiring k8s.io/kubernetes@release with its staging modules
-    replaced by the published ones of the same release."""
+    replaced by the published ones of the same release, and each `local` module (path: folder)
+    required from its folder in this tree."""
     found = _RELEASE.fullmatch(release)
     if found is None:
         raise SystemExit(f"k8s_gomod: {release!r} is not a k8s.io/kubernetes release such as v1.37.2")
@@ -64,6 +65,8 @@ def render(release: str, module: str, upstream: str) -> str:
         "",
         f"require k8s.io/kubernetes {release}",
         "",
+        *(line for path, folder in sorted((local or {}).items())
+          for line in (f"require {path} v0.0.0", "", f"replace {path} => {folder}", "")),
         f"// k8s.io/kubernetes {release} requires its staging modules at v0.0.0;",
         "// these are the published modules of the same release.",
         "replace (",
@@ -78,8 +81,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("release", help="a k8s.io/kubernetes release, such as v1.37.2")
     parser.add_argument("--module", required=True, help="the module path of the go.mod written")
+    parser.add_argument(
+        "--local",
+        action="append",
+        default=[],
+        metavar="PATH=FOLDER",
+        help="also require module PATH from FOLDER (a replace line), such as the judges' harness",
+    )
     args = parser.parse_args(argv)
-    sys.stdout.write(render(args.release, args.module, upstream_gomod(args.release)))
+    local = dict(item.split("=", 1) for item in args.local)
+    sys.stdout.write(render(args.release, args.module, upstream_gomod(args.release), local))
     return 0
 
 

@@ -49,13 +49,12 @@ class DriverUnderTest:
 
 
 @dataclass
-class DriverWorld:
-    mode: Mode
-    kubelet: FakeKubelet
+class DevshimSide:
+    """devshim in front of the driver under test, as every judge's world holds it."""
+
     shim: Shim
     driver: DriverUnderTest
     root: Path
-    kubelet_now: Kubelet  # the kubelet running now (a restart may change it)
 
     @property
     def host(self) -> DriverHost:
@@ -67,16 +66,6 @@ class DriverWorld:
 
     def capabilities(self, resource: str) -> Capabilities:
         return self.host.sources[resource].capabilities()
-
-    def session(self, resource: str) -> PluginSession:
-        return self.kubelet.plugin(resource)
-
-    def current_session(self, resource: str) -> PluginSession | None:
-        """The kubelet's session for `resource` now, None if it has none (torn down, not yet back)."""
-        try:
-            return self.kubelet.plugin(resource)
-        except KeyError:
-            return None
 
     def driver_pid(self) -> int:
         process = self.host.process
@@ -100,31 +89,6 @@ class DriverWorld:
                     f"the driver answered {self.calls_ok(method)} {method} calls, not {count}{error}"
                 )
             await asyncio.sleep(0.02)
-
-    async def registered(self, resource: str, *, count: int = 1) -> PluginSession:
-        """The kubelet's session for `resource` after its `count`-th registration, with a list."""
-        try:
-            record = await self.kubelet.wait_for_registration(resource, count=count, timeout=START_TIMEOUT_S)
-        except TimeoutError:
-            failed = [r.error for r in self.kubelet.registrations if r.resource_name == resource and not r.ok]
-            why = f"; rejected: {failed[-1]}" if failed else ""
-            raise Failed(
-                f"{resource}: not registered (registration {count}) within {START_TIMEOUT_S:g} s{why}"
-            ) from None
-        try:
-            session = await self.kubelet.wait_for_plugin(resource, timeout=START_TIMEOUT_S)
-            await session.wait_for_list(timeout=START_TIMEOUT_S)
-        except TimeoutError as err:
-            # A <= 1.24 kubelet answers Register OK and dials afterwards: say why that failed.
-            failures = "; ".join(self.kubelet.connect_failures)
-            raise Failed(
-                f"{resource}: registered, but {err}" + (f"; {failures}" if failures else "")
-            ) from None
-        if record.version != self.kubelet_now.negotiated:
-            raise Failed(
-                f"{resource}: registered speaking {record.version}, not {self.kubelet_now.negotiated}"
-            )
-        return session
 
     async def run_health_hook(self, resource: str, device: str) -> None:
         hook = self.driver.health_hook
@@ -153,6 +117,61 @@ class DriverWorld:
     def kill_driver(self) -> None:
         os.kill(self.driver_pid(), signal.SIGKILL)
 
+    async def driver_up(self) -> None:
+        """Until the driver runs and has declared at least one resource."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + START_TIMEOUT_S
+        while self.host.status != "up":
+            if self.host.gave_up.is_set() or loop.time() > deadline:
+                raise Failed(f"the driver did not start: {self.host.status}")
+            await asyncio.sleep(0.02)
+        if not self.resources:
+            raise Failed("the driver declared no resources")
+
+
+@dataclass
+class DriverWorld(DevshimSide):
+    """A driver behind devshim, facing the fake kubelet of one mode."""
+
+    mode: Mode
+    kubelet: FakeKubelet
+    kubelet_now: Kubelet  # the kubelet running now (a restart may change it)
+
+    def session(self, resource: str) -> PluginSession:
+        return self.kubelet.plugin(resource)
+
+    def current_session(self, resource: str) -> PluginSession | None:
+        """The kubelet's session for `resource` now, None if it has none (torn down, not yet back)."""
+        try:
+            return self.kubelet.plugin(resource)
+        except KeyError:
+            return None
+
+    async def registered(self, resource: str, *, count: int = 1) -> PluginSession:
+        """The kubelet's session for `resource` after its `count`-th registration, with a list."""
+        try:
+            record = await self.kubelet.wait_for_registration(resource, count=count, timeout=START_TIMEOUT_S)
+        except TimeoutError:
+            failed = [r.error for r in self.kubelet.registrations if r.resource_name == resource and not r.ok]
+            why = f"; rejected: {failed[-1]}" if failed else ""
+            raise Failed(
+                f"{resource}: not registered (registration {count}) within {START_TIMEOUT_S:g} s{why}"
+            ) from None
+        try:
+            session = await self.kubelet.wait_for_plugin(resource, timeout=START_TIMEOUT_S)
+            await session.wait_for_list(timeout=START_TIMEOUT_S)
+        except TimeoutError as err:
+            # A <= 1.24 kubelet answers Register OK and dials afterwards: say why that failed.
+            failures = "; ".join(self.kubelet.connect_failures)
+            raise Failed(
+                f"{resource}: registered, but {err}" + (f"; {failures}" if failures else "")
+            ) from None
+        if record.version != self.kubelet_now.negotiated:
+            raise Failed(
+                f"{resource}: registered speaking {record.version}, not {self.kubelet_now.negotiated}"
+            )
+        return session
+
 
 # compat judges how a driver speaks the protocol, not what a node lets it grant: that is the
 # operator's grant policy (docs/configuration.md), which would fail the allocate rows of a
@@ -168,14 +187,14 @@ ALLOW_ANY_GRANT: dict[str, Any] = {
 }
 
 
-def settings_for(driver: DriverUnderTest, mode: Mode, root: Path) -> Settings:
+def settings_for(driver: DriverUnderTest, registration: str, root: Path) -> Settings:
     return Settings.load(
         device_plugins_dir=root / "device-plugins",
         plugins_registry_dir=root / "plugins_registry",
         state_dir=root / "state",
         register_backoff_max_s=0.5,
         api_versions=["v1beta1", "v1beta2"],
-        registration=mode.registration,
+        registration=registration,
         drivers=[
             {
                 "name": DRIVER_NAME,
@@ -205,7 +224,7 @@ async def driver_world(
     first = kubelet or mode.kubelet
     # Short: socket paths must fit in 108 bytes.
     root = Path(tempfile.mkdtemp(prefix="ds-compat-", dir="/tmp"))
-    settings = settings_for(driver, mode, root)
+    settings = settings_for(driver, mode.registration, root)
     (root / "pod-resources").mkdir()
     fake = FakeKubelet(
         settings.device_plugins_dir,
@@ -216,7 +235,7 @@ async def driver_world(
     )
     try:
         async with fake, Shim(settings) as shim:
-            world = DriverWorld(mode, fake, shim, driver, root, first)
+            world = DriverWorld(shim, driver, root, mode=mode, kubelet=fake, kubelet_now=first)
             await _started(world)
             yield world
     finally:
@@ -224,15 +243,7 @@ async def driver_world(
 
 
 async def _started(world: DriverWorld) -> None:
-    host = world.host
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + START_TIMEOUT_S
-    while host.status != "up":
-        if host.gave_up.is_set() or loop.time() > deadline:
-            raise Failed(f"the driver did not start: {host.status}")
-        await asyncio.sleep(0.02)
-    if not world.resources:
-        raise Failed("the driver declared no resources")
+    await world.driver_up()
     for resource in world.resources:
         await world.registered(resource)
 

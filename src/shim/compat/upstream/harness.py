@@ -1,0 +1,198 @@
+"""One running device-manager harness: the kubelet's real ManagerImpl of one release.
+
+The harness (judges/harness, Go) reads one JSON request per line on stdin and answers one JSON
+reply per line on stdout; its klog output goes to a log file that a failure quotes. The
+manager only uses /var/lib/kubelet/device-plugins, so the process runs in a private mount
+namespace with the cell's directory bound there (plugin_process.in_namespace): devshim and
+plugins outside the namespace meet it through the same socket inodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shim.compat.plugin_process import in_namespace, stop_plugin
+from shim.compat.results import Failed
+
+from .releases import Release
+
+# The kubelet gives Allocate and PreStartContainer no deadline of their own; a plugin that
+# hangs hangs the call, so the judge bounds each request.
+CALL_TIMEOUT_S = 60.0
+# One reply line at most (a list of thousands of devices fits easily).
+REPLY_LIMIT = 16 * 1024 * 1024
+CHECKPOINT = "kubelet_internal_checkpoint"
+LOG_TAIL = 1500
+
+
+class HarnessError(Failed):
+    """The real manager refused a request (its error text) or the harness itself failed."""
+
+
+@dataclass(frozen=True)
+class Container:
+    name: str
+    requests: Mapping[str, int] = field(default_factory=dict)
+
+    def wire(self) -> dict[str, Any]:
+        return {"name": self.name, "requests": dict(self.requests)}
+
+
+@dataclass(frozen=True)
+class Pod:
+    uid: str
+    name: str
+    containers: Sequence[Container]
+    namespace: str = "default"
+    init_containers: Sequence[Container] = ()
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "uid": self.uid,
+            "name": self.name,
+            "namespace": self.namespace,
+            "containers": [c.wire() for c in self.containers],
+            "init_containers": [c.wire() for c in self.init_containers],
+        }
+
+
+@dataclass(frozen=True)
+class Capacity:
+    capacity: Mapping[str, int]
+    allocatable: Mapping[str, int]
+    inactive: Sequence[str]
+
+
+class Harness:
+    """Requests to one harness process; every call waits at most CALL_TIMEOUT_S."""
+
+    def __init__(self, release: Release, process: asyncio.subprocess.Process, log: Path) -> None:
+        self.release = release
+        self._process = process
+        self._log = log
+        self._ids = itertools.count(1)
+        self._lock = asyncio.Lock()
+
+    async def call(self, op: str, **args: Any) -> Any:
+        request = {"id": next(self._ids), "op": op, **args}
+        stdin, stdout = self._process.stdin, self._process.stdout
+        assert stdin is not None and stdout is not None
+        async with self._lock:
+            try:
+                async with asyncio.timeout(CALL_TIMEOUT_S):
+                    stdin.write(json.dumps(request).encode() + b"\n")
+                    await stdin.drain()
+                    line = await stdout.readline()
+            except TimeoutError:
+                raise HarnessError(
+                    f"the {self.release.name} device manager did not answer {op} within {CALL_TIMEOUT_S:g} s"
+                ) from None
+            except (ConnectionError, ValueError) as err:
+                raise HarnessError(f"the {self.release.name} harness: {err}{self.log_tail()}") from None
+        if not line:
+            await self._process.wait()
+            raise HarnessError(
+                f"the {self.release.name} harness exited ({self._process.returncode}) during {op}"
+                f"{self.log_tail()}"
+            )
+        reply = json.loads(line)
+        if reply.get("id") != request["id"]:
+            raise HarnessError(f"the {self.release.name} harness answered {reply!r} to {op}")
+        if not reply.get("ok"):
+            raise HarnessError(f"{self.release.name} {op}: {reply.get('error', 'failed')}")
+        return reply.get("result")
+
+    def log_tail(self) -> str:
+        try:
+            text = self._log.read_text(errors="replace").strip()
+        except OSError:
+            return ""
+        return f"; its log ends: {text[-LOG_TAIL:]}" if text else ""
+
+    async def start(
+        self, pods: Sequence[Pod] = (), running: Sequence[str] = (), watcher_dir: Path | None = None
+    ) -> None:
+        """NewManagerImpl and Start, with the pods and running containers ("uid/name") a
+        restarted kubelet would pass; with `watcher_dir`, the plugin manager watches it too."""
+        await self.call(
+            "start",
+            pods=[p.wire() for p in pods],
+            running=list(running),
+            watcher_dir=str(watcher_dir) if watcher_dir else "",
+        )
+
+    async def capacity(self) -> Capacity:
+        got = await self.call("capacity")
+        return Capacity(got["capacity"], got["allocatable"], got["inactive"])
+
+    async def allocatable(self) -> dict[str, list[dict[str, Any]]]:
+        """GetAllocatableDevices: the healthy devices per resource, {id, health, numa}."""
+        result: dict[str, list[dict[str, Any]]] = await self.call("allocatable")
+        return result
+
+    async def admit(self, pod: Pod) -> dict[str, dict[str, list[str]]]:
+        """Allocate for every container as admission does; the devices each got, per resource."""
+        result: dict[str, dict[str, list[str]]] = await self.call("admit", pod=pod.wire())
+        return result
+
+    async def run_options(self, pod_uid: str, container: str) -> dict[str, Any]:
+        """GetDeviceRunContainerOptions (PreStartContainer included): what the runtime gets."""
+        result: dict[str, Any] = await self.call("run_options", pod_uid=pod_uid, container=container)
+        return result
+
+    async def assigned(self, pod_uid: str, container: str) -> dict[str, list[dict[str, Any]]]:
+        result: dict[str, list[dict[str, Any]]] = await self.call(
+            "assigned", pod_uid=pod_uid, container=container
+        )
+        return result
+
+    async def hints(self, pod_uid: str, container: str) -> dict[str, list[dict[str, Any]]]:
+        result: dict[str, list[dict[str, Any]]] = await self.call(
+            "hints", pod_uid=pod_uid, container=container
+        )
+        return result
+
+    async def remove_pod(self, uid: str) -> None:
+        await self.call("remove_pod", pod_uid=uid)
+
+    async def stop(self) -> None:
+        await self.call("stop")
+
+
+@asynccontextmanager
+async def running_harness(
+    release: Release, binary: Path, plugin_dir: Path, log: Path
+) -> AsyncIterator[Harness]:
+    """A harness process of `release` whose /var/lib/kubelet/device-plugins is `plugin_dir`;
+    stopped (Stop, then its process group ended) on the way out."""
+    async with in_namespace(plugin_dir, [str(binary)]) as argv:
+        with log.open("ab") as err:
+            process = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
+                limit=REPLY_LIMIT, start_new_session=True,
+            )  # fmt: skip
+        harness = Harness(release, process, log)
+        try:
+            yield harness
+        finally:
+            if process.returncode is None:
+                with contextlib.suppress(Failed):
+                    await harness.stop()
+            await stop_plugin(process)
+
+
+def checkpoint(plugin_dir: Path) -> dict[str, Any]:
+    """The manager's checkpoint file in `plugin_dir`, parsed ({} when there is none)."""
+    try:
+        data: dict[str, Any] = json.loads((plugin_dir / CHECKPOINT).read_text())
+    except FileNotFoundError:
+        return {}
+    return data

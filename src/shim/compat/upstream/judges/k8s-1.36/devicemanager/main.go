@@ -1,0 +1,63 @@
+// The kubelet's device manager of k8s.io/kubernetes v1.36, driven over stdin and
+// stdout (../../harness). From 1.35 Start and Stop take a logger,
+// GetDeviceRunContainerOptions and the plugin manager's Run a context.
+package main
+
+import (
+	"context"
+	"os"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
+	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+	"k8s.io/kubernetes/pkg/kubelet/config"
+	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
+
+	"devshim.example/judges/harness"
+)
+
+type release struct{ logger klog.Logger }
+
+func (release) NewTopology() topologymanager.Manager { return topologymanager.NewFakeManager() }
+
+func (release) NewManager(store topologymanager.Store) (*devicemanager.ManagerImpl, error) {
+	return devicemanager.NewManagerImpl(nil, store)
+}
+
+func (r release) Start(m *devicemanager.ManagerImpl, pods devicemanager.ActivePodsFunc, ready config.SourcesReady,
+	containers containermap.ContainerMap, running sets.Set[string]) error {
+	return m.Start(r.logger, pods, ready, containers, running)
+}
+
+func (r release) Stop(m *devicemanager.ManagerImpl) error { return m.Stop(r.logger) }
+
+func (release) Allocate(m *devicemanager.ManagerImpl, pod *v1.Pod, c *v1.Container) error {
+	return m.Allocate(pod, c)
+}
+
+func (release) RunOptions(m *devicemanager.ManagerImpl, pod *v1.Pod, c *v1.Container) (*devicemanager.DeviceRunContainerOptions, error) {
+	return m.GetDeviceRunContainerOptions(context.Background(), pod, c)
+}
+
+func (release) Capacity(m *devicemanager.ManagerImpl) (v1.ResourceList, v1.ResourceList, []string) {
+	return m.GetCapacity()
+}
+
+func (release) Allocatable(m *devicemanager.ManagerImpl) devicemanager.ResourceDeviceInstances {
+	return m.GetAllocatableDevices()
+}
+
+func (release) Hints(m *devicemanager.ManagerImpl, pod *v1.Pod, c *v1.Container) map[string][]topologymanager.TopologyHint {
+	return m.GetTopologyHints(pod, c)
+}
+
+func (release) RunPlugins(pm pluginmanager.PluginManager, ready config.SourcesReady, stop <-chan struct{}) {
+	pm.Run(context.Background(), ready, stop)
+}
+
+func main() {
+	os.Exit(harness.Main(release{logger: klog.Background()}))
+}

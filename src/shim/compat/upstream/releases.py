@@ -1,0 +1,150 @@
+"""The kubelet releases the upstream judge is built at, and building each on first use.
+
+A release is a folder judges/k8s-1.NN holding a Go module that requires k8s.io/kubernetes at
+one patch release (its go.mod says which; go.sum pins everything). Its device-manager harness
+is built into a per-user cache, keyed by the release and a hash of the Go sources, so an
+upgrade of devshim rebuilds and a second run reuses. A lock file keeps two runs from building
+one release at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+JUDGES = Path(__file__).parent / "judges"
+HARNESS = JUDGES / "harness"
+_REQUIRE = re.compile(r"^\s*(?:require\s+)?k8s\.io/kubernetes (v1\.(\d+)\.\d+\S*)(?:\s*//.*)?$", re.MULTILINE)
+# Measured on 2 cores (docs/toolchains.md): about 3.5 minutes and 2 GiB of Go caches per
+# release built cold; seconds once Go's caches hold it.
+BUILD_MINUTES = 4
+BUILD_GIB = 2.5
+BUILD_TIMEOUT_S = 1800.0
+
+
+class JudgeUnavailable(RuntimeError):
+    """The upstream judge cannot run here; the message says what is missing, in one line."""
+
+
+@dataclass(frozen=True, order=True)
+class Release:
+    minor: int
+    version: str  # "v1.37.2"
+    folder: Path
+
+    @property
+    def name(self) -> str:
+        """The judge's name for it: "upstream-1.37"."""
+        return f"upstream-1.{self.minor}"
+
+    def source_hash(self) -> str:
+        """Changes when any Go source the harness builds from changes."""
+        digest = hashlib.sha256()
+        for folder in (HARNESS, self.folder):
+            for path in sorted(folder.rglob("*")):
+                if path.is_file() and (path.suffix == ".go" or path.name in ("go.mod", "go.sum")):
+                    digest.update(str(path.relative_to(JUDGES)).encode() + b"\0" + path.read_bytes())
+        return digest.hexdigest()[:16]
+
+    def binary(self) -> Path:
+        return cache_dir() / f"{self.version}-{self.source_hash()}" / "devicemanager"
+
+
+def releases() -> list[Release]:
+    """Every release with a module under judges/, oldest first."""
+    found = []
+    for gomod in JUDGES.glob("k8s-1.*/go.mod"):
+        match = _REQUIRE.search(gomod.read_text(encoding="utf-8"))
+        if match is None:
+            raise RuntimeError(f"{gomod}: no 'require k8s.io/kubernetes v1.N.P' line")
+        found.append(Release(int(match.group(2)), match.group(1), gomod.parent))
+    return sorted(found)
+
+
+def choose(names: list[str]) -> list[Release]:
+    """The releases named ("upstream" is all of them; "upstream-1.37" one), oldest first."""
+    known = releases()
+    by_name = {r.name: r for r in known}
+    chosen: set[Release] = set()
+    for name in names:
+        if name == "upstream":
+            chosen.update(known)
+        elif name in by_name:
+            chosen.add(by_name[name])
+        else:
+            raise ValueError(f"unknown judge {name!r}; choose from upstream, {', '.join(by_name)}")
+    return sorted(chosen)
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("DEVSHIM_JUDGE_CACHE")
+    if base:
+        return Path(base)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "devshim" / "judges"
+
+
+def requirements(chosen: list[Release]) -> str:
+    """What running the judge at `chosen` needs, said before it starts."""
+    unbuilt = [r for r in chosen if not r.binary().exists()]
+    build = (
+        f"builds {', '.join(r.name for r in unbuilt)} first (about {BUILD_MINUTES} minutes and "
+        f"{BUILD_GIB:g} GiB of Go caches each, seconds once Go's caches hold them)"
+        if unbuilt
+        else "harnesses already built"
+    )
+    return f"the upstream judge runs as root, in private mount namespaces (unshare -m); {build}"
+
+
+def check_can_run(chosen: list[Release]) -> None:
+    """Raise JudgeUnavailable (one line) unless this machine can run the judge at `chosen`."""
+    if os.geteuid() != 0:
+        raise JudgeUnavailable(
+            "the upstream judge needs root: the kubelet's device manager only uses "
+            "/var/lib/kubelet/device-plugins, so each harness runs in a private mount namespace"
+        )
+    if shutil.which("unshare") is None:
+        raise JudgeUnavailable("the upstream judge needs unshare(1) (util-linux) for its mount namespaces")
+    if any(not r.binary().exists() for r in chosen) and shutil.which("go") is None:
+        raise JudgeUnavailable(
+            "the upstream judge builds its harness with Go (1.26 or newer) and 'go' is not on PATH; "
+            "install Go, or prebuild elsewhere into DEVSHIM_JUDGE_CACHE"
+        )
+
+
+def build(release: Release, *, log: bool = True) -> Path:
+    """The release's harness binary, built now unless the cache holds it."""
+    target = release.binary()
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with (target.parent / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another run building the same release: wait for it
+        if target.exists():
+            return target
+        if log:
+            sys.stderr.write(f"devshim compat: building the {release.name} judge ({release.version})\n")
+            sys.stderr.flush()
+        partial = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent)) / "devicemanager"
+        env = {**os.environ, "GOWORK": "off", "GOFLAGS": "-mod=readonly -buildvcs=false"}
+        try:
+            done = subprocess.run(
+                ["go", "build", "-trimpath", "-o", str(partial), "./devicemanager"],
+                cwd=release.folder, env=env, capture_output=True, text=True,
+                timeout=BUILD_TIMEOUT_S, check=False,
+            )  # fmt: skip
+            if done.returncode != 0:
+                tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+                raise JudgeUnavailable(f"building the {release.name} judge failed: {' | '.join(tail)}")
+            partial.rename(target)
+        finally:
+            shutil.rmtree(partial.parent, ignore_errors=True)
+    return target

@@ -1,0 +1,152 @@
+"""One judged cell's world: devshim in front of the driver, and the real device manager as the
+kubelet, both on one temp directory.
+
+The harness of a release stands where the kubelet would (its kubelet.sock, its checkpoint, and
+in watcher mode its plugin manager on plugins_registry); devshim is configured exactly as the
+fake kubelet's cells configure it (driver_world.settings_for). A kubelet restart stops the
+harness and starts one (of the same or another release) on the same directory, passing the
+pods admitted so far and their containers as running, as a restarted kubelet would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from shim.bootstrap import Shim
+from shim.compat.driver_world import START_TIMEOUT_S, DevshimSide, DriverUnderTest, settings_for
+from shim.compat.results import Failed
+
+from .harness import Capacity, Harness, Pod, running_harness
+from .releases import Release
+
+POLL_S = 0.05
+
+
+class UpstreamKubelet:
+    """The real device manager of one release at a time, on one device-plugins directory."""
+
+    def __init__(self, binaries: Mapping[Release, Path], root: Path, watcher: bool) -> None:
+        self.binaries = binaries
+        self.plugin_dir = root / "device-plugins"
+        self.watcher_dir = root / "plugins_registry" if watcher else None
+        self.logs = root
+        self.pods: list[Pod] = []  # admitted so far; a restarted kubelet gets them back
+        self.restarts = 0
+        self._stack = AsyncExitStack()
+        self._harness: Harness | None = None
+        self._release: Release | None = None
+
+    @property
+    def harness(self) -> Harness:
+        if self._harness is None:
+            raise Failed("the upstream kubelet is not running")
+        return self._harness
+
+    @property
+    def release(self) -> Release:
+        return self.harness.release
+
+    def since(self) -> str:
+        return "its start" if not self.restarts else f"kubelet restart {self.restarts}"
+
+    async def start(self, release: Release) -> None:
+        log = self.logs / f"kubelet-{self.restarts}-{release.name}.log"
+        harness = await self._stack.enter_async_context(
+            running_harness(release, self.binaries[release], self.plugin_dir, log)
+        )
+        self._harness = harness
+        running = [f"{p.uid}/{c.name}" for p in self.pods for c in p.containers]
+        await harness.start(self.pods, running, self.watcher_dir)
+
+    async def stop(self) -> None:
+        self._harness = None
+        await self._stack.aclose()
+
+    async def restart(self, release: Release) -> None:
+        """Stop the manager and start `release`'s on the same directory (its checkpoint)."""
+        await self.stop()
+        self.restarts += 1
+        await self.start(release)
+
+    async def admit(self, pod: Pod) -> dict[str, dict[str, list[str]]]:
+        got = await self.harness.admit(pod)
+        self.pods.append(pod)
+        return got
+
+
+@dataclass
+class JudgedWorld(DevshimSide):
+    registration: str
+    kubelet: UpstreamKubelet
+    cell_release: Release  # the release of the cell's column (a downgrade starts one up)
+
+    @property
+    def release(self) -> Release:
+        return self.kubelet.release
+
+    async def expected(self, resource: str) -> list[tuple[str, str, tuple[int, ...]]]:
+        """The driver's devices now: (id, health, NUMA nodes), sorted."""
+        devices = await self.host.sources[resource].list_devices()
+        return sorted((d.id, str(d.health), tuple(d.numa_nodes)) for d in devices)
+
+    async def registered(self, resource: str, timeout_s: float = START_TIMEOUT_S) -> Capacity:
+        """Until the manager counts every device the driver lists for `resource`, active."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            want = len(await self.expected(resource))
+            got = await self.kubelet.harness.capacity()
+            if got.capacity.get(resource) == want and resource not in got.inactive:
+                return got
+            if loop.time() > deadline:
+                raise Failed(
+                    f"{resource}: the {self.release.name} device manager counts "
+                    f"{got.capacity.get(resource, 'no')} devices (inactive: {sorted(got.inactive)}), "
+                    f"the driver lists {want}, {timeout_s:g} s after {self.kubelet.since()}"
+                    f"{self.kubelet.harness.log_tail()}"
+                )
+            await asyncio.sleep(POLL_S)
+
+    async def allocatable(self, resource: str) -> list[tuple[str, str, tuple[int, ...]]]:
+        """GetAllocatableDevices for `resource`: its healthy devices, sorted."""
+        got = await self.kubelet.harness.allocatable()
+        return sorted((d["id"], d["health"], tuple(d["numa"])) for d in got.get(resource, []))
+
+
+@asynccontextmanager
+async def judged_world(
+    driver: DriverUnderTest,
+    release: Release,
+    registration: str,
+    binaries: Mapping[Release, Path],
+    first: Release | None = None,
+) -> AsyncIterator[JudgedWorld]:
+    """A running world: the manager of `first` (default: `release`) started, devshim up, every
+    resource counted."""
+    root = Path(tempfile.mkdtemp(prefix="ds-judge-", dir="/tmp"))  # short: socket paths
+    settings = settings_for(driver, registration, root)
+    for folder in ("device-plugins", "plugins_registry", "pod-resources"):
+        (root / folder).mkdir()
+    kubelet = UpstreamKubelet(binaries, root, watcher=registration == "watcher")
+    try:
+        try:
+            # The kubelet first, as on a node: devshim finds its socket and registers.
+            await kubelet.start(first or release)
+            async with Shim(settings) as shim:
+                world = JudgedWorld(
+                    shim, driver, root, registration=registration, kubelet=kubelet, cell_release=release
+                )
+                await world.driver_up()
+                for resource in world.resources:
+                    await world.registered(resource)
+                yield world
+        finally:
+            await kubelet.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
