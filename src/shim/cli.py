@@ -213,6 +213,18 @@ def compat(
     profile: Annotated[
         list[str] | None, typer.Option(help="Kubelet profile(s): 1.24, 1.25-1.32, 1.33+, next. Default: all.")
     ] = None,
+    judge: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="RELEASE",
+            help="Judge with the kubelet's real device manager instead of the model's profiles: "
+            "upstream-1.NN (repeatable) or upstream for every release devshim carries (root, Go; "
+            "built on first use, docs/compat.md).",
+        ),
+    ] = None,
+    prebuild: Annotated[
+        bool, typer.Option(help="With --judge: build the judge's harnesses into the cache and exit.")
+    ] = False,
     kubelet: Annotated[
         list[str] | None,
         typer.Option(help="API versions the kubelet speaks: v1beta1, both, v1beta2. Default: all."),
@@ -237,10 +249,13 @@ def compat(
         plugin=plugin,
         socket=socket,
         health_hook=health_hook,
-        selection=command.Selection(profile or (), kubelet or (), registration or (), scenario or (), quick),
+        selection=command.Selection(
+            profile or (), kubelet or (), registration or (), scenario or (), quick, judge or ()
+        ),
         junit=junit,
         json=json_file,
         cell_timeout_s=cell_timeout,
+        prebuild=prebuild,
     )
     command.quiet_logs(verbose)
     try:

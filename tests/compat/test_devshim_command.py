@@ -39,7 +39,7 @@ async def test_a_signal_stops_devshim_cleanly_removing_only_its_sockets(
                 _, stderr = await proc.communicate()
         assert proc.returncode == 0, stderr.decode()
         names = sorted(p.name for p in plugin_dir.iterdir())
-        assert names == ["DEPRECATION", "kubelet.sock", "vendor-other.sock"]  # the kubelet's files stay
+        assert names == ["kubelet.sock", "vendor-other.sock"]  # the kubelet's and another plugin's stay
 
 
 async def test_sigterm_stops_the_drivers_too(plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet) -> None:

@@ -309,7 +309,7 @@ async def test_devshim_keeps_no_file_in_the_device_plugins_dir(
 ) -> None:
     """Kubelets up to 1.32 delete every regular file there, so devshim keeps only its socket."""
     names = sorted(p.name for p in plugin_dir.iterdir())
-    assert names == sorted(["DEPRECATION", foo[1].endpoint, "kubelet.sock"])  # DEPRECATION: the kubelet's
+    assert names == sorted([foo[1].endpoint, "kubelet.sock"])
 
 
 async def test_device_list_change_under_many_watch_cycles_keeps_latest(

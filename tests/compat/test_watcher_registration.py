@@ -47,7 +47,7 @@ async def test_the_plugin_watcher_finds_registers_and_lists_the_resource(
         await kubelet.wait_until(lambda: bool(kubelet.notifications), what="a registration status")
         assert [(n.registered, n.error) for n in kubelet.notifications][-1] == (True, "")
         assert shim.served[FOO].endpoint.watcher_status == "registered"
-        assert sorted(p.name for p in plugin_dir.iterdir()) == ["DEPRECATION", "kubelet.sock"]
+        assert sorted(p.name for p in plugin_dir.iterdir()) == ["kubelet.sock"]
         assert shim.served[FOO].endpoint.socket_path.exists()
 
 

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from loguru import logger
 
@@ -22,6 +23,9 @@ from .plugin_checks import PLUGIN_CHECKS, plugin_cells, run_plugin_matrix
 from .plugin_world import PluginUnderTest
 from .report import table, write_json, write_junit
 from .results import Result, Status
+
+if TYPE_CHECKING:
+    from .upstream.releases import Release
 
 _MARK = {Status.PASS: ".", Status.FAIL: "F", Status.SKIP: "s"}
 
@@ -39,8 +43,15 @@ class Selection:
     registrations: Sequence[str] = ()
     scenarios: Sequence[str] = ()
     quick: bool = False
+    # The upstream judge's releases ("upstream", "upstream-1.37"); empty: the model's profiles.
+    judges: Sequence[str] = ()
 
     def check(self) -> None:
+        if self.judges and (self.profiles or self.kubelets or self.quick):
+            raise UsageError(
+                "--profile, --kubelet and --quick select the model's cells; with --judge, choose "
+                "releases by --judge and paths by --registration"
+            )
         for given, known, what in (
             (self.profiles, PROFILES, "profile"),
             (self.kubelets, tuple(VERSION_SETS), "kubelet"),
@@ -72,6 +83,7 @@ class Request:
     junit: Path | None = None
     json: Path | None = None
     cell_timeout_s: float = 90.0
+    prebuild: bool = False  # with --judge: build the harnesses, run nothing
 
 
 def run(request: Request) -> int:
@@ -82,6 +94,10 @@ def run(request: Request) -> int:
         got = f" (got {', '.join(given)})" if given else ""
         raise UsageError(f"give exactly one of --driver, --plugin and --socket{got}")
     request.selection.check()
+    if request.selection.judges:
+        return _judged(request, given)
+    if request.prebuild:
+        raise UsageError("--prebuild builds the upstream judge: give --judge too")
     if request.driver is not None:
         argv = shlex.split(request.driver)
         if not argv:
@@ -93,13 +109,114 @@ def run(request: Request) -> int:
             raise UsageError("--health-hook, --kubelet and --registration apply to --driver only")
         results, rows, columns, what = _plugin(request)
         row_label = "check"
+    return _report(request, results, rows, columns, row_label, what)
+
+
+def _report(
+    request: Request, results: list[Result], rows: list[str], columns: list[str], row_label: str, what: str
+) -> int:
     print(table(results, rows, columns, row_label))
+    failed = [r for r in results if r.status is Status.FAIL]
+    if failed:
+        print("\nTo repeat a failed cell:")
+        for result in failed:
+            print(f"  {repeat_command(request, result)}")
     meta: dict[str, object] = {"tested": what}
     if request.json is not None:
         write_json(results, request.json, meta)
     if request.junit is not None:
         write_junit(results, request.junit, "devshim-compat")
-    return 1 if any(r.status is Status.FAIL for r in results) else 0
+    return 1 if failed else 0
+
+
+def repeat_command(request: Request, result: Result) -> str:
+    """The `devshim compat` command that runs just this cell again."""
+    argv = ["devshim", "compat"]
+    given = (("--driver", request.driver), ("--plugin", request.plugin), ("--socket", request.socket),
+             ("--health-hook", request.health_hook))  # fmt: skip
+    for flag, value in given:
+        if value is not None:
+            argv += [flag, str(value)]
+    argv += ["--scenario", result.row]
+    parts = result.column.split("/")
+    if request.selection.judges:
+        argv += ["--judge", parts[0]] + (["--registration", parts[1]] if len(parts) > 1 else [])
+    elif request.driver is not None:
+        argv += ["--profile", parts[0], "--kubelet", parts[1], "--registration", parts[2]]
+    else:
+        argv += ["--profile", parts[0]]
+    return shlex.join(argv)
+
+
+def _judged(request: Request, given: list[str]) -> int:
+    """The matrix with the upstream judge: build what is missing, then run its cells."""
+    from .upstream import releases as upstream  # its own imports only when asked for
+
+    sel = request.selection
+    try:
+        chosen = upstream.choose(list(sel.judges))
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if request.socket is not None:
+        raise UsageError("--judge runs the plugin itself: give --plugin or --driver, not --socket")
+    sys.stderr.write(f"devshim compat: {upstream.requirements(chosen)}\n")
+    try:
+        upstream.check_can_run(chosen)
+        binaries = {release: upstream.build(release) for release in chosen}
+    except upstream.JudgeUnavailable as err:
+        raise UsageError(str(err)) from None
+    if request.prebuild:
+        for release, binary in binaries.items():
+            print(f"{release.name} ({release.version}): {binary}")
+        return 0
+    if request.driver is not None:
+        return _judged_driver(request, binaries)
+    return _judged_plugin(request, binaries)
+
+
+def _judged_driver(request: Request, binaries: dict[Release, Path]) -> int:
+    from .upstream.matrix import column, judged_cells, run_judged_matrix
+
+    assert request.driver is not None
+    argv = shlex.split(request.driver)
+    if not argv:
+        raise UsageError("--driver: the command is empty")
+    sel = request.selection
+    try:
+        cells = judged_cells(sel.scenarios or None, sorted(binaries), sel.registrations or None)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    driver = DriverUnderTest(argv, health_hook=request.health_hook)
+    sys.stderr.write(f"devshim compat: {len(cells)} cells for driver {shlex.join(argv)}\n")
+    results = asyncio.run(
+        run_judged_matrix(
+            driver, cells, binaries, timeout_s=request.cell_timeout_s, progress=_progress(len(cells))
+        )
+    )
+    rows = list(dict.fromkeys(s for s, _, _ in cells))
+    columns = list(dict.fromkeys(column(r, g) for _, r, g in cells))
+    return _report(request, results, rows, columns, "scenario", f"driver: {shlex.join(argv)}")
+
+
+def _judged_plugin(request: Request, binaries: dict[Release, Path]) -> int:
+    from .upstream.plugin_checks import CHECKS, run_judged_plugin_matrix
+
+    sel = request.selection
+    if request.health_hook or sel.registrations:
+        raise UsageError("--health-hook and --registration apply to --driver only")
+    unknown = sorted(set(sel.scenarios) - set(CHECKS))
+    if unknown:
+        raise UsageError(f"unknown checks {unknown}; checks: {', '.join(CHECKS)}")
+    cells = [(c, r) for c in (sel.scenarios or CHECKS) for r in sorted(binaries)]
+    plugin = PluginUnderTest(command=request.plugin)
+    sys.stderr.write(f"devshim compat: {len(cells)} cells for plugin: {request.plugin}\n")
+    results = asyncio.run(
+        run_judged_plugin_matrix(plugin, cells, binaries, timeout_s=request.cell_timeout_s,
+                                 progress=_progress(len(cells)))
+    )  # fmt: skip
+    rows = list(dict.fromkeys(c for c, _ in cells))
+    columns = list(dict.fromkeys(r.name for _, r in cells))
+    return _report(request, results, rows, columns, "check", f"plugin: {request.plugin}")
 
 
 def _progress(total: int) -> Callable[[Result], None]:

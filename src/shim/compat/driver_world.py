@@ -187,7 +187,9 @@ ALLOW_ANY_GRANT: dict[str, Any] = {
 }
 
 
-def settings_for(driver: DriverUnderTest, registration: str, root: Path) -> Settings:
+def settings_for(
+    driver: DriverUnderTest, registration: str, root: Path, restart_backoff_s: float = 0.05
+) -> Settings:
     return Settings.load(
         device_plugins_dir=root / "device-plugins",
         plugins_registry_dir=root / "plugins_registry",
@@ -201,7 +203,7 @@ def settings_for(driver: DriverUnderTest, registration: str, root: Path) -> Sett
                 "command": list(driver.command),
                 "env": dict(driver.env),
                 # Restart a crashed driver at once (the crash row times its recovery).
-                "restart": {"backoff_initial_s": 0.05, "backoff_max_s": 1.0},
+                "restart": {"backoff_initial_s": restart_backoff_s, "backoff_max_s": 1.0},
                 "policy": ALLOW_ANY_GRANT,
             }
         ],

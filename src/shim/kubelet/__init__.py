@@ -27,7 +27,7 @@ from .errors import (
     RegistrationRejected,
 )
 from .fake_kubelet import KUBELET_SOCKET, FakeKubelet
-from .profiles import DEPRECATION_FILE, PROFILES, Profile, profile_named
+from .profiles import DEPRECATION_FILE, PROFILES, Profile, profile_for_release, profile_named
 from .records import (
     CLASSIC,
     WATCHER,
@@ -75,6 +75,7 @@ __all__ = [
     "RegistrationRejected",
     "RunningPod",
     "WatchMode",
+    "profile_for_release",
     "profile_named",
     "records",
 ]

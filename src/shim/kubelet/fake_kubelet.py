@@ -128,7 +128,8 @@ class FakeKubelet:
         created_at = time.monotonic()
         await server.start()
         self._server = server
-        (self.plugin_dir / DEPRECATION_FILE).touch()
+        if self.profile.deprecation_file:
+            (self.plugin_dir / DEPRECATION_FILE).touch()
         if self.pod_resources_socket is not None:
             self._pods.restarted()
             self._pod_resources_server = await podresources.serve(self.pod_resources_socket, self._pods)

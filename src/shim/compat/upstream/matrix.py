@@ -36,7 +36,11 @@ def judged_cells(
 
 
 async def run_judged_cell(
-    driver: DriverUnderTest, release: Release, registration: str, scenario: str, binaries: Mapping[Release, Path]
+    driver: DriverUnderTest,
+    release: Release,
+    registration: str,
+    scenario: str,
+    binaries: Mapping[Release, Path],
 ) -> None:
     first = first_release(scenario, release, list(binaries))
     async with judged_world(driver, release, registration, binaries, first) as world:

@@ -137,7 +137,7 @@ def build(release: Release, *, log: bool = True) -> Path:
         env = {**os.environ, "GOWORK": "off", "GOFLAGS": "-mod=readonly -buildvcs=false"}
         try:
             done = subprocess.run(
-                ["go", "build", "-trimpath", "-o", str(partial), "./devicemanager"],
+                ["go", "build", "-o", str(partial), "./devicemanager"],
                 cwd=release.folder, env=env, capture_output=True, text=True,
                 timeout=BUILD_TIMEOUT_S, check=False,
             )  # fmt: skip

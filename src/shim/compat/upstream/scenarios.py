@@ -256,18 +256,22 @@ async def driver_crash(w: JudgedWorld) -> None:
     before = {r: await w.allocatable(r) for r in w.resources}
     counts = (await w.kubelet.harness.capacity()).capacity
     w.kill_driver()
-    for resource, devices in before.items():
-        if devices and not await _allocatable_until(w, resource, lambda ds: not ds):
-            raise Failed(f"{resource}: devices stayed allocatable after the driver was killed")
-        now = (await w.kubelet.harness.capacity()).capacity.get(resource)
+
+    async def every(wanted: Callable[[str, Devices], bool]) -> bool:
+        got = await w.kubelet.harness.allocatable()
+        now = {r: sorted((d["id"], d["health"], tuple(d["numa"])) for d in got.get(r, [])) for r in before}
+        return all(wanted(r, devices) for r, devices in now.items())
+
+    if not await _until(lambda: every(lambda r, ds: not ds), RECOVERY_TIMEOUT_S):
+        raise Failed("devices stayed allocatable after the driver was killed")
+    now = (await w.kubelet.harness.capacity()).capacity
+    for resource in before:
         expect(
-            now == counts.get(resource),
-            f"{resource}: capacity {now} in the outage, not {counts.get(resource)}",
+            now.get(resource) == counts.get(resource),
+            f"{resource}: capacity {now.get(resource)} in the outage, not {counts.get(resource)}",
         )
-        if not await _allocatable_until(w, resource, devices.__eq__):
-            raise Failed(
-                f"{resource}: not back to {devices} within {RECOVERY_TIMEOUT_S:g} s; driver {w.host.status}"
-            )
+    if not await _until(lambda: every(lambda r, ds: ds == before[r]), RECOVERY_TIMEOUT_S):
+        raise Failed(f"not back to {before} within {RECOVERY_TIMEOUT_S:g} s; the driver is {w.host.status}")
 
 
 SCENARIOS: dict[str, Scenario] = {

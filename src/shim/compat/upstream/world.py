@@ -26,6 +26,9 @@ from .harness import Capacity, Harness, Pod, running_harness
 from .releases import Release
 
 POLL_S = 0.05
+# The manager is observed by polling, not by a record of every list as the fake kubelet keeps:
+# a crashed driver's outage must last long enough to be seen.
+DRIVER_RESTART_S = 0.5
 
 
 class UpstreamKubelet:
@@ -130,7 +133,7 @@ async def judged_world(
     """A running world: the manager of `first` (default: `release`) started, devshim up, every
     resource counted."""
     root = Path(tempfile.mkdtemp(prefix="ds-judge-", dir="/tmp"))  # short: socket paths
-    settings = settings_for(driver, registration, root)
+    settings = settings_for(driver, registration, root, restart_backoff_s=DRIVER_RESTART_S)
     for folder in ("device-plugins", "plugins_registry", "pod-resources"):
         (root / folder).mkdir()
     kubelet = UpstreamKubelet(binaries, root, watcher=registration == "watcher")

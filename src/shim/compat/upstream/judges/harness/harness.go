@@ -156,9 +156,13 @@ func (h *harness) start(req *Request) error {
 		return fmt.Errorf("Start: %w", err)
 	}
 	h.manager = m
+	// The kubelet fetches the plugin watcher handler at every start, after the manager's
+	// Start (which creates device-plugins/DEPRECATION in these releases), whether or not a
+	// plugin ever registers through the watcher.
+	handler := m.GetWatcherHandler()
 	if req.WatcherDir != "" {
 		pm := pluginmanager.NewPluginManager(req.WatcherDir, &record.FakeRecorder{})
-		pm.AddHandler(pluginwatcherapi.DevicePlugin, m.GetWatcherHandler())
+		pm.AddHandler(pluginwatcherapi.DevicePlugin, handler)
 		h.plugins = make(chan struct{})
 		go h.release.RunPlugins(pm, allReady{}, h.plugins)
 	}

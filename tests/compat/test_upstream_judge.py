@@ -1,0 +1,240 @@
+"""The upstream judge: the driver scenarios and plugin checks with the kubelet's real device
+manager (shim.compat.upstream), exactly as `devshim compat --judge` runs them.
+
+By default every scenario runs against the oldest and the newest release devshim carries, for
+devshim in front of four drivers (the lifecycle test driver, the sim, devfs, and the legacy
+adapter in front of the Go legacy plugin) and for the Go legacy plugin on its own;
+`--full-matrix` runs every release. Each cell passes or skips for a reason listed here, so a new
+skip fails the suite. Needs root (mount namespaces) and Go (the harness build: minutes cold,
+seconds warm; docs/toolchains.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from shim.compat.driver_world import DriverUnderTest
+from shim.compat.plugin_world import PluginUnderTest
+from shim.compat.results import Skip
+from shim.compat.upstream import releases as upstream
+from shim.compat.upstream.harness import Container, Pod
+from shim.compat.upstream.matrix import run_judged_cell
+from shim.compat.upstream.plugin_checks import CHECKS, run_judged_plugin_cell
+from shim.compat.upstream.scenarios import SCENARIOS
+from tests.support import DRIVERS, ROOT
+from tests.support.toolchains import toolchain, unavailable
+from tests.support.unix import short_temp_dir
+
+RELEASES = upstream.releases()
+DEFAULT = (RELEASES[0], RELEASES[-1])
+HEALTH_HOOK_SIM = 'echo "health $DEVSHIM_COMPAT_RESOURCE $DEVSHIM_COMPAT_DEVICE Unhealthy" >> "$SIM_CONTROL"'
+
+# Why a cell may skip; any other skip fails the test.
+SKIPS = {
+    "health_change": ("no --health-hook given",),
+    "preferred_allocation": ("declares no resource with preferred allocation",),
+    "prestart": ("declares no resource with pre-start",),
+    "deallocate": ("serves no PodResources API", "declares no resource with deallocate"),
+    "post_stop": ("no kubelet release serves v1beta2", "declares no resource with post-stop"),
+    "upgrade": ("no release newer",),
+    "downgrade": ("no release newer",),
+}
+PLUGIN_SKIPS = {"options": "judges it", "message_limit": "judges it"}
+
+
+@pytest.fixture(scope="module")
+def judge() -> dict[upstream.Release, Path]:
+    """Every release's harness the selected cells may use, built (or found in the cache)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        unavailable("the upstream judge needs root and unshare(1): its harnesses run in mount namespaces")
+    toolchain("go", "the upstream judge's harnesses (src/shim/compat/upstream/judges)")
+    return {release: upstream.build(release, log=False) for release in RELEASES}
+
+
+def binaries(
+    judge: dict[upstream.Release, Path], release: upstream.Release, full: bool
+) -> dict[upstream.Release, Path]:
+    """The releases one cell's run has: the default pair, or every release."""
+    return dict(judge) if full else {r: judge[r] for r in DEFAULT}
+
+
+@pytest.fixture
+def sim_driver(tmp_path: Path) -> DriverUnderTest:
+    control = tmp_path / "sim.ctl"
+    config = (
+        (ROOT / "examples" / "sim.yaml")
+        .read_text()
+        .replace("control_file: sim.ctl", f"control_file: {control}")
+    )
+    (tmp_path / "sim.yaml").write_text(config)
+    env = {**os.environ, "SIM_CONTROL": str(control)}
+    argv = [sys.executable, "-m", "devshim_adapters.sim", "--config", str(tmp_path / "sim.yaml")]
+    return DriverUnderTest(argv, env=env, health_hook=HEALTH_HOOK_SIM)
+
+
+def lifecycle_driver() -> DriverUnderTest:
+    return DriverUnderTest(
+        [sys.executable, str(DRIVERS / "lifecycle.py")], health_hook='kill -USR1 "$DEVSHIM_COMPAT_DRIVER_PID"'
+    )
+
+
+def devfs_driver(tmp_path: Path) -> DriverUnderTest:
+    config = tmp_path / "devfs.json"
+    config.write_text(
+        json.dumps({"groups": [{"resource": "example.com/nullish", "paths": ["/dev/null", "/dev/zero"]}]})
+    )
+    return DriverUnderTest([sys.executable, "-m", "devshim_adapters.devfs", "--config", str(config)])
+
+
+def legacy_driver(private: Path, goplug: Path) -> DriverUnderTest:
+    plugin = [str(goplug), "-dir", str(private), "-preferred", "-prestart"]
+    return DriverUnderTest(
+        [sys.executable, "-m", "devshim_adapters.legacy", "--kubelet-dir", str(private), "--", *plugin]
+    )
+
+
+def cell_params(registrations: tuple[str, ...]) -> list[object]:
+    return [
+        pytest.param(
+            scenario,
+            release,
+            registration,
+            id=f"{scenario}-{release.name}-{registration}",
+            marks=[] if release in DEFAULT else [pytest.mark.full_matrix],
+        )  # fmt: skip
+        for scenario in SCENARIOS
+        for release in RELEASES
+        for registration in registrations
+    ]
+
+
+async def judged(
+    driver: DriverUnderTest,
+    scenario: str,
+    release: upstream.Release,
+    registration: str,
+    available: dict[upstream.Release, Path],
+) -> None:
+    """One cell as `devshim compat --judge` runs it: it passes or skips for a listed reason."""
+    try:
+        await run_judged_cell(driver, release, registration, scenario, available)
+    except Skip as skip:
+        allowed = SKIPS.get(scenario, ())
+        assert any(reason in str(skip) for reason in allowed), f"unexpected skip: {skip}"
+        pytest.skip(str(skip))
+
+
+@pytest.mark.parametrize(("scenario", "release", "registration"), cell_params(("classic", "watcher")))
+async def test_lifecycle_driver(
+    scenario: str,
+    release: upstream.Release,
+    registration: str,
+    judge: dict[upstream.Release, Path],
+) -> None:
+    await judged(lifecycle_driver(), scenario, release, registration, judge)
+
+
+@pytest.mark.parametrize(("scenario", "release", "registration"), cell_params(("classic",)))
+async def test_sim_driver(
+    scenario: str, release: upstream.Release, registration: str, judge: dict[upstream.Release, Path],
+    sim_driver: DriverUnderTest,
+) -> None:  # fmt: skip
+    await judged(sim_driver, scenario, release, registration, judge)
+
+
+@pytest.mark.parametrize(("scenario", "release", "registration"), cell_params(("classic",)))
+async def test_devfs_driver(
+    scenario: str, release: upstream.Release, registration: str, judge: dict[upstream.Release, Path],
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    await judged(devfs_driver(tmp_path), scenario, release, registration, judge)
+
+
+@pytest.mark.parametrize(("scenario", "release", "registration"), cell_params(("classic",)))
+async def test_legacy_adapter_with_the_go_plugin(
+    scenario: str, release: upstream.Release, registration: str, judge: dict[upstream.Release, Path],
+    goplug: Path,
+) -> None:  # fmt: skip
+    """A legacy plugin behind the adapter, through every row; upgrade and downgrade are the
+    cross-release cells: one release's checkpoint read by the next, devshim serving throughout."""
+    with short_temp_dir("ds-priv-") as private:
+        await judged(legacy_driver(private, goplug), scenario, release, registration, judge)
+
+
+@pytest.mark.parametrize(
+    ("check", "release"),
+    [
+        pytest.param(c, r, id=f"{c}-{r.name}", marks=[] if r in DEFAULT else [pytest.mark.full_matrix])
+        for c in CHECKS
+        for r in RELEASES
+    ],
+)
+async def test_go_plugin(
+    check: str, release: upstream.Release, judge: dict[upstream.Release, Path], goplug: Path
+) -> None:
+    """The Go legacy plugin passes every plugin check with the real manager as its kubelet."""
+    plugin = PluginUnderTest(f"{shlex.quote(str(goplug))} -dir {{dir}} -preferred -prestart")
+    try:
+        await run_judged_plugin_cell(plugin, release, check, judge)
+    except Skip as skip:
+        assert check in PLUGIN_SKIPS and PLUGIN_SKIPS[check] in str(skip), f"unexpected skip: {skip}"
+        pytest.skip(str(skip))
+
+
+def test_each_release_module_pins_its_release() -> None:
+    """Every judges/k8s-1.NN module requires k8s.io/kubernetes v1.NN.P and replaces each staging
+    module with the published v0.NN.P (scripts/k8s_gomod.py), and goes through the harness."""
+    assert [r.minor for r in RELEASES] == sorted({r.minor for r in RELEASES})
+    assert len(RELEASES) >= 4
+    for release in RELEASES:
+        text = (release.folder / "go.mod").read_text()
+        assert release.folder.name == f"k8s-1.{release.minor}"
+        staging = f"v0.{release.minor}.{release.version.split('.')[2]}"
+        assert f"k8s.io/api => k8s.io/api {staging}" in text
+        assert f"k8s.io/kubelet => k8s.io/kubelet {staging}" in text
+        assert "devshim.example/judges/harness => ../harness" in text
+
+
+async def test_harness_reports_the_release_it_links_and_refuses_bad_requests(
+    judge: dict[upstream.Release, Path],
+) -> None:
+    """The built binary links the release its go.mod names; a request it cannot serve gets an
+    error reply naming it, and the harness keeps answering."""
+    for release in DEFAULT:
+        process = await asyncio.create_subprocess_exec(
+            str(judge[release]), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        lines = [
+            b'{"id": 1, "op": "version"}\n',
+            b'{"id": 2, "op": "capacity"}\n',
+            b"not json\n",
+            b'{"id": 3, "op": "launch"}\n',
+            b'{"id": 4, "op": "stop"}\n',
+        ]
+        out, _ = await process.communicate(b"".join(lines))
+        replies = [json.loads(line) for line in out.splitlines()]
+        assert replies[0] == {"id": 1, "ok": True, "result": {"release": release.version}}
+        assert replies[1]["ok"] is False and "capacity before start" in replies[1]["error"]
+        assert replies[2]["ok"] is False and "not a request" in replies[2]["error"]
+        assert replies[3]["ok"] is False and 'unknown op "launch"' in replies[3]["error"]
+        assert replies[4] == {"id": 4, "ok": True}
+        assert process.returncode == 0
+
+
+def test_pod_wire_form() -> None:
+    """The harness reads pods in this form (judges/harness/protocol.go)."""
+    pod = Pod("u", "p", [Container("c", {"example.com/x": 2})], init_containers=[Container("i")])
+    assert pod.wire() == {
+        "uid": "u", "name": "p", "namespace": "default",
+        "containers": [{"name": "c", "requests": {"example.com/x": 2}}],
+        "init_containers": [{"name": "i", "requests": {}}],
+    }  # fmt: skip
