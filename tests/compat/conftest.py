@@ -1,8 +1,11 @@
 """Fixtures of the compat tests (tests/conftest.py has those every directory shares): the
-legacy plugins of tests/support/legacy_plugins, built in the run, and the adapter's directory."""
+legacy plugins of tests/support/legacy_plugins, built in the run, the adapter's directory, and
+the upstream judge's harnesses."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -11,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from shim.compat.upstream import releases as upstream
+from tests.support.judge import DEFAULT, RELEASES
 from tests.support.legacy import GO_PLUGIN, PYTHON_PLUGIN
-from tests.support.toolchains import toolchain
+from tests.support.toolchains import toolchain, unavailable
 from tests.support.unix import short_temp_dir
 
 
@@ -43,3 +48,16 @@ def goplug() -> Iterator[Path]:
         binary = Path(out) / "goplug"
         subprocess.run(["bash", str(GO_PLUGIN / "build.sh"), str(binary)], check=True, timeout=900)
         yield binary
+
+
+@pytest.fixture(scope="session")
+def judge(request: pytest.FixtureRequest) -> dict[upstream.Release, Path]:
+    """The upstream judge's harnesses of the run's releases (the default pair, or all with
+    --full-matrix), built or found in the cache; cells upgrade and downgrade between these.
+    test_upstream_judge.py's first test builds them under a timeout long enough for a cold Go
+    cache."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        unavailable("the upstream judge needs root and unshare(1): its harnesses run in mount namespaces")
+    toolchain("go", "the upstream judge's harnesses (src/shim/compat/upstream/judges)")
+    chosen = RELEASES if request.config.getoption("--full-matrix") else DEFAULT
+    return {release: upstream.build(release, log=False) for release in chosen}

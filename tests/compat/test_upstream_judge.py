@@ -15,7 +15,6 @@ import asyncio
 import json
 import os
 import shlex
-import shutil
 import sys
 from pathlib import Path
 
@@ -30,11 +29,9 @@ from shim.compat.upstream.matrix import run_judged_cell
 from shim.compat.upstream.plugin_checks import CHECKS, run_judged_plugin_cell
 from shim.compat.upstream.scenarios import SCENARIOS
 from tests.support import DRIVERS, ROOT
-from tests.support.toolchains import toolchain, unavailable
+from tests.support.judge import DEFAULT, RELEASES
 from tests.support.unix import short_temp_dir
 
-RELEASES = upstream.releases()
-DEFAULT = (RELEASES[0], RELEASES[-1])
 HEALTH_HOOK_SIM = 'echo "health $DEVSHIM_COMPAT_RESOURCE $DEVSHIM_COMPAT_DEVICE Unhealthy" >> "$SIM_CONTROL"'
 
 # Why a cell may skip; any other skip fails the test.
@@ -50,20 +47,20 @@ SKIPS = {
 PLUGIN_SKIPS = {"options": "judges it", "message_limit": "judges it"}
 
 
-@pytest.fixture(scope="module")
-def judge() -> dict[upstream.Release, Path]:
-    """Every release's harness the selected cells may use, built (or found in the cache)."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        unavailable("the upstream judge needs root and unshare(1): its harnesses run in mount namespaces")
-    toolchain("go", "the upstream judge's harnesses (src/shim/compat/upstream/judges)")
-    return {release: upstream.build(release, log=False) for release in RELEASES}
-
-
 def binaries(
     judge: dict[upstream.Release, Path], release: upstream.Release, full: bool
 ) -> dict[upstream.Release, Path]:
     """The releases one cell's run has: the default pair, or every release."""
     return dict(judge) if full else {r: judge[r] for r in DEFAULT}
+
+
+@pytest.mark.timeout(upstream.BUILD_TIMEOUT_S * 2)
+def test_the_harnesses_build(judge: dict[upstream.Release, Path]) -> None:
+    """First, so a cold build (minutes per release) has its own timeout: every release's harness
+    is an executable in the cache."""
+    for release, binary in judge.items():
+        assert binary.is_file() and os.access(binary, os.X_OK), release.name
+        assert binary.parent.name.startswith(release.version)
 
 
 @pytest.fixture

@@ -10,8 +10,6 @@ the judge", has the table.
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,13 +24,11 @@ from shim.compat.upstream.world import UpstreamKubelet
 from shim.kubelet import DEPRECATION_FILE, DeviceState, PluginOptions, profile_for_release
 from shim.kubelet.dirs import CleanupMode
 from shim.kubelet.versions import WIRES
+from tests.support.judge import DEFAULT, RELEASES
 from tests.support.scripted import PluginScript
 from tests.support.scripted_plugin import ScriptedPlugin
-from tests.support.toolchains import toolchain, unavailable
 from tests.support.unix import short_temp_dir
 
-RELEASES = upstream.releases()
-DEFAULT = (RELEASES[0], RELEASES[-1])
 RESOURCE = "example.com/widget"
 TWO = (DeviceState("w0", "Healthy"), DeviceState("w1", "Healthy"))
 # How long a state must hold to count as kept (a negative check: the thing it rules out
@@ -44,15 +40,6 @@ def release_params() -> list[object]:
     return [
         pytest.param(r, id=r.name, marks=[] if r in DEFAULT else [pytest.mark.full_matrix]) for r in RELEASES
     ]
-
-
-@pytest.fixture(scope="module")
-def judge(request: pytest.FixtureRequest) -> dict[upstream.Release, Path]:
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        unavailable("the upstream judge needs root and unshare(1): its harnesses run in mount namespaces")
-    toolchain("go", "the upstream judge's harnesses (src/shim/compat/upstream/judges)")
-    chosen = RELEASES if request.config.getoption("--full-matrix") else DEFAULT
-    return {release: upstream.build(release, log=False) for release in chosen}
 
 
 @asynccontextmanager

@@ -118,15 +118,18 @@ class DevshimSide:
         os.kill(self.driver_pid(), signal.SIGKILL)
 
     async def driver_up(self) -> None:
-        """Until the driver runs and has declared at least one resource."""
+        """Until the driver runs and has declared at least one resource (a driver such as the
+        legacy adapter declares its resources once its plugins have registered)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + START_TIMEOUT_S
-        while self.host.status != "up":
-            if self.host.gave_up.is_set() or loop.time() > deadline:
+        while self.host.status != "up" or not self.resources:
+            if self.host.gave_up.is_set():
+                raise Failed(f"the driver did not start: {self.host.status}")
+            if loop.time() > deadline:
+                if self.host.status == "up":
+                    raise Failed(f"the driver declared no resources within {START_TIMEOUT_S:g} s")
                 raise Failed(f"the driver did not start: {self.host.status}")
             await asyncio.sleep(0.02)
-        if not self.resources:
-            raise Failed("the driver declared no resources")
 
 
 @dataclass

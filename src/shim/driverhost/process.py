@@ -66,6 +66,24 @@ except OSError as error:
 EXEC_FAILED, SWITCH_FAILED, PARENT_GONE = 127, 71, 70
 # How much of the driver's stderr one read takes.
 STDERR_CHUNK = 256 * 1024
+# How often a driver's exit is looked for (see exited()).
+EXIT_POLL_S = 0.05
+
+
+async def exited(process: asyncio.subprocess.Process) -> int:
+    """The exit status, once the process has exited. Not Process.wait(): on Python 3.11 that
+    also waits until every pipe to the process is closed, and a child the driver started (the
+    legacy adapter's plugin, say) holds its stdout open after the driver itself is gone."""
+    while process.returncode is None:
+        await asyncio.sleep(EXIT_POLL_S)
+    return process.returncode
+
+
+def end_group(process: asyncio.subprocess.Process) -> None:
+    """SIGKILL whatever is left of the driver's process group (the children it started), once
+    the driver itself has exited: a restarted driver must not meet its predecessor's children."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)  # start_new_session: the group id is the driver's pid
 
 
 def switch_ids(settings: DriverSettings) -> str:
@@ -125,6 +143,8 @@ class DriverProcess:
                 env=dict(self.settings.env),
                 # Not the framing's 32 MiB: a longer message is refused before it is buffered.
                 limit=limits.MAX_MESSAGE_BYTES,
+                # A group of its own, so its children can be ended with it (end_group).
+                start_new_session=True,
             )  # fmt: skip
         except OSError as exc:
             raise DriverFailed(f"cannot start {argv[0]!r}: {exc.strerror}") from None
@@ -165,7 +185,7 @@ class DriverProcess:
         assert self.process is not None
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(2.0):
-                await self.process.wait()
+                await exited(self.process)
             return
         self.fail("it closed its output but kept running")
 
@@ -217,7 +237,8 @@ class DriverProcess:
         return refusal is not None
 
     async def _watch_exit(self, process: asyncio.subprocess.Process) -> None:
-        code = await process.wait()
+        code = await exited(process)
+        end_group(process)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(0.5):
                 await asyncio.shield(self._tasks[2])  # its last log lines
@@ -298,12 +319,14 @@ class DriverProcess:
 
     @staticmethod
     async def _reap(process: asyncio.subprocess.Process, wait_s: float) -> None:
-        """Wait for a voluntary exit, then SIGTERM, then SIGKILL: never leave a zombie."""
+        """Wait for a voluntary exit, then SIGTERM, then SIGKILL: never leave a zombie; then end
+        what is left of its group."""
         for escalate in (None, process.terminate, process.kill):
             if process.returncode is not None:
-                return
+                break
             if escalate is not None:
                 escalate()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait_s):
-                    await process.wait()
+                    await exited(process)
+        end_group(process)

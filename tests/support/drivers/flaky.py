@@ -23,6 +23,9 @@ FLAKY_LATER_INIT_DELAY_S
     Seconds a behaving run after a misbehaving one waits before answering initialize.
 FLAKY_DECLARED
     ``1``: every device declares its grant at list time (``{"FLAKY": "<id>"}``).
+FLAKY_CHILD
+    ``1``: every run starts a child (``sleep``) that inherits its stdout, as a driver fronting
+    other programs does, and appends ``child <pid>``.
 
 Every run also appends ``initialize <allocations as JSON>`` when initialize arrives, so a
 test can see what devshim told a restarted driver was in use.
@@ -37,6 +40,7 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -75,6 +79,10 @@ class Flaky(Driver):
         self.declared = env.get("FLAKY_DECLARED") == "1"
         self.run_file = Path(env["RUN_FILE"])
         self._flooding: asyncio.Task[None] | None = None
+        if env.get("FLAKY_CHILD") == "1":
+            child = subprocess.Popen(["sleep", "600"])  # stdout: the pipe to devshim
+            with self.run_file.open("a") as runs:
+                runs.write(f"child {child.pid}\n")
 
     def resources(self) -> list[types.Resource]:
         return [types.Resource(name=RESOURCE)]

@@ -79,8 +79,14 @@ func Main(release Release) int {
 }
 
 func (h *harness) handle(req *Request) (any, error) {
-	if req.Op != "start" && req.Op != "version" && h.manager == nil {
-		return nil, fmt.Errorf("%s before start", req.Op)
+	switch req.Op {
+	case "version", "start", "stop":
+	case "capacity", "allocatable", "admit", "run_options", "assigned", "hints", "remove_pod":
+		if h.manager == nil {
+			return nil, fmt.Errorf("%s before start", req.Op)
+		}
+	default:
+		return nil, fmt.Errorf("unknown op %q", req.Op)
 	}
 	switch req.Op {
 	case "version":
@@ -119,10 +125,8 @@ func (h *harness) handle(req *Request) (any, error) {
 		defer h.mu.Unlock()
 		h.pods = without(h.pods, req.PodUID)
 		return nil, nil
-	case "stop":
-		return nil, h.stop()
 	}
-	return nil, fmt.Errorf("unknown op %q", req.Op)
+	return nil, h.stop() // "stop"
 }
 
 func (h *harness) activePods() []*v1.Pod {
