@@ -188,6 +188,27 @@ def test_each_bug_fails_exactly_its_rows(tmp_path: Path, bug: str) -> None:
         assert "('b-3', 'Healthy')" in failed["driver_crash", "next/both/classic"]
     assert {c["scenario"] for c in run.cells if c["status"] == "pass"} == set(chosen) - rows
     assert not list(tmp_path.glob("broken-*.running")), "a cleanly stopped driver leaves no marker"
+    for scenario, _ in failed:
+        assert repeat_command(driver, scenario) in run.stdout.splitlines()
+
+
+def repeat_command(driver: str, scenario: str) -> str:
+    """What `devshim compat` prints to repeat one failed cell of test_each_bug_fails_exactly_its_rows."""
+    return "  " + shlex.join([
+        "devshim", "compat", "--driver", driver, "--health-hook", SIGUSR1_HOOK, "--scenario", scenario,
+        "--profile", "next", "--kubelet", "both", "--registration", "classic",
+    ])  # fmt: skip
+
+
+def test_a_failed_cells_repeat_command_runs_just_that_cell(tmp_path: Path) -> None:
+    """The printed command, run as it is, runs the one cell again and fails it the same way."""
+    driver = f"{PYTHON} {BROKEN} prestart-fails --state-dir {tmp_path}"
+    argv = shlex.split(repeat_command(driver, "prestart").strip())
+    assert argv[:2] == ["devshim", "compat"]
+    run = compat(tmp_path, *argv[2:])
+    assert run.code == 1
+    cells = [(c["scenario"], c["mode"], c["status"]) for c in run.cells]
+    assert cells == [("prestart", "next/both/classic", "fail")]
 
 
 @pytest.mark.parametrize(
@@ -198,6 +219,28 @@ def test_each_bug_fails_exactly_its_rows(tmp_path: Path, bug: str) -> None:
             ["--driver", "true", "--profile", "1.99"],
             "unknown profile 1.99; choose from 1.24, 1.25-1.32, 1.33+, next",
             id="unknown-profile",
+        ),
+        pytest.param(
+            ["--driver", "true", "--judge", "upstream-1.99"],
+            "unknown judge 'upstream-1.99'; choose from upstream, upstream-1.30, upstream-1.32, "
+            "upstream-1.33, upstream-1.36, upstream-1.37",
+            id="unknown-judge",
+        ),
+        pytest.param(
+            ["--driver", "true", "--judge", "upstream", "--profile", "1.33+"],
+            "--profile, --kubelet and --quick select the model's cells; with --judge, choose releases by "
+            "--judge and paths by --registration",
+            id="judge-and-profile",
+        ),
+        pytest.param(
+            ["--driver", "true", "--prebuild"],
+            "--prebuild builds the upstream judge: give --judge too",
+            id="prebuild-without-judge",
+        ),
+        pytest.param(
+            ["--socket", "/nonexistent.sock", "--judge", "upstream-1.37"],
+            "--judge runs the plugin itself: give --plugin or --driver, not --socket",
+            id="judge-with-socket",
         ),
     ],
 )
