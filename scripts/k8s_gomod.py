@@ -65,8 +65,11 @@ def render(release: str, module: str, upstream: str, local: dict[str, str] | Non
         "",
         f"require k8s.io/kubernetes {release}",
         "",
-        *(line for path, folder in sorted((local or {}).items())
-          for line in (f"require {path} v0.0.0", "", f"replace {path} => {folder}", "")),
+        *(
+            line
+            for path, folder in sorted((local or {}).items())
+            for line in (f"require {path} v0.0.0", "", f"replace {path} => {folder}", "")
+        ),
         f"// k8s.io/kubernetes {release} requires its staging modules at v0.0.0;",
         "// these are the published modules of the same release.",
         "replace (",
