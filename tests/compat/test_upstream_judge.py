@@ -28,7 +28,7 @@ from shim.compat.upstream import releases as upstream
 from shim.compat.upstream.harness import Container, Pod
 from shim.compat.upstream.matrix import run_judged_cell
 from shim.compat.upstream.plugin_checks import CHECKS, run_judged_plugin_cell
-from shim.compat.upstream.scenarios import SCENARIOS
+from shim.compat.upstream.scenarios import LONG, REMOVAL_GRACE_S, SCENARIOS
 from tests.support import DRIVERS, ROOT
 from tests.support.judge import DEFAULT, RELEASES
 from tests.support.unix import short_temp_dir
@@ -46,13 +46,6 @@ SKIPS = {
     "downgrade": ("no release newer",),
 }
 PLUGIN_SKIPS = {"options": "judges it", "message_limit": "judges it"}
-
-
-def binaries(
-    judge: dict[upstream.Release, Path], release: upstream.Release, full: bool
-) -> dict[upstream.Release, Path]:
-    """The releases one cell's run has: the default pair, or every release."""
-    return dict(judge) if full else {r: judge[r] for r in DEFAULT}
 
 
 @pytest.mark.timeout(upstream.BUILD_TIMEOUT_S * 2)
@@ -99,18 +92,29 @@ def legacy_driver(private: Path, goplug: Path) -> DriverUnderTest:
     )
 
 
-def cell_params(registrations: tuple[str, ...]) -> list[object]:
+def cell_params(registrations: tuple[str, ...], *, long: bool = False) -> list[object]:
+    """Every (scenario, release, registration); outside the default pair, full_matrix. A LONG row
+    (over 5 minutes: the manager's grace) runs only with `long`, and then only in the full matrix,
+    by classic registration, for the default pair."""
     return [
         pytest.param(
             scenario,
             release,
             registration,
             id=f"{scenario}-{release.name}-{registration}",
-            marks=[] if release in DEFAULT else [pytest.mark.full_matrix],
+            marks=(
+                [pytest.mark.full_matrix, pytest.mark.timeout(REMOVAL_GRACE_S + 120)]
+                if scenario in LONG
+                else []
+                if release in DEFAULT
+                else [pytest.mark.full_matrix]
+            ),
         )  # fmt: skip
         for scenario in SCENARIOS
+        if long or scenario not in LONG
         for release in RELEASES
         for registration in registrations
+        if scenario not in LONG or (release in DEFAULT and registration == "classic")
     ]
 
 
@@ -130,7 +134,9 @@ async def judged(
         pytest.skip(str(skip))
 
 
-@pytest.mark.parametrize(("scenario", "release", "registration"), cell_params(("classic", "watcher")))
+@pytest.mark.parametrize(
+    ("scenario", "release", "registration"), cell_params(("classic", "watcher"), long=True)
+)
 async def test_lifecycle_driver(
     scenario: str,
     release: upstream.Release,

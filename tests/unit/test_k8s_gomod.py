@@ -62,3 +62,14 @@ def test_anything_but_a_kubernetes_release_is_refused(release: str) -> None:
 def test_a_go_mod_without_staging_replaces_is_refused() -> None:
     with pytest.raises(SystemExit, match="replaces no staging modules"):
         render("v1.37.2", "example.com/judge", "module k8s.io/kubernetes\n\ngo 1.26.0\n")
+
+
+def test_a_local_module_is_required_from_its_folder() -> None:
+    """A judge's release module uses the shared harness from ../harness (docs/architecture.md)."""
+    text = render("v1.37.2", "example.com/k8s-1.37", UPSTREAM, {"example.com/harness": "../harness"})
+    lines = text.splitlines()
+    assert lines[lines.index("require k8s.io/kubernetes v1.37.2") + 2 :][:3] == [
+        "require example.com/harness v0.0.0",
+        "",
+        "replace example.com/harness => ../harness",
+    ]

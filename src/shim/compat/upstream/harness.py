@@ -68,7 +68,9 @@ class Pod:
 class Capacity:
     capacity: Mapping[str, int]
     allocatable: Mapping[str, int]
-    inactive: Sequence[str]
+    # The resources this call removed (stopped longer than the manager's 5-minute grace);
+    # each is reported by one call only, and absent from the counts from then on.
+    removed: Sequence[str]
 
 
 class Harness:
@@ -131,7 +133,7 @@ class Harness:
 
     async def capacity(self) -> Capacity:
         got = await self.call("capacity")
-        return Capacity(got["capacity"], got["allocatable"], got["inactive"])
+        return Capacity(got["capacity"], got["allocatable"], got["removed"])
 
     async def allocatable(self) -> dict[str, list[dict[str, Any]]]:
         """GetAllocatableDevices: the healthy devices per resource, {id, health, numa}."""

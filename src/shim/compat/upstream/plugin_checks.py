@@ -52,9 +52,7 @@ class JudgedPluginWorld:
         deadline = loop.time() + timeout_s
         while True:
             capacity = await self.kubelet.harness.capacity()
-            counted = sorted(
-                (r, n) for r, n in capacity.capacity.items() if n > 0 and r not in capacity.inactive
-            )
+            counted = sorted((r, n) for r, n in capacity.capacity.items() if n > 0)
             if counted:
                 return counted[0]
             if self.process.returncode is not None:
@@ -90,14 +88,19 @@ async def full_lists(w: JudgedPluginWorld) -> None:
 
 
 async def stream_open(w: JudgedPluginWorld) -> None:
-    """The resource stays active after its first list: the manager takes the end of ListAndWatch
-    for the plugin going away."""
+    """The devices stay allocatable 2 s after the first list: the manager takes the end of
+    ListAndWatch for the plugin going away and marks every device unhealthy."""
     resource, _ = await w.resource()
+    await asyncio.sleep(SETTLE_S)
+    first = (await w.kubelet.harness.capacity()).allocatable.get(resource, 0)
+    if not first:
+        raise Skip(f"{resource}: no Healthy device, so a stream's end would not show")
     await asyncio.sleep(STREAM_OPEN_S)
-    capacity = await w.kubelet.harness.capacity()
+    now = (await w.kubelet.harness.capacity()).allocatable.get(resource, 0)
     expect(
-        resource not in capacity.inactive,
-        f"{resource}: the manager took the plugin as stopped within {STREAM_OPEN_S:g} s of its first list",
+        now == first,
+        f"{resource}: {first} devices allocatable, {now} {STREAM_OPEN_S:g} s later: the manager took the "
+        f"plugin as gone (its ListAndWatch ended)",
     )
 
 

@@ -1,8 +1,8 @@
 """The driver matrix's rows as the kubelet's real device manager sees them.
 
 The rows have the names of the fake kubelet's (driver_scenarios.py) and check the same promise,
-through what ManagerImpl shows the kubelet: GetCapacity (devices counted, allocatable, inactive
-resources), GetAllocatableDevices (the healthy devices with their NUMA nodes), Allocate during
+through what ManagerImpl shows the kubelet: GetCapacity (devices counted, the allocatable ones,
+resources removed), GetAllocatableDevices (the healthy devices with their NUMA nodes), Allocate during
 admission (with GetPreferredAllocation), GetDeviceRunContainerOptions (PreStartContainer and
 what the runtime gets), GetDevices and the checkpoint across kubelet restarts. What the model
 sees and the manager cannot show (each ListAndWatch message, the options as sent) is checked
@@ -25,6 +25,8 @@ Scenario = Callable[[JudgedWorld], Awaitable[None]]
 # How long the manager must keep a resource active for "list_watch" (its stream stays open).
 STREAM_OPEN_S = 0.5
 RECOVERY_TIMEOUT_S = 15.0
+# types.go endpointStopGracePeriod: how long a stopped endpoint's resource stays in GetCapacity.
+REMOVAL_GRACE_S = 300.0
 POLL_S = 0.05
 
 Devices = list[tuple[str, str, tuple[int, ...]]]
@@ -58,12 +60,11 @@ async def _until(what: Callable[[], Awaitable[bool]], timeout_s: float) -> bool:
 async def _allocatable_until(
     w: JudgedWorld, resource: str, wanted: Callable[[Devices], bool], timeout_s: float = RECOVERY_TIMEOUT_S
 ) -> bool:
-    """Until the manager's allocatable devices of `resource` are `wanted` (and the resource is
-    active); False if they are not within `timeout_s`."""
+    """Until the manager's allocatable devices of `resource` are `wanted`; False if they are not
+    within `timeout_s`."""
 
     async def now() -> bool:
-        inactive = (await w.kubelet.harness.capacity()).inactive
-        return resource not in inactive and wanted(await w.allocatable(resource))
+        return wanted(await w.allocatable(resource))
 
     return await _until(now, timeout_s)
 
@@ -99,12 +100,10 @@ async def register(w: JudgedWorld) -> None:
 
 
 async def list_watch(w: JudgedWorld) -> None:
-    """The manager holds the driver's devices (ids, NUMA nodes) with their health, and the
-    resource stays active (its ListAndWatch stream open)."""
-    await asyncio.sleep(STREAM_OPEN_S)
-    capacity = await w.kubelet.harness.capacity()
+    """The manager holds the driver's Healthy devices (ids, NUMA nodes) as allocatable, still
+    after a while (an ended ListAndWatch stream would leave none allocatable)."""
+    await asyncio.sleep(STREAM_OPEN_S)  # a stream that ended would leave no device allocatable
     for resource in w.resources:
-        expect(resource not in capacity.inactive, f"{resource}: the manager took its endpoint as stopped")
         want = [(i, h, n) for i, h, n in _healthy(await w.expected(resource))]
         got = await w.allocatable(resource)
         expect(got == want, f"{resource}: the manager's healthy devices {got} are not the driver's {want}")
@@ -250,6 +249,30 @@ async def socket_removed(w: JudgedWorld) -> None:
             raise Failed(f"{resource}: not back to {want} active within {RECOVERY_TIMEOUT_S:g} s")
 
 
+async def resource_removed(w: JudgedWorld) -> None:
+    """devshim withdraws a resource (as when its driver stops declaring it): the manager sees its
+    endpoint stop (every device counted, none allocatable), and once its fixed 5-minute grace
+    has passed, GetCapacity removes the resource. Long: run only when named."""
+    resource = w.resources[0]
+    count = len(await w.expected(resource))
+    await w.shim.remove_resource(resource)
+    if not await _allocatable_until(w, resource, lambda ds: not ds):
+        raise Failed(f"{resource}: still allocatable {RECOVERY_TIMEOUT_S:g} s after devshim withdrew it")
+    now = (await w.kubelet.harness.capacity()).capacity.get(resource)
+    expect(
+        now == count,
+        f"{resource}: capacity {now} once withdrawn, not {count} (unhealthy until the grace ends)",
+    )
+
+    async def removed() -> bool:
+        return resource not in (await w.kubelet.harness.capacity()).capacity
+
+    if not await _until(removed, REMOVAL_GRACE_S + RECOVERY_TIMEOUT_S):
+        raise Failed(
+            f"{resource}: still counted {REMOVAL_GRACE_S + RECOVERY_TIMEOUT_S:g} s after it was withdrawn"
+        )
+
+
 async def driver_crash(w: JudgedWorld) -> None:
     """The driver is SIGKILLed: the manager keeps counting its devices but none is allocatable
     (none vanishes), and once devshim has restarted the driver, the same devices are back."""
@@ -277,8 +300,12 @@ async def driver_crash(w: JudgedWorld) -> None:
 SCENARIOS: dict[str, Scenario] = {
     f.__name__: f
     for f in (register, list_watch, health_change, allocate, preferred_allocation, prestart, deallocate,
-              post_stop, kubelet_restart, upgrade, downgrade, socket_removed, driver_crash)
+              post_stop, kubelet_restart, upgrade, downgrade, socket_removed, driver_crash,
+              resource_removed)
 }  # fmt: skip
+# Rows that take minutes (the manager's 5-minute grace): run only when named with --scenario,
+# and in devshim's own suite only with --full-matrix.
+LONG = ("resource_removed",)
 
 
 def first_release(scenario: str, release: Release, built: Sequence[Release]) -> Release:

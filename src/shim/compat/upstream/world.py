@@ -21,6 +21,7 @@ from pathlib import Path
 from shim.bootstrap import Shim
 from shim.compat.driver_world import START_TIMEOUT_S, DevshimSide, DriverUnderTest, settings_for
 from shim.compat.results import Failed
+from shim.kubelet.records import HEALTHY
 
 from .harness import Capacity, Harness, Pod, running_harness
 from .releases import Release
@@ -99,19 +100,22 @@ class JudgedWorld(DevshimSide):
         return sorted((d.id, str(d.health), tuple(d.numa_nodes)) for d in devices)
 
     async def registered(self, resource: str, timeout_s: float = START_TIMEOUT_S) -> Capacity:
-        """Until the manager counts every device the driver lists for `resource`, active."""
+        """Until the manager counts every device the driver lists for `resource`, and its
+        Healthy ones as allocatable (a stopped endpoint has every device unhealthy)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
-            want = len(await self.expected(resource))
+            devices = await self.expected(resource)
+            want, healthy = len(devices), sum(d[1] == HEALTHY for d in devices)
             got = await self.kubelet.harness.capacity()
-            if got.capacity.get(resource) == want and resource not in got.inactive:
+            if got.capacity.get(resource) == want and got.allocatable.get(resource) == healthy:
                 return got
             if loop.time() > deadline:
                 raise Failed(
                     f"{resource}: the {self.release.name} device manager counts "
-                    f"{got.capacity.get(resource, 'no')} devices (inactive: {sorted(got.inactive)}), "
-                    f"the driver lists {want}, {timeout_s:g} s after {self.kubelet.since()}"
+                    f"{got.capacity.get(resource, 'no')} devices, {got.allocatable.get(resource, 'none')} "
+                    f"allocatable; the driver lists {want}, {healthy} Healthy, {timeout_s:g} s after "
+                    f"{self.kubelet.since()}"
                     f"{self.kubelet.harness.log_tail()}"
                 )
             await asyncio.sleep(POLL_S)

@@ -225,9 +225,9 @@ func (h *harness) container(uid, name string) (*v1.Pod, *v1.Container, error) {
 }
 
 func (h *harness) capacity() Capacity {
-	capacity, allocatable, inactive := h.release.Capacity(h.manager)
-	sort.Strings(inactive)
-	return Capacity{Capacity: counts(capacity), Allocatable: counts(allocatable), Inactive: append([]string{}, inactive...)}
+	capacity, allocatable, removed := h.release.Capacity(h.manager)
+	sort.Strings(removed)
+	return Capacity{Capacity: counts(capacity), Allocatable: counts(allocatable), Removed: append([]string{}, removed...)}
 }
 
 func (h *harness) allocatable() map[string][]Device {

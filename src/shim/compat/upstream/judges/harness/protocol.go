@@ -49,12 +49,13 @@ type Container struct {
 	Requests map[string]int64 `json:"requests,omitempty"`
 }
 
-// Capacity is GetCapacity's answer: counts per resource and the resources
-// whose endpoint stopped (kept until the manager's grace period ends).
+// Capacity is GetCapacity's answer: device counts per resource, and the
+// resources this very call removed (their endpoint stopped more than the
+// manager's grace period ago; each is reported once, then gone from the counts).
 type Capacity struct {
 	Capacity    map[string]int64 `json:"capacity"`
 	Allocatable map[string]int64 `json:"allocatable"`
-	Inactive    []string         `json:"inactive"`
+	Removed     []string         `json:"removed"`
 }
 
 // Device is one device as the manager keeps it.

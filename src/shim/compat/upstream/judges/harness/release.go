@@ -21,7 +21,7 @@ type Release interface {
 	Stop(m *devicemanager.ManagerImpl) error
 	Allocate(m *devicemanager.ManagerImpl, pod *v1.Pod, c *v1.Container) error
 	RunOptions(m *devicemanager.ManagerImpl, pod *v1.Pod, c *v1.Container) (*devicemanager.DeviceRunContainerOptions, error)
-	Capacity(m *devicemanager.ManagerImpl) (capacity, allocatable v1.ResourceList, inactive []string)
+	Capacity(m *devicemanager.ManagerImpl) (capacity, allocatable v1.ResourceList, removed []string)
 	Allocatable(m *devicemanager.ManagerImpl) devicemanager.ResourceDeviceInstances
 	Hints(m *devicemanager.ManagerImpl, pod *v1.Pod, c *v1.Container) map[string][]topologymanager.TopologyHint
 	RunPlugins(pm pluginmanager.PluginManager, ready config.SourcesReady, stop <-chan struct{})
