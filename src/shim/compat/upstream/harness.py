@@ -30,6 +30,9 @@ CALL_TIMEOUT_S = 60.0
 # One reply line at most (a list of thousands of devices fits easily).
 REPLY_LIMIT = 16 * 1024 * 1024
 CHECKPOINT = "kubelet_internal_checkpoint"
+# The machine the manager is told it runs on (cadvisor's topology): NUMA nodes 0-3, enough for
+# the test drivers' devices; topology hints are made over these.
+NUMA_NODES = 4
 LOG_TAIL = 1500
 
 
@@ -120,15 +123,21 @@ class Harness:
         return f"; its log ends: {text[-LOG_TAIL:]}" if text else ""
 
     async def start(
-        self, pods: Sequence[Pod] = (), running: Sequence[str] = (), watcher_dir: Path | None = None
+        self,
+        pods: Sequence[Pod] = (),
+        running: Sequence[str] = (),
+        watcher_dir: Path | None = None,
+        numa_nodes: int = NUMA_NODES,
     ) -> None:
         """NewManagerImpl and Start, with the pods and running containers ("uid/name") a
-        restarted kubelet would pass; with `watcher_dir`, the plugin manager watches it too."""
+        restarted kubelet would pass, on a machine of `numa_nodes` NUMA nodes; with
+        `watcher_dir`, the plugin manager watches it too."""
         await self.call(
             "start",
             pods=[p.wire() for p in pods],
             running=list(running),
             watcher_dir=str(watcher_dir) if watcher_dir else "",
+            numa_nodes=numa_nodes,
         )
 
     async def capacity(self) -> Capacity:

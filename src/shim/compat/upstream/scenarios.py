@@ -133,7 +133,8 @@ async def health_change(w: JudgedWorld) -> None:
 
 async def allocate(w: JudgedWorld) -> None:
     """A pod asking one device of each resource is admitted: Allocate succeeds, the container
-    holds one Healthy device of each, the checkpoint records it, and the runtime gets options."""
+    holds one Healthy device of each, the checkpoint records it, the runtime gets options, and
+    the topology hints for it lie on its devices' NUMA nodes."""
     resources = [r for r in w.resources if _healthy(await w.expected(r))]
     if not resources:
         raise Skip("the driver lists no Healthy device to allocate")
@@ -151,6 +152,17 @@ async def allocate(w: JudgedWorld) -> None:
         recorded == set(resources), f"the checkpoint records {sorted(recorded)} for the pod, not {resources}"
     )
     await w.kubelet.harness.run_options(pod.uid, "app")
+    # The topology manager's view: hints for the devices the container holds, on their NUMA nodes.
+    hints = await w.kubelet.harness.hints(pod.uid, "app")
+    for resource in resources:
+        nodes = {n for d in await w.expected(resource) if d[0] in got[resource] for n in d[2]}
+        if not nodes:
+            continue  # no NUMA affinity: the manager gives no hint for it
+        preferred = [set(h["numa"]) for h in hints.get(resource, []) if h["preferred"]]
+        expect(
+            preferred == [nodes],
+            f"{resource}: preferred topology hints {preferred} for devices on NUMA nodes {sorted(nodes)}",
+        )
 
 
 async def preferred_allocation(w: JudgedWorld) -> None:

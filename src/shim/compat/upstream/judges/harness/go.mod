@@ -3,6 +3,7 @@ module devshim.example/judges/harness
 go 1.22.0
 
 require (
+	github.com/google/cadvisor v0.49.2
 	k8s.io/api v0.30.14
 	k8s.io/apimachinery v0.30.14
 	k8s.io/client-go v0.30.14
@@ -37,7 +38,6 @@ require (
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/groupcache v0.0.0-20210331224755-41bb18bfe9da // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
-	github.com/google/cadvisor v0.49.2 // indirect
 	github.com/google/cel-go v0.17.8 // indirect
 	github.com/google/gnostic-models v0.6.8 // indirect
 	github.com/google/go-cmp v0.6.0 // indirect

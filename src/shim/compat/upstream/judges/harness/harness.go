@@ -139,7 +139,7 @@ func (h *harness) start(req *Request) error {
 	if h.manager != nil {
 		return fmt.Errorf("start: already started")
 	}
-	m, err := h.release.NewManager(h.release.NewTopology())
+	m, err := h.release.NewManager(req.NUMANodes, h.release.NewTopology())
 	if err != nil {
 		return fmt.Errorf("NewManagerImpl: %w", err)
 	}

@@ -19,6 +19,9 @@ type Request struct {
 	Pods       []Pod    `json:"pods,omitempty"`
 	Running    []string `json:"running,omitempty"` // "podUID/container"
 	WatcherDir string   `json:"watcher_dir,omitempty"`
+	// start: the machine's NUMA nodes, 0 to NUMANodes-1, as cadvisor would report them
+	// (the topology hints are made over these); 0: no topology.
+	NUMANodes int `json:"numa_nodes,omitempty"`
 	// admit
 	Pod *Pod `json:"pod,omitempty"`
 	// run_options, assigned, hints, remove_pod

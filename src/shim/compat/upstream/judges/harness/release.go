@@ -15,7 +15,9 @@ import (
 // implements it in a few lines; everything else is the same code for all.
 type Release interface {
 	NewTopology() topologymanager.Manager
-	NewManager(store topologymanager.Store) (*devicemanager.ManagerImpl, error)
+	// NewManager is NewManagerImpl on a machine of numaNodes NUMA nodes, 0 to numaNodes-1, as
+	// cadvisor would report them (1.37 moved cadvisor's Node to another package).
+	NewManager(numaNodes int, store topologymanager.Store) (*devicemanager.ManagerImpl, error)
 	Start(m *devicemanager.ManagerImpl, pods devicemanager.ActivePodsFunc, ready config.SourcesReady,
 		containers containermap.ContainerMap, running sets.Set[string]) error
 	Stop(m *devicemanager.ManagerImpl) error

@@ -4,6 +4,7 @@
 package upto134
 
 import (
+	cadvisorapi "github.com/google/cadvisor/info/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
@@ -18,8 +19,12 @@ type Release struct{}
 
 func (Release) NewTopology() topologymanager.Manager { return topologymanager.NewFakeManager() }
 
-func (Release) NewManager(store topologymanager.Store) (*devicemanager.ManagerImpl, error) {
-	return devicemanager.NewManagerImpl(nil, store)
+func (Release) NewManager(numaNodes int, store topologymanager.Store) (*devicemanager.ManagerImpl, error) {
+	numa := make([]cadvisorapi.Node, numaNodes)
+	for id := range numa {
+		numa[id].Id = id
+	}
+	return devicemanager.NewManagerImpl(numa, store)
 }
 
 func (Release) Start(m *devicemanager.ManagerImpl, pods devicemanager.ActivePodsFunc, ready config.SourcesReady,

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	cadvisorapi "github.com/google/cadvisor/info/v1"
 	"os"
 
 	v1 "k8s.io/api/core/v1"
@@ -23,8 +24,12 @@ type release struct{ logger klog.Logger }
 
 func (release) NewTopology() topologymanager.Manager { return topologymanager.NewFakeManager() }
 
-func (release) NewManager(store topologymanager.Store) (*devicemanager.ManagerImpl, error) {
-	return devicemanager.NewManagerImpl(nil, store)
+func (release) NewManager(numaNodes int, store topologymanager.Store) (*devicemanager.ManagerImpl, error) {
+	numa := make([]cadvisorapi.Node, numaNodes)
+	for id := range numa {
+		numa[id].Id = id
+	}
+	return devicemanager.NewManagerImpl(numa, store)
 }
 
 func (r release) Start(m *devicemanager.ManagerImpl, pods devicemanager.ActivePodsFunc, ready config.SourcesReady,

@@ -8,6 +8,7 @@ import (
 	"context"
 	"os"
 
+	cadvisorapi "github.com/google/cadvisor/lib/model"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
@@ -27,8 +28,12 @@ func (r release) NewTopology() topologymanager.Manager {
 	return topologymanager.NewFakeManager(r.logger)
 }
 
-func (r release) NewManager(store topologymanager.Store) (*devicemanager.ManagerImpl, error) {
-	return devicemanager.NewManagerImpl(r.logger, nil, store)
+func (r release) NewManager(numaNodes int, store topologymanager.Store) (*devicemanager.ManagerImpl, error) {
+	numa := make([]cadvisorapi.Node, numaNodes)
+	for id := range numa {
+		numa[id].Id = id
+	}
+	return devicemanager.NewManagerImpl(r.logger, numa, store)
 }
 
 func (r release) Start(m *devicemanager.ManagerImpl, pods devicemanager.ActivePodsFunc, ready config.SourcesReady,
