@@ -6,6 +6,7 @@ test_matrix.py.)
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -250,3 +251,17 @@ def test_usage_errors_exit_2_with_one_line(args: list[str], message: str) -> Non
     assert result.returncode == 2
     assert result.stderr.splitlines() == [f"devshim compat: {message}"]
     assert result.stdout == ""
+
+
+def test_the_judge_without_root_exits_2_before_touching_anything(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As another user the judge cannot make its mount namespaces: one line saying so, before it
+    looks at the cache or Go (a user who cannot read root's cache got a traceback)."""
+    from shim.compat import command
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    request = command.Request(driver="true", selection=command.Selection(judges=["upstream-1.37"]))
+    with pytest.raises(command.UsageError, match="^the upstream judge needs root: the kubelet"):
+        command.run(request)
+    assert capsys.readouterr().err == ""

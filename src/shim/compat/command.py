@@ -159,9 +159,9 @@ def _judged(request: Request, given: list[str]) -> int:
         raise UsageError(str(err)) from None
     if request.socket is not None:
         raise UsageError("--judge runs the plugin itself: give --plugin or --driver, not --socket")
-    sys.stderr.write(f"devshim compat: {upstream.requirements(chosen)}\n")
     try:
         upstream.check_can_run(chosen)
+        sys.stderr.write(f"devshim compat: {upstream.requirements(chosen)}\n")
         binaries = {release: upstream.build(release) for release in chosen}
     except upstream.JudgeUnavailable as err:
         raise UsageError(str(err)) from None

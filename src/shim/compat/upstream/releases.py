@@ -57,6 +57,13 @@ class Release:
     def binary(self) -> Path:
         return cache_dir() / f"{self.version}-{self.source_hash()}" / "devicemanager"
 
+    def built(self) -> bool:
+        """The harness is in the cache (a cache this user cannot read counts as not built)."""
+        try:
+            return self.binary().is_file()
+        except OSError:
+            return False
+
 
 def releases() -> list[Release]:
     """Every release with a module under judges/, oldest first."""
@@ -94,7 +101,7 @@ def cache_dir() -> Path:
 
 def requirements(chosen: list[Release]) -> str:
     """What running the judge at `chosen` needs, said before it starts."""
-    unbuilt = [r for r in chosen if not r.binary().exists()]
+    unbuilt = [r for r in chosen if not r.built()]
     build = (
         f"builds {', '.join(r.name for r in unbuilt)} first (about {BUILD_MINUTES} minutes and "
         f"{BUILD_GIB:g} GiB of Go caches each, seconds once Go's caches hold them)"
@@ -113,7 +120,7 @@ def check_can_run(chosen: list[Release]) -> None:
         )
     if shutil.which("unshare") is None:
         raise JudgeUnavailable("the upstream judge needs unshare(1) (util-linux) for its mount namespaces")
-    if any(not r.binary().exists() for r in chosen) and shutil.which("go") is None:
+    if any(not r.built() for r in chosen) and shutil.which("go") is None:
         raise JudgeUnavailable(
             "the upstream judge builds its harness with Go (1.26 or newer) and 'go' is not on PATH; "
             "install Go, or prebuild elsewhere into DEVSHIM_JUDGE_CACHE"
@@ -123,12 +130,12 @@ def check_can_run(chosen: list[Release]) -> None:
 def build(release: Release, *, log: bool = True) -> Path:
     """The release's harness binary, built now unless the cache holds it."""
     target = release.binary()
-    if target.exists():
+    if release.built():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with (target.parent / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another run building the same release: wait for it
-        if target.exists():
+        if release.built():
             return target
         if log:
             sys.stderr.write(f"devshim compat: building the {release.name} judge ({release.version})\n")
