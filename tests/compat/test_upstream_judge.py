@@ -40,7 +40,7 @@ SKIPS = {
     "health_change": ("no --health-hook given",),
     "preferred_allocation": ("declares no resource with preferred allocation",),
     "prestart": ("declares no resource with pre-start",),
-    "deallocate": ("serves no PodResources API", "declares no resource with deallocate"),
+    "deallocate": ("declares no resource with deallocate",),
     "post_stop": ("no kubelet release serves v1beta2", "declares no resource with post-stop"),
     "upgrade": ("no release newer",),
     "downgrade": ("no release newer",),

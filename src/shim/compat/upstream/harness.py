@@ -128,16 +128,19 @@ class Harness:
         running: Sequence[str] = (),
         watcher_dir: Path | None = None,
         numa_nodes: int = NUMA_NODES,
+        pod_resources_socket: Path | None = None,
     ) -> None:
         """NewManagerImpl and Start, with the pods and running containers ("uid/name") a
         restarted kubelet would pass, on a machine of `numa_nodes` NUMA nodes; with
-        `watcher_dir`, the plugin manager watches it too."""
+        `watcher_dir`, the plugin manager watches it too; with `pod_resources_socket`, the
+        kubelet's PodResources v1 server answers there."""
         await self.call(
             "start",
             pods=[p.wire() for p in pods],
             running=list(running),
             watcher_dir=str(watcher_dir) if watcher_dir else "",
             numa_nodes=numa_nodes,
+            pod_resources_socket=str(pod_resources_socket) if pod_resources_socket else "",
         )
 
     async def capacity(self) -> Capacity:
@@ -172,6 +175,7 @@ class Harness:
         return result
 
     async def remove_pod(self, uid: str) -> None:
+        """The pod is no longer active (it ended): its devices are free at the next update."""
         await self.call("remove_pod", pod_uid=uid)
 
     async def stop(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
+from shim.compat.driver_world import DEALLOCATE_GRACE_S
 from shim.compat.results import Failed, Skip, expect
 from shim.kubelet.records import HEALTHY
 
@@ -193,10 +194,21 @@ async def prestart(w: JudgedWorld) -> None:
 
 
 async def deallocate(w: JudgedWorld) -> None:
-    """devshim's deallocate emulation reads the kubelet's PodResources API, which the harness
-    does not serve yet."""
-    _with(w, "deallocate", "deallocate")
-    raise Skip("the upstream judge serves no PodResources API yet; the fake kubelet's cells cover deallocate")
+    """A pod's devices, freed when it ends, reach the driver's deallocate exactly once, through
+    devshim's emulation reading the kubelet's own PodResources server (v1beta1 has no
+    Deallocate)."""
+    resources = _with(w, "deallocate", "deallocate")
+    before = w.calls_ok("deallocate")
+    for n, resource in enumerate(resources):
+        pod = _pod(n, resource)
+        await w.kubelet.admit(pod)
+        await w.kubelet.end_pod(pod.uid)
+    await w.wait_for_calls("deallocate", before + len(resources))
+    await asyncio.sleep(DEALLOCATE_GRACE_S * 3)  # time for a second, wrong, deallocate to show
+    expect(
+        w.calls_ok("deallocate") == before + len(resources),
+        f"deallocate called {w.calls_ok('deallocate') - before} times for {len(resources)} pods",
+    )
 
 
 async def post_stop(w: JudgedWorld) -> None:

@@ -39,6 +39,7 @@ class UpstreamKubelet:
         self.binaries = binaries
         self.plugin_dir = root / "device-plugins"
         self.watcher_dir = root / "plugins_registry" if watcher else None
+        self.pod_resources = root / "pod-resources" / "kubelet.sock"
         self.logs = root
         self.pods: list[Pod] = []  # admitted so far; a restarted kubelet gets them back
         self.restarts = 0
@@ -66,7 +67,8 @@ class UpstreamKubelet:
         )
         self._harness = harness
         running = [f"{p.uid}/{c.name}" for p in self.pods for c in p.containers]
-        await harness.start(self.pods, running, self.watcher_dir)
+        self.pod_resources.parent.mkdir(exist_ok=True)
+        await harness.start(self.pods, running, self.watcher_dir, pod_resources_socket=self.pod_resources)
 
     async def stop(self) -> None:
         self._harness = None
@@ -82,6 +84,10 @@ class UpstreamKubelet:
         got = await self.harness.admit(pod)
         self.pods.append(pod)
         return got
+
+    async def end_pod(self, uid: str) -> None:
+        await self.harness.remove_pod(uid)
+        self.pods = [p for p in self.pods if p.uid != uid]
 
 
 @dataclass

@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
 
+	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	pluginwatcherapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
@@ -39,8 +42,17 @@ type harness struct {
 	manager *devicemanager.ManagerImpl
 	plugins chan struct{} // closed to stop the plugin manager
 
-	mu   sync.Mutex // pods is read by the manager's goroutines
-	pods []*v1.Pod
+	mu      sync.Mutex // pods and live are read by the manager's and the servers' goroutines
+	pods    []*v1.Pod
+	live    *devicemanager.ManagerImpl
+	servers []*grpc.Server
+}
+
+// current is the running manager, for the PodResources server's goroutines.
+func (h *harness) current() *devicemanager.ManagerImpl {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.live
 }
 
 // Main serves commands from stdin until "stop" or the end of stdin, then stops
@@ -160,6 +172,14 @@ func (h *harness) start(req *Request) error {
 		return fmt.Errorf("Start: %w", err)
 	}
 	h.manager = m
+	h.mu.Lock()
+	h.live = m
+	h.mu.Unlock()
+	if req.PodResourcesSocket != "" {
+		if err := h.servePodResources(req.PodResourcesSocket); err != nil {
+			return err
+		}
+	}
 	// The kubelet fetches the plugin watcher handler at every start, after the manager's
 	// Start (which creates device-plugins/DEPRECATION in these releases), whether or not a
 	// plugin ever registers through the watcher.
@@ -174,6 +194,10 @@ func (h *harness) start(req *Request) error {
 }
 
 func (h *harness) stop() error {
+	for _, server := range h.servers {
+		server.Stop()
+	}
+	h.servers = nil
 	if h.plugins != nil {
 		close(h.plugins)
 		h.plugins = nil
@@ -183,7 +207,25 @@ func (h *harness) stop() error {
 	}
 	m := h.manager
 	h.manager = nil
+	h.mu.Lock()
+	h.live = nil
+	h.mu.Unlock()
 	return h.release.Stop(m)
+}
+
+// servePodResources serves the kubelet's own PodResources v1 server on a unix socket, as the
+// kubelet serves /var/lib/kubelet/pod-resources/kubelet.sock.
+func (h *harness) servePodResources(path string) error {
+	_ = os.Remove(path)
+	listener, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("PodResources socket: %w", err)
+	}
+	server := grpc.NewServer()
+	podresourcesv1.RegisterPodResourcesListerServer(server, h.release.PodResources(node{h}))
+	h.servers = append(h.servers, server)
+	go func() { _ = server.Serve(listener) }()
+	return nil
 }
 
 // admit allocates as the kubelet's admission does: the pod is active while it is

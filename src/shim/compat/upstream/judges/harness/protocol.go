@@ -22,6 +22,8 @@ type Request struct {
 	// start: the machine's NUMA nodes, 0 to NUMANodes-1, as cadvisor would report them
 	// (the topology hints are made over these); 0: no topology.
 	NUMANodes int `json:"numa_nodes,omitempty"`
+	// start: serve the kubelet's PodResources v1 API on this unix socket ("": none).
+	PodResourcesSocket string `json:"pod_resources_socket,omitempty"`
 	// admit
 	Pod *Pod `json:"pod,omitempty"`
 	// run_options, assigned, hints, remove_pod

@@ -3,6 +3,7 @@ package harness
 import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
@@ -27,4 +28,7 @@ type Release interface {
 	Allocatable(m *devicemanager.ManagerImpl) devicemanager.ResourceDeviceInstances
 	Hints(m *devicemanager.ManagerImpl, pod *v1.Pod, c *v1.Container) map[string][]topologymanager.TopologyHint
 	RunPlugins(pm pluginmanager.PluginManager, ready config.SourcesReady, stop <-chan struct{})
+	UpdateAllocatedDevices(m *devicemanager.ManagerImpl)
+	// PodResources is the kubelet's PodResources v1 server over the node (its providers).
+	PodResources(n Node) podresourcesv1.PodResourcesListerServer
 }

@@ -7,11 +7,15 @@ import (
 	cadvisorapi "github.com/google/cadvisor/info/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/kubernetes/pkg/kubelet/apis/podresources"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/config"
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
+
+	"devshim.example/judges/harness"
 )
 
 // Release implements harness.Release for 1.30 to 1.34.
@@ -56,4 +60,41 @@ func (Release) Hints(m *devicemanager.ManagerImpl, pod *v1.Pod, c *v1.Container)
 
 func (Release) RunPlugins(pm pluginmanager.PluginManager, ready config.SourcesReady, stop <-chan struct{}) {
 	pm.Run(ready, stop)
+}
+
+func (Release) UpdateAllocatedDevices(m *devicemanager.ManagerImpl) { m.UpdateAllocatedDevices() }
+
+func (Release) PodResources(n harness.Node) podresourcesv1.PodResourcesListerServer {
+	p := providers{n}
+	return podresources.NewV1PodResourcesServer(podresources.PodResourcesProviders{
+		Pods: p, Devices: p, Cpus: p, Memory: p, DynamicResources: p,
+	})
+}
+
+// providers are the PodResources server's providers of 1.30-1.34 over the harness's node:
+// its pods and devices; no CPU, memory or DRA assignments (the harness manages none).
+type providers struct{ harness.Node }
+
+func (p providers) GetPods() []*v1.Pod { return p.Pods() }
+
+func (p providers) GetPodByName(namespace, name string) (*v1.Pod, bool) {
+	return p.PodByName(namespace, name)
+}
+
+func (p providers) GetDevices(podUID, containerName string) []*podresourcesv1.ContainerDevices {
+	return p.Devices(podUID, containerName)
+}
+
+func (p providers) GetAllocatableDevices() []*podresourcesv1.ContainerDevices {
+	return p.AllocatableDevices()
+}
+
+func (providers) GetCPUs(string, string) []int64 { return nil }
+func (providers) GetAllocatableCPUs() []int64    { return nil }
+
+func (providers) GetMemory(string, string) []*podresourcesv1.ContainerMemory { return nil }
+func (providers) GetAllocatableMemory() []*podresourcesv1.ContainerMemory    { return nil }
+
+func (providers) GetDynamicResources(*v1.Pod, *v1.Container) []*podresourcesv1.DynamicResource {
+	return nil
 }

@@ -11,6 +11,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/kubernetes/pkg/kubelet/apis/podresources"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
@@ -65,4 +67,42 @@ func (release) RunPlugins(pm pluginmanager.PluginManager, ready config.SourcesRe
 
 func main() {
 	os.Exit(harness.Main(release{logger: klog.Background()}))
+}
+
+func (release) UpdateAllocatedDevices(m *devicemanager.ManagerImpl) { m.UpdateAllocatedDevices() }
+
+func (release) PodResources(n harness.Node) podresourcesv1.PodResourcesListerServer {
+	p := providers{n}
+	return podresources.NewV1PodResourcesServer(context.Background(), podresources.PodResourcesProviders{
+		Pods: p, Devices: p, Cpus: p, Memory: p, DynamicResources: p,
+	})
+}
+
+// providers are the PodResources server's providers of 1.36 over the harness's node: its pods
+// (active or not: the harness keeps only active ones) and devices; no CPU, memory or DRA.
+type providers struct{ harness.Node }
+
+func (p providers) GetPods() []*v1.Pod       { return p.Pods() }
+func (p providers) GetActivePods() []*v1.Pod { return p.Pods() }
+
+func (p providers) GetPodByName(namespace, name string) (*v1.Pod, bool) {
+	return p.PodByName(namespace, name)
+}
+
+func (p providers) GetDevices(podUID, containerName string) []*podresourcesv1.ContainerDevices {
+	return p.Devices(podUID, containerName)
+}
+
+func (p providers) GetAllocatableDevices() []*podresourcesv1.ContainerDevices {
+	return p.AllocatableDevices()
+}
+
+func (providers) GetCPUs(string, string) []int64 { return nil }
+func (providers) GetAllocatableCPUs() []int64    { return nil }
+
+func (providers) GetMemory(string, string) []*podresourcesv1.ContainerMemory { return nil }
+func (providers) GetAllocatableMemory() []*podresourcesv1.ContainerMemory    { return nil }
+
+func (providers) GetDynamicResources(*v1.Pod, *v1.Container) []*podresourcesv1.DynamicResource {
+	return nil
 }

@@ -12,6 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/kubernetes/pkg/kubelet/apis/podresources"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
@@ -69,4 +71,53 @@ func (release) RunPlugins(pm pluginmanager.PluginManager, ready config.SourcesRe
 
 func main() {
 	os.Exit(harness.Main(release{logger: klog.Background()}))
+}
+
+func (r release) UpdateAllocatedDevices(m *devicemanager.ManagerImpl) {
+	m.UpdateAllocatedDevices(r.logger)
+}
+
+func (release) PodResources(n harness.Node) podresourcesv1.PodResourcesListerServer {
+	p := providers{n}
+	return podresources.NewV1PodResourcesServer(context.Background(), podresources.PodResourcesProviders{
+		Pods: p, Devices: p, Cpus: p, Memory: p, DynamicResources: p,
+	})
+}
+
+// providers are the PodResources server's providers of 1.37 over the harness's node (1.37 gave
+// most calls a logger, and the CPU and memory ones the pod): its pods and devices; no CPU,
+// memory or DRA assignments.
+type providers struct{ harness.Node }
+
+func (p providers) GetPods() []*v1.Pod       { return p.Pods() }
+func (p providers) GetActivePods() []*v1.Pod { return p.Pods() }
+
+func (p providers) GetPodByName(namespace, name string) (*v1.Pod, bool) {
+	return p.PodByName(namespace, name)
+}
+
+func (p providers) UpdateAllocatedDevices(klog.Logger) { p.Node.UpdateAllocatedDevices() }
+
+func (p providers) GetDevices(podUID, containerName string) []*podresourcesv1.ContainerDevices {
+	return p.Devices(podUID, containerName)
+}
+
+func (p providers) GetAllocatableDevices(klog.Logger) []*podresourcesv1.ContainerDevices {
+	return p.AllocatableDevices()
+}
+
+func (providers) GetCPUs(*v1.Pod, *v1.Container) []int64 { return nil }
+func (providers) GetPodCPUs(string) []int64              { return nil }
+func (providers) GetAllocatableCPUs() []int64            { return nil }
+
+func (providers) GetMemory(klog.Logger, *v1.Pod, *v1.Container) []*podresourcesv1.ContainerMemory {
+	return nil
+}
+func (providers) GetPodMemory(klog.Logger, string) []*podresourcesv1.ContainerMemory { return nil }
+func (providers) GetAllocatableMemory(klog.Logger) []*podresourcesv1.ContainerMemory {
+	return nil
+}
+
+func (providers) GetDynamicResources(klog.Logger, *v1.Pod, *v1.Container) []*podresourcesv1.DynamicResource {
+	return nil
 }
