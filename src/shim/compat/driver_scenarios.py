@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from shim.kubelet.records import HEALTHY, UNHEALTHY, ContainerSpec, DeviceState
 
-from .driver_world import DEALLOCATE_GRACE_S, DriverWorld, ids, restart_kubelet
+from .driver_world import DriverWorld, ids, restart_kubelet
 from .modes import Kubelet
 from .results import Failed, Skip, expect
 
@@ -148,12 +148,7 @@ async def deallocate(w: DriverWorld) -> None:
     for n, resource in enumerate(resources):
         await w.kubelet.run_pod("default", f"p{n}", [ContainerSpec("app", resource, 1)])
         await w.kubelet.end_pod("default", f"p{n}")
-    await w.wait_for_calls("deallocate", before + len(resources))
-    await asyncio.sleep(DEALLOCATE_GRACE_S * 3)  # time for a second, wrong, deallocate to show
-    expect(
-        w.calls_ok("deallocate") == before + len(resources),
-        f"deallocate called {w.calls_ok('deallocate') - before} times for {len(resources)} pods",
-    )
+    await w.expect_deallocations(before, len(resources))
 
 
 async def post_stop(w: DriverWorld) -> None:

@@ -90,6 +90,15 @@ class DevshimSide:
                 )
             await asyncio.sleep(0.02)
 
+    async def expect_deallocations(self, before: int, pods: int) -> None:
+        """Until the driver has answered `pods` deallocate calls since `before`, then that no
+        second, wrong one follows within a few emulation graces."""
+        await self.wait_for_calls("deallocate", before + pods)
+        await asyncio.sleep(DEALLOCATE_GRACE_S * 3)  # a negative check: time for an extra one to show
+        extra = self.calls_ok("deallocate") - before
+        if extra != pods:
+            raise Failed(f"deallocate called {extra} times for {pods} pods")
+
     async def run_health_hook(self, resource: str, device: str) -> None:
         hook = self.driver.health_hook
         assert hook is not None

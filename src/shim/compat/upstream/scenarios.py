@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
-from shim.compat.driver_world import DEALLOCATE_GRACE_S
 from shim.compat.results import Failed, Skip, expect
 from shim.kubelet.records import HEALTHY
 
@@ -203,12 +202,7 @@ async def deallocate(w: JudgedWorld) -> None:
         pod = _pod(n, resource)
         await w.kubelet.admit(pod)
         await w.kubelet.end_pod(pod.uid)
-    await w.wait_for_calls("deallocate", before + len(resources))
-    await asyncio.sleep(DEALLOCATE_GRACE_S * 3)  # time for a second, wrong, deallocate to show
-    expect(
-        w.calls_ok("deallocate") == before + len(resources),
-        f"deallocate called {w.calls_ok('deallocate') - before} times for {len(resources)} pods",
-    )
+    await w.expect_deallocations(before, len(resources))
 
 
 async def post_stop(w: JudgedWorld) -> None:

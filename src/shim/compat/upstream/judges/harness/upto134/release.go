@@ -16,6 +16,7 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
 
 	"devshim.example/judges/harness"
+	"devshim.example/judges/harness/providers"
 )
 
 // Release implements harness.Release for 1.30 to 1.34.
@@ -65,36 +66,8 @@ func (Release) RunPlugins(pm pluginmanager.PluginManager, ready config.SourcesRe
 func (Release) UpdateAllocatedDevices(m *devicemanager.ManagerImpl) { m.UpdateAllocatedDevices() }
 
 func (Release) PodResources(n harness.Node) podresourcesv1.PodResourcesListerServer {
-	p := providers{n}
+	p := providers.Upto136{Node: n}
 	return podresources.NewV1PodResourcesServer(podresources.PodResourcesProviders{
 		Pods: p, Devices: p, Cpus: p, Memory: p, DynamicResources: p,
 	})
-}
-
-// providers are the PodResources server's providers of 1.30-1.34 over the harness's node:
-// its pods and devices; no CPU, memory or DRA assignments (the harness manages none).
-type providers struct{ harness.Node }
-
-func (p providers) GetPods() []*v1.Pod { return p.Pods() }
-
-func (p providers) GetPodByName(namespace, name string) (*v1.Pod, bool) {
-	return p.PodByName(namespace, name)
-}
-
-func (p providers) GetDevices(podUID, containerName string) []*podresourcesv1.ContainerDevices {
-	return p.Devices(podUID, containerName)
-}
-
-func (p providers) GetAllocatableDevices() []*podresourcesv1.ContainerDevices {
-	return p.AllocatableDevices()
-}
-
-func (providers) GetCPUs(string, string) []int64 { return nil }
-func (providers) GetAllocatableCPUs() []int64    { return nil }
-
-func (providers) GetMemory(string, string) []*podresourcesv1.ContainerMemory { return nil }
-func (providers) GetAllocatableMemory() []*podresourcesv1.ContainerMemory    { return nil }
-
-func (providers) GetDynamicResources(*v1.Pod, *v1.Container) []*podresourcesv1.DynamicResource {
-	return nil
 }

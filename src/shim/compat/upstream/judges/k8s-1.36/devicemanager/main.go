@@ -20,6 +20,7 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
 
 	"devshim.example/judges/harness"
+	"devshim.example/judges/harness/providers"
 )
 
 type release struct{ logger klog.Logger }
@@ -72,37 +73,8 @@ func main() {
 func (release) UpdateAllocatedDevices(m *devicemanager.ManagerImpl) { m.UpdateAllocatedDevices() }
 
 func (release) PodResources(n harness.Node) podresourcesv1.PodResourcesListerServer {
-	p := providers{n}
+	p := providers.Upto136{Node: n}
 	return podresources.NewV1PodResourcesServer(context.Background(), podresources.PodResourcesProviders{
 		Pods: p, Devices: p, Cpus: p, Memory: p, DynamicResources: p,
 	})
-}
-
-// providers are the PodResources server's providers of 1.36 over the harness's node: its pods
-// (active or not: the harness keeps only active ones) and devices; no CPU, memory or DRA.
-type providers struct{ harness.Node }
-
-func (p providers) GetPods() []*v1.Pod       { return p.Pods() }
-func (p providers) GetActivePods() []*v1.Pod { return p.Pods() }
-
-func (p providers) GetPodByName(namespace, name string) (*v1.Pod, bool) {
-	return p.PodByName(namespace, name)
-}
-
-func (p providers) GetDevices(podUID, containerName string) []*podresourcesv1.ContainerDevices {
-	return p.Devices(podUID, containerName)
-}
-
-func (p providers) GetAllocatableDevices() []*podresourcesv1.ContainerDevices {
-	return p.AllocatableDevices()
-}
-
-func (providers) GetCPUs(string, string) []int64 { return nil }
-func (providers) GetAllocatableCPUs() []int64    { return nil }
-
-func (providers) GetMemory(string, string) []*podresourcesv1.ContainerMemory { return nil }
-func (providers) GetAllocatableMemory() []*podresourcesv1.ContainerMemory    { return nil }
-
-func (providers) GetDynamicResources(*v1.Pod, *v1.Container) []*podresourcesv1.DynamicResource {
-	return nil
 }
