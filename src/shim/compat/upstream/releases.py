@@ -1,10 +1,11 @@
 """The kubelet releases the upstream judge is built at, and building each on first use.
 
 A release is a folder judges/k8s-1.NN holding a Go module that requires k8s.io/kubernetes at
-one patch release (its go.mod says which; go.sum pins everything). Its device-manager harness
-is built into a per-user cache, keyed by the release and a hash of the Go sources, so an
-upgrade of devshim rebuilds and a second run reuses. A lock file keeps two runs from building
-one release at once.
+one patch release (its go.mod says which; go.sum pins everything). Its programs (each a main
+package in a subfolder: `devicemanager`, the harness; `kubelet`, the whole kubelet for the real
+node of shim.compat.node, in the releases that carry it) are built into a per-user cache, keyed
+by the release and a hash of the Go sources, so an upgrade of devshim rebuilds and a second run
+reuses. A lock file keeps two runs from building one release at once.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ _REQUIRE = re.compile(r"^\s*(?:require\s+)?k8s\.io/kubernetes (v1\.(\d+)\.\d+\S*
 BUILD_MINUTES = 4
 BUILD_GIB = 2.5
 BUILD_TIMEOUT_S = 1800.0
+HARNESS_PROGRAM = "devicemanager"
+KUBELET_PROGRAM = "kubelet"
 
 
 class JudgeUnavailable(RuntimeError):
@@ -54,15 +57,19 @@ class Release:
                     digest.update(str(path.relative_to(JUDGES)).encode() + b"\0" + path.read_bytes())
         return digest.hexdigest()[:16]
 
-    def binary(self) -> Path:
-        return cache_dir() / f"{self.version}-{self.source_hash()}" / "devicemanager"
+    def binary(self, program: str = HARNESS_PROGRAM) -> Path:
+        return cache_dir() / f"{self.version}-{self.source_hash()}" / program
 
-    def built(self) -> bool:
-        """The harness is in the cache (a cache this user cannot read counts as not built)."""
+    def built(self, program: str = HARNESS_PROGRAM) -> bool:
+        """The program is in the cache (a cache this user cannot read counts as not built)."""
         try:
-            return self.binary().is_file()
+            return self.binary(program).is_file()
         except OSError:
             return False
+
+    def carries(self, program: str) -> bool:
+        """Whether this release's module has `program` (every one has the harness)."""
+        return (self.folder / program / "main.go").is_file()
 
 
 def releases() -> list[Release]:
@@ -127,30 +134,33 @@ def check_can_run(chosen: list[Release]) -> None:
         )
 
 
-def build(release: Release, *, log: bool = True) -> Path:
-    """The release's harness binary, built now unless the cache holds it."""
-    target = release.binary()
-    if release.built():
+def build(release: Release, *, log: bool = True, program: str = HARNESS_PROGRAM) -> Path:
+    """The release's `program` (by default the harness), built now unless the cache holds it."""
+    if not release.carries(program):
+        raise JudgeUnavailable(f"the {release.name} module carries no {program} program")
+    target = release.binary(program)
+    if release.built(program):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with (target.parent / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another run building the same release: wait for it
-        if release.built():
+        if release.built(program):
             return target
+        what = "judge" if program == HARNESS_PROGRAM else program
         if log:
-            sys.stderr.write(f"devshim compat: building the {release.name} judge ({release.version})\n")
+            sys.stderr.write(f"devshim compat: building the {release.name} {what} ({release.version})\n")
             sys.stderr.flush()
-        partial = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent)) / "devicemanager"
+        partial = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent)) / program
         env = {**os.environ, "GOWORK": "off", "GOFLAGS": "-mod=readonly -buildvcs=false"}
         try:
             done = subprocess.run(
-                ["go", "build", "-o", str(partial), "./devicemanager"],
+                ["go", "build", "-o", str(partial), f"./{program}"],
                 cwd=release.folder, env=env, capture_output=True, text=True,
                 timeout=BUILD_TIMEOUT_S, check=False,
             )  # fmt: skip
             if done.returncode != 0:
                 tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
-                raise JudgeUnavailable(f"building the {release.name} judge failed: {' | '.join(tail)}")
+                raise JudgeUnavailable(f"building the {release.name} {what} failed: {' | '.join(tail)}")
             partial.rename(target)
         finally:
             shutil.rmtree(partial.parent, ignore_errors=True)
