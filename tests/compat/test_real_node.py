@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -320,3 +322,59 @@ def test_v1beta2_offered_the_real_kubelet_takes_v1beta1(node: Node) -> None:
         assert "Bad registration" not in node.kubelet_log.read_text()
         seen = _admitted(node, "gpu", GPU, reporting("echo SIM_DEVICES=$SIM_DEVICES"))
         assert [seen["SIM_DEVICES"]] == _held(node, "gpu", GPU)
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie waiting for this machine's init to reap it does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _mounts_under(folder: Path) -> list[str]:
+    """Mount points in this (the host's) mount namespace that lie in `folder`."""
+    lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    return [line.split()[4] for line in lines if line.split()[4].startswith(str(folder))]
+
+
+@pytest.mark.parametrize("release", [_param(r) for r in KUBELETS])
+def test_a_failing_test_leaves_nothing_running_or_mounted(
+    release: upstream.Release, kubelets: dict[upstream.Release, Path]
+) -> None:
+    """A test that fails with a pod running: every process the node ran (daemons, shims, the
+    containers) is gone, its cgroups are removed in every hierarchy, and nothing is mounted."""
+    binary = kubelets.get(release) or upstream.build(release, program=upstream.KUBELET_PROGRAM, log=False)
+    with short_temp_dir("ds-node-") as folder:
+        node = Node(folder, binary, release.minor)
+        with pytest.raises(RuntimeError, match="a test failed"), node:
+            node.run_pod(pod_manifest("busy", "sleep infinity & sleep infinity"))
+            node.wait_for_pod("busy", running, "running")
+            cgroup = node._host.cgroup
+            pids = wait_until(lambda: p if len(p := cgroup.pids()) >= 6 else None, "the node's processes")
+            raise RuntimeError("a test failed")
+        assert not [pid for pid in pids if _alive(pid)]
+        assert not list(Path("/sys/fs/cgroup").glob(f"*/{cgroup.name}")), "cgroups left"
+        assert not _mounts_under(folder) and not _mounts_under(Path("/run/containerd"))
+
+
+def test_a_node_starts_by_hand_with_one_command(tmp_path: Path) -> None:
+    """`python -m shim.compat.node` builds (or finds) the kubelet, starts the node, says where its
+    read-only API is, serves there, and on SIGINT stops, leaving nothing running."""
+    check_machine()
+    release = DEFAULT[0]
+    upstream.build(release, program=upstream.KUBELET_PROGRAM, log=False)
+    folder = tmp_path / "node"
+    argv = [PYTHON, "-m", "shim.compat.node", "--release", f"1.{release.minor}", "--dir", str(folder)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as cli:
+        assert cli.stdout is not None
+        lines = [cli.stdout.readline() for _ in range(7)]
+        assert lines[0].startswith("node up in ") and release.version in lines[0], lines
+        url = next(line.split()[-1] for line in lines if "read-only API" in line)
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert json.load(response)["kind"] == "PodList"
+        cli.send_signal(signal.SIGINT)
+        assert cli.wait(60) == 0
+    assert not (folder / "kubelet.log").read_text().count("panic")
+    assert not [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(folder) in line]
