@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from shim.compat.node import Node, pod_manifest
+from shim.compat.node import Node, NodeUnavailable, pod_manifest
 from shim.compat.upstream import releases as upstream
 from tests.support.real_node import (
     DEFAULT,
@@ -37,6 +37,7 @@ from tests.support.real_node import (
     running,
     wait_until,
 )
+from tests.support.toolchains import unavailable
 from tests.support.unix import short_temp_dir
 
 GPU, FULL, GOPLUG, STATIC = "example.com/gpu", "example.com/full", "example.com/goplug", "example.com/static"
@@ -64,23 +65,36 @@ def node(request: pytest.FixtureRequest, kubelets: dict[upstream.Release, Path])
     release: upstream.Release = request.param
     if release not in kubelets:
         kubelets[release] = upstream.build(release, program=upstream.KUBELET_PROGRAM, log=False)
-    with short_temp_dir("ds-node-") as folder, Node(folder, kubelets[release], release.minor) as started:
-        share = folder / "share"
-        share.mkdir()
-        (share / "marker").write_text(MARKER)
-        yield started
+    with short_temp_dir("ds-node-") as folder:
+        node = Node(folder, kubelets[release], release.minor)
+        try:
+            try:
+                node.start()
+            except NodeUnavailable as missing:  # what check_machine cannot see: cgroups, namespaces
+                unavailable(str(missing))
+            share = folder / "share"
+            share.mkdir()
+            (share / "marker").write_text(MARKER)
+            yield node
+        finally:
+            node.stop()
 
 
 def _share(node: Node) -> str:
     return str(node.folder / "share")
 
 
-def _sim(node: Node, restart: dict[str, Any] | None = None, wrapper: Sequence[str] = ()) -> dict[str, Any]:
-    """devshim's driver entry for the sim serving two GPUs, each grant an env, /dev/zero and the share."""
+def _sim(
+    node: Node, restart: dict[str, Any] | None = None, wrapper: Sequence[str] = (), calls: bool = False
+) -> dict[str, Any]:
+    """devshim's driver entry for the sim serving two GPUs, each grant an env, /dev/zero and the
+    share; with `calls`, the sim also asks for PreStartContainer and deallocate."""
     config = node.folder / "sim.json"
     config.write_text(json.dumps({"resources": [{
         "name": GPU,
         "count": 2,
+        "prestart": calls,
+        "deallocate": calls,
         "grant": {
             "envs": {"SIM_DEVICES": "{ids}"},
             "device_nodes": [{"container_path": "/dev/simgpu", "host_path": "/dev/zero"}],
@@ -155,6 +169,27 @@ def test_a_pod_sees_the_sims_grant(node: Node) -> None:
         assert (seen["NODE"], seen["MOUNT"], seen["MOUNT_WRITE"]) == (ZERO, MARKER, "refused")
         allocated, registered = _checkpointed(node, GPU)
         assert allocated == set(held) and len(registered) == 2
+
+
+def test_prestart_and_deallocate_reach_the_driver(node: Node) -> None:
+    """The real kubelet calls PreStartContainer once for the container, and once the pod is gone from
+    its PodResources List, devshim's deallocate emulation tells the driver, once."""
+    fast = {"deallocation": {"pod_resources_socket": str(node.pod_resources_socket), "poll_interval_s": 0.2,
+                             "grace_s": 0}}  # fmt: skip
+    with Devshim(node, {**_sim(node, calls=True), **fast}) as devshim:
+        devshim.registered(GPU)
+        wait_until(lambda: len(allocatable_ids(node, GPU)) == 2, "the kubelet lists two healthy GPUs")
+        _admitted(node, "gpu", GPU, reporting("echo SIM_DEVICES=$SIM_DEVICES"))
+
+        def calls() -> dict[str, Any]:
+            return dict(((devshim.status() or {}).get("drivers") or {}).get("sim", {}).get("calls") or {})
+
+        assert calls()["prestart"] == {"ok": 1, "failed": 0, "last_error": None}
+        assert "deallocate" not in calls()
+        node.remove_pod("gpu")
+        wait_until(lambda: "deallocate" in calls(), "the driver was told to deallocate")
+        wait_until(lambda: "gpu" not in node.pods(), "the kubelet forgot the pod")
+        assert calls()["deallocate"] == {"ok": 1, "failed": 0, "last_error": None}
 
 
 def test_a_pod_sees_the_static_resources_grant(node: Node) -> None:

@@ -19,7 +19,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from shim.compat.node import Node
+from shim.compat.node import Node, images
 from shim.compat.node.kubelet import kubelet_releases
 from shim.kubelet.podresources import PodResourcesReader
 from shim.kubelet.records import AssignedDevice, RunningPod
@@ -42,6 +42,10 @@ def check_machine() -> None:
     if missing:
         unavailable(f"the real node needs {', '.join(missing)} (Debian: containerd runc util-linux)")
     toolchain("go", "the real node's kubelet (src/shim/compat/upstream/judges/k8s-1.NN/kubelet)")
+    try:
+        images.static_busybox()
+    except images.ImageError as err:
+        unavailable(f"the real node builds its images from a static busybox: {err}")
 
 
 def wait_until(check: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:

@@ -128,7 +128,10 @@ class Node:
         if os.geteuid() != 0:
             raise NodeUnavailable("the node runs containers and a kubelet: it needs root")
         containerd.check_installed()
-        busybox = images.static_busybox()
+        try:
+            busybox = images.static_busybox()
+        except images.ImageError as err:
+            raise NodeUnavailable(str(err)) from None
         own = (self.device_plugins_dir, self.manifests, self.kubelet_root, self.pod_logs)
         for path in (*own, self.folder / "logs" / "containers", self._containerd_dir, self.folder / "images"):
             path.mkdir(parents=True, exist_ok=True)
