@@ -171,6 +171,17 @@ def test_a_pod_sees_the_sims_grant(node: Node) -> None:
         assert allocated == set(held) and len(registered) == 2
 
 
+def test_the_kubelets_plugin_watcher_registers_devshim(node: Node) -> None:
+    """Watcher registration: the kubelet's plugin manager finds devshim's socket in its own
+    plugins_registry, registers it, and a pod gets the grant."""
+    with Devshim(node, {**_sim(node), "registration": "watcher"}) as devshim:
+        entry = devshim.registered(GPU)
+        assert entry["socket"].startswith(str(node.plugins_registry_dir))  # the kubelet's own, by root dir
+        wait_until(lambda: len(allocatable_ids(node, GPU)) == 2, "the kubelet lists two healthy GPUs")
+        seen = _admitted(node, "gpu", GPU, reporting("echo SIM_DEVICES=$SIM_DEVICES"))
+        assert [seen["SIM_DEVICES"]] == _held(node, "gpu", GPU)
+
+
 def test_prestart_and_deallocate_reach_the_driver(node: Node) -> None:
     """The real kubelet calls PreStartContainer once for the container, and once the pod is gone from
     its PodResources List, devshim's deallocate emulation tells the driver, once."""
