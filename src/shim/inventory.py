@@ -14,6 +14,7 @@ are refused with ValueError.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -26,10 +27,14 @@ from typing import TypeVar
 
 from loguru import logger
 
+from shim.configfile import UnreadableFile, read_bounded
 from shim.incremental import EncodedList
 from shim.model import Device, Health
 
 VERSION = 1
+# A saved list of 100,000 devices (the most a static resource may have) is about 20 MiB; a file
+# bigger than this is not one devshim wrote.
+INVENTORY_FILE_LIMIT = 64 * 1024 * 1024
 
 _T = TypeVar("_T")
 
@@ -155,11 +160,12 @@ class InventoryStore:
         """The saved inventory, or None when there is none or it cannot be trusted (logged)."""
         path = self._path(resource)
         try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            logger.warning("inventory: cannot read {}: {}; starting {} without it", path, exc, resource)
+            text = read_bounded(path, INVENTORY_FILE_LIMIT, follow_links=False).decode("utf-8")
+        except (UnreadableFile, ValueError) as exc:  # ValueError: not UTF-8
+            if isinstance(exc, UnreadableFile) and exc.errno == errno.ENOENT:
+                return None
+            why = exc.strerror if isinstance(exc, UnreadableFile) else exc
+            logger.warning("inventory: cannot read {}: {}; starting {} without it", path, why, resource)
             return None
         try:
             return _decode(text, resource)

@@ -73,9 +73,13 @@ async def _reload_on_hangup(shim: Shim, hangup: asyncio.Event, reload: Callable[
             logger.warning("SIGHUP: nothing to reload from")
             continue
         try:
-            new = reload()
+            # Off the loop: reading the file must not stall the kubelet's calls.
+            new = await asyncio.to_thread(reload)
         except ConfigError as exc:
             logger.error("SIGHUP: the new config is not used, nothing changed: {}", exc)
+            continue
+        except Exception as exc:  # any other failure to load changes nothing either
+            logger.error("SIGHUP: the new config is not used, nothing changed: {!r}", exc)
             continue
         logger.info("SIGHUP: reloading the config")
         if (new.log_level, new.log_format) != (shim.settings.log_level, shim.settings.log_format):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -124,6 +125,45 @@ async def test_sighup_reloads_the_config_restarting_only_what_changed(
             _, stderr = await proc.communicate()
     assert proc.returncode == 0
     assert "the new config is not used, nothing changed" in stderr.decode()
+
+
+# Files a SIGHUP may find where the config was (None: a FIFO, which blocked the old reader).
+UNLOADABLE = {
+    "not UTF-8": b"log_level: \xe9\n",
+    "a list nested 100k deep": b"resources: " + b"[" * 100_000 + b"]" * 100_000 + b"\n",
+    "a FIFO": None,
+}
+
+
+async def _logged(proc: asyncio.subprocess.Process, text: str, timeout: float = 30) -> None:
+    assert proc.stderr is not None
+    async with asyncio.timeout(timeout):
+        while text not in (await proc.stderr.readline()).decode(errors="replace"):
+            pass
+
+
+async def test_a_config_that_cannot_be_loaded_on_sighup_changes_nothing(
+    tmp_path: Path, plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet
+) -> None:
+    """Each unloadable file, reloaded by SIGHUP, is refused with one log line while devshim keeps
+    serving (the kubelet's stream stays open, Allocate answers); check-config exits 2 with one line."""
+    config = tmp_path / "devshim.yaml"
+    write_config(config, plugin_dir, state_dir, resources=[{"name": "example.com/a", "static": {"count": 2}}])
+    async with devshim("run", "--config", str(config)) as proc:
+        session = await kubelet.wait_for_plugin("example.com/a", timeout=30)
+        device = (await session.wait_for_list())[0].id
+        for name, content in UNLOADABLE.items():
+            config.unlink()
+            if content is None:
+                os.mkfifo(config)
+            else:
+                config.write_bytes(content)
+            proc.send_signal(signal.SIGHUP)
+            await _logged(proc, "SIGHUP: the new config is not used, nothing changed")
+            assert await session.allocate([device]) is not None, name  # answered, not timed out
+            assert proc.returncode is None and not session.stream_ended.is_set(), name
+            checked = check_config(config)
+            assert checked.returncode == 2 and len(checked.stderr.splitlines()) == 1, (name, checked.stderr)
 
 
 async def test_json_logs_are_one_object_per_line_naming_the_resource(

@@ -99,7 +99,7 @@ class DriverHost:
     async def start(self) -> None:
         """Serve what the last run knew (Unhealthy until the driver confirms), then supervise."""
         for resource in self._store.resources():
-            saved = self._store.load(resource)
+            saved = await asyncio.to_thread(self._store.load, resource)  # file I/O: off the loop
             if saved is not None:
                 if (why := self._admit(resource)) is not None:
                     logger.warning("driver {!r}: not restoring its saved resource: {}", self.name, why)
