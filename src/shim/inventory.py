@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import json
 import os
 import re
@@ -151,7 +152,11 @@ class InventoryStore:
     def __init__(self, state_dir: Path) -> None:
         self._dir = state_dir
         self._devices: dict[str, EncodedList[Device, str]] = {}  # per resource, kept between saves
-        self._encoding = threading.Lock()  # saves run on threads; a closing source saves at once
+        # Saves run on threads and a closing source saves at once, so two writes of one resource can
+        # overlap: they are made one at a time, and a snapshot older than the one on disk is dropped.
+        self._writing = threading.Lock()
+        self._stamps = itertools.count(1)
+        self._written: dict[str, int] = {}
 
     def _path(self, resource: str) -> Path:
         return self._dir / _file_name(resource)
@@ -173,11 +178,23 @@ class InventoryStore:
             logger.warning("inventory: ignoring {}: {}; starting {} without it", path, exc, resource)
             return None
 
-    def save(self, resource: str, saved: SavedResource) -> None:
-        """Replace the saved inventory; on failure log an error and keep the previous file whole."""
+    def stamp(self) -> int:
+        """Taken with a snapshot, on the event loop: orders the snapshots as they were taken."""
+        return next(self._stamps)
+
+    def save(self, resource: str, saved: SavedResource, stamp: int | None = None) -> None:
+        """Replace the saved inventory; on failure log an error and keep the previous file whole.
+        A snapshot stamped before the one last written is not written (it is stale)."""
+        stamp = self.stamp() if stamp is None else stamp
+        with self._writing:
+            if stamp < self._written.get(resource, 0):
+                return
+            self._written[resource] = stamp
+            self._write(resource, saved)
+
+    def _write(self, resource: str, saved: SavedResource) -> None:
         path = self._path(resource)
-        with self._encoding:
-            text = _encode(resource, saved, self._devices.setdefault(resource, EncodedList(_device_json)))
+        text = _encode(resource, saved, self._devices.setdefault(resource, EncodedList(_device_json)))
         tmp: str | None = None
         try:
             if not self._dir.is_dir():

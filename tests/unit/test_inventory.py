@@ -255,3 +255,17 @@ def test_invalid_resource_names_are_refused(tmp_path: Path, name: str) -> None:
     with pytest.raises(ValueError, match="invalid resource name"):
         store.forget(name)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stale_background_save_finishing_after_the_final_one_does_not_overwrite_it(tmp_path: Path) -> None:
+    """Shutdown's final save is the last word: a background save whose snapshot was taken earlier
+    but whose thread ends later (it cannot be cancelled once writing) is dropped."""
+    store = InventoryStore(tmp_path)
+    earlier = SavedResource((Device("old", Health.HEALTHY),), ())
+    final = SavedResource((Device("new", Health.HEALTHY),), (("new",),))
+    background = store.stamp()  # the background save took its snapshot first...
+    store.save("example.com/a", final, store.stamp())  # ...the final save wrote first
+    store.save("example.com/a", earlier, background)  # ...and the background thread ends last
+    assert store.load("example.com/a") == final
+    store.save("example.com/a", earlier)  # a later snapshot is written as usual
+    assert store.load("example.com/a") == earlier

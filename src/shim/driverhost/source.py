@@ -131,10 +131,12 @@ class DriverSource(DeviceSource):
     async def _save(self) -> None:
         await asyncio.sleep(SAVE_DELAY_S)
         assert self._store is not None
-        await asyncio.to_thread(self._store.save, self.name, SavedResource(self._real, self.in_use))
+        snapshot, stamp = SavedResource(self._real, self.in_use), self._store.stamp()
+        await asyncio.to_thread(self._store.save, self.name, snapshot, stamp)
 
     async def close(self) -> None:
         if self._saving is not None and not self._saving.done():
+            # A save already on its thread cannot be stopped: the store drops it if it ends later.
             self._saving.cancel()
             if self._store is not None:
                 self._store.save(self.name, SavedResource(self._real, self.in_use))
