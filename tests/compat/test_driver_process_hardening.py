@@ -149,6 +149,51 @@ async def test_a_driver_flooding_stderr_is_neither_blocked_nor_logged_unbounded(
     )
 
 
+@pytest.fixture
+def driver_log() -> Iterator[list[tuple[str, str]]]:
+    """What devshim logged of the hardened driver's `log` notifications (sent at ERROR) and the
+    warnings about dropped ones, during the test: (level, message)."""
+    entries: list[tuple[str, str]] = []
+
+    def sink(message: Any) -> None:
+        level, text = message.record["level"].name, message.record["message"]
+        if text.startswith("driver 'hardened': ") and (level == "ERROR" or "log messages dropped" in text):
+            entries.append((level, text))  # the driver's log is at ERROR; its stderr at INFO
+
+    sink_id = logger.add(sink, level="INFO")
+    try:
+        yield entries
+    finally:
+        logger.remove(sink_id)
+
+
+async def test_a_driver_flooding_log_notifications_is_logged_bounded_and_cannot_forge_a_line(
+    plugin_dir: Path, state_dir: Path, driver_log: list[tuple[str, str]]
+) -> None:
+    """The Allocate makes the driver send 900 `log` notifications of 64 KiB (about 58 MiB, under the
+    1,000 a second that would restart it), the first forging a second, devshim-like ERROR line for
+    another resource with a newline. Allocate answers; at most 100 a second reach the log, each one
+    line cut at 4 KiB; the newline shows escaped; one warning says how many were dropped."""
+    async with serving(plugin_dir, state_dir, env={"HARDENED_LOG_FLOOD": "900"}) as session:
+        device = (await driver_ids(session))[0]
+        assert (await session.allocate([device])).envs == {"WHO": device}
+
+        def dropped() -> int:
+            counts = [
+                re.fullmatch(r"driver 'hardened': (\d+) log messages dropped .*", m) for _, m in driver_log
+            ]
+            return sum(int(found[1]) for found in counts if found)
+
+        deadline = time.monotonic() + 10
+        while len(driver_log) - (dropped() > 0) + dropped() < 900 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)  # the window's warning comes when it ends
+    lines = [m for level, m in driver_log if level == "ERROR"]
+    assert 0 < len(lines) <= 100 and len(lines) + dropped() == 900
+    assert all("\n" not in m and len(m) <= len("driver 'hardened': ") + 4096 + 25 for m in lines)
+    assert lines[0].startswith("driver 'hardened': forged\\x0a2026-12-01 00:00:00.000 | ERROR")
+    assert any(m.endswith("log messages dropped (more than 100 lines/s)") for _, m in driver_log)
+
+
 # --- devshim as a real process ------------------------------------------------------------------
 
 

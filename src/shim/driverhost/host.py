@@ -27,6 +27,7 @@ from shim import __version__
 from shim.driverhost import protocol
 from shim.driverhost.process import DriverFailed, DriverProcess
 from shim.driverhost.source import DriverSource
+from shim.driverhost.stderr import DriverLog
 from shim.errors import ClaimRefused, ShimError, SourceUnavailable
 from shim.inventory import InventoryStore
 from shim.model import Capabilities
@@ -89,6 +90,8 @@ class DriverHost:
         # One resource set at a time, in the order the driver sent them: a removal cannot overtake
         # an addition still listing its devices, which would leave a resource served and untracked.
         self._reconciling = asyncio.Lock()
+        limits = settings.stderr  # a `log` notification is bounded as a stderr line is
+        self._driver_log = DriverLog(limits.max_line_bytes, limits.max_lines_per_s, self._emit_driver_log)
 
     @property
     def process(self) -> asyncio.subprocess.Process | None:
@@ -352,9 +355,16 @@ class DriverHost:
             logger.error("driver {!r}: cannot apply its new resources: {}", self.name, exc)
 
     def _on_log(self, params: Any) -> None:
+        """A `log` notification: one line, escaped, cut and rate-limited as stderr is."""
         level = str(protocol.field(params, "level"))
-        logger.log(level if level in _LOG_LEVELS else "INFO", "driver {!r}: {}", self.name,
-                   protocol.field(params, "message", ""))  # fmt: skip
+        message = protocol.field(params, "message", "")
+        loop = asyncio.get_running_loop()
+        self._driver_log.log(level if level in _LOG_LEVELS else "INFO", str(message), loop.time())
+        if (end := self._driver_log.summary_due()) is not None:
+            loop.call_at(end, self._driver_log.end_window, end)
+
+    def _emit_driver_log(self, level: str, text: str) -> None:
+        logger.log(level, "driver {!r}: {}", self.name, text)
 
 
 def _cut(text: str) -> str:

@@ -280,14 +280,11 @@ class DriverProcess:
         loop = asyncio.get_running_loop()
         limits = self.settings.stderr
         lines = StderrLines(limits.max_line_bytes, limits.max_lines_per_s, self._log_stderr)
-        summary_at = -1.0  # the window end a summary is scheduled for
         try:
             while chunk := await stderr.read(STDERR_CHUNK):
                 lines.feed(chunk, loop.time())
-                if lines.dropped and summary_at != lines.window_end:
-                    # Say what the window dropped when it ends, even if the driver falls silent.
-                    summary_at = lines.window_end
-                    loop.call_at(summary_at, lines.end_window, summary_at)
+                if (end := lines.summary_due()) is not None:
+                    loop.call_at(end, lines.end_window, end)
         except ConnectionError:
             pass
         finally:

@@ -1,4 +1,5 @@
-"""A driver's stderr as log lines, bounded in length and in rate (no I/O here).
+"""A driver's stderr, and its `log` notifications, as log lines bounded in length and in rate
+(no I/O here).
 
 devshim reads a driver's stderr as fast as the driver writes it, whatever it writes: a pipe
 nobody drains blocks the driver at its next write. What reaches the log is bounded instead.
@@ -6,7 +7,8 @@ A line longer than ``max_line_bytes`` is logged cut, with a marker, and the rest
 skipped as it arrives, so memory stays bounded even for a line with no end. Beyond
 ``max_lines_per_s`` lines in a one-second window, lines are counted and dropped, and one
 warning says how many once the window is over. Control characters are shown escaped, so a
-driver cannot forge or garble log lines with them.
+driver cannot forge or garble log lines with them. A `log` notification (DriverLog) is one line
+under the same rules, with its own budget.
 """
 
 from __future__ import annotations
@@ -21,22 +23,85 @@ Emit = Callable[[str, str], None]
 _ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F) if c != 0x09}
 
 
-class StderrLines:
-    def __init__(self, max_line_bytes: int, max_lines_per_s: int, emit: Emit) -> None:
-        self._max_bytes = max_line_bytes
+class _Budget:
+    """At most `max_lines_per_s` lines in a one-second window; the rest are counted, and one
+    warning says how many when the window ends (`end_window`, called by a timer)."""
+
+    def __init__(self, max_lines_per_s: int, emit: Emit, what: str) -> None:
         self._max_lines = max_lines_per_s
         self._emit = emit
-        self._line = bytearray()  # the start of the current line, at most max_line_bytes
-        self._skipping = False  # the current line is already decided (logged cut, or dropped)
+        self._what = what
         self.window_end = -math.inf
         self._logged = 0
         self.dropped = 0  # lines dropped in the current window
+        self._summary_at = -math.inf
+
+    def summary_due(self) -> float | None:
+        """When the current window has dropped lines: its end, once, for a timer to call
+        end_window then (so the warning comes even if the driver falls silent)."""
+        if self.dropped and self._summary_at != self.window_end:
+            self._summary_at = self.window_end
+            return self.window_end
+        return None
+
+    def _spent(self, now: float) -> bool:
+        return now < self.window_end and self._logged >= self._max_lines
+
+    def _admit(self, now: float) -> bool:
+        """Whether one more line may be logged at `now` (if not, it is counted as dropped)."""
+        if now >= self.window_end:
+            self.end_window(self.window_end)
+            self.window_end = now + 1.0
+        if self._logged < self._max_lines:
+            self._logged += 1
+            return True
+        self.dropped += 1
+        return False
+
+    def end_window(self, end: float) -> None:
+        """The window that ends at ``end`` is over (a timer calls this): say what it dropped.
+
+        A call for a window that is no longer the current one does nothing."""
+        if end != self.window_end:
+            return
+        if self.dropped:
+            limit = f"more than {self._max_lines} lines/s"
+            self._emit("WARNING", f"{self.dropped} {self._what} dropped ({limit})")
+        self.dropped = self._logged = 0
+        self.window_end = -math.inf
+
+
+def _shown(raw: bytes, max_bytes: int, cut: bool) -> str:
+    text = raw.decode(errors="replace").rstrip().translate(_ESCAPES)
+    return f"{text} [line cut at {max_bytes} bytes]" if cut else text
+
+
+class DriverLog(_Budget):
+    """A driver's `log` notifications: each one line, escaped, cut at `max_line_bytes`."""
+
+    def __init__(self, max_line_bytes: int, max_lines_per_s: int, emit: Emit) -> None:
+        super().__init__(max_lines_per_s, emit, "log messages")
+        self._max_bytes = max_line_bytes
+
+    def log(self, level: str, message: str, now: float) -> None:
+        if self._admit(now):
+            raw = message.encode(errors="replace")
+            cut = len(raw) > self._max_bytes
+            self._emit(level, _shown(raw[: self._max_bytes], self._max_bytes, cut))
+
+
+class StderrLines(_Budget):
+    def __init__(self, max_line_bytes: int, max_lines_per_s: int, emit: Emit) -> None:
+        super().__init__(max_lines_per_s, emit, "stderr lines")
+        self._max_bytes = max_line_bytes
+        self._line = bytearray()  # the start of the current line, at most max_line_bytes
+        self._skipping = False  # the current line is already decided (logged cut, or dropped)
 
     def feed(self, data: bytes, now: float) -> None:
         """Take the next bytes the driver wrote, read at ``now`` (seconds, monotonic)."""
         start = 0
         while start < len(data):
-            if now < self.window_end and self._logged >= self._max_lines:
+            if self._spent(now):
                 self._drop_all(data[start:])
                 return
             newline = data.find(b"\n", start)
@@ -73,32 +138,10 @@ class StderrLines:
 
     def _decide(self, now: float, *, cut: bool) -> None:
         """Log or drop the current line (complete, or cut at the length limit)."""
-        if now >= self.window_end:
-            self.end_window(self.window_end)
-            self.window_end = now + 1.0
-        if self._logged < self._max_lines:
-            self._logged += 1
-            text = self._line.decode(errors="replace").rstrip().translate(_ESCAPES)
-            if cut:
-                text += f" [line cut at {self._max_bytes} bytes]"
-            self._emit("INFO", text)
-        else:
-            self.dropped += 1
+        if self._admit(now):
+            self._emit("INFO", _shown(bytes(self._line), self._max_bytes, cut))
         self._line.clear()
         self._skipping = cut
-
-    def end_window(self, end: float) -> None:
-        """The window that ends at ``end`` is over (a timer calls this): say what it dropped.
-
-        A call for a window that is no longer the current one does nothing."""
-        if end != self.window_end:
-            return
-        if self.dropped:
-            self._emit(
-                "WARNING", f"{self.dropped} stderr lines dropped (more than {self._max_lines} lines/s)"
-            )
-        self.dropped = self._logged = 0
-        self.window_end = -math.inf
 
     def close(self, now: float) -> None:
         """The stream ended: log an unfinished last line, then what the window dropped."""

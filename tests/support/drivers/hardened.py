@@ -17,6 +17,10 @@ HARDENED_FLOOD_LINES
 HARDENED_HUGE_BYTES
     Bytes of one line without a newline written first in the same place; after them comes
     ``\\nmarker <ids>`` (so the huge line ends), then the flood.
+HARDENED_LOG_FLOOD
+    ``log`` notifications sent while answering each ``allocate``, before the answer: the first
+    forges a second log line (``forged\n<time> | ERROR | resource=example.com/other | ...``),
+    every one carries 64 KiB of text.
 HARDENED_STAY
     When set, the driver stays after its input ends, until a signal ends it (so only the
     parent-death signal can end it when devshim is killed).
@@ -63,6 +67,16 @@ def noise(ids: list[str]) -> None:
     write_stderr(lines)
 
 
+def log_flood(ids: list[str]) -> None:
+    padding = "y" * 65536
+    forged = (
+        "forged\n2026-12-01 00:00:00.000 | ERROR   | resource=example.com/other | example.com/other: gone"
+    )
+    for n in range(int(os.environ.get("HARDENED_LOG_FLOOD", "0"))):
+        message = forged if n == 0 else f"log {n} {','.join(ids)} {padding}"
+        send({"method": "log", "params": {"level": "ERROR", "message": message}})
+
+
 def answer(method: str, params: dict[str, Any]) -> dict[str, Any] | None:
     if method == "initialize":
         return {
@@ -75,6 +89,7 @@ def answer(method: str, params: dict[str, Any]) -> dict[str, Any] | None:
     if method == "allocate":
         ids = [i for c in params["containers"] for i in c["device_ids"]]
         noise(ids)
+        log_flood(ids)
         return {"containers": [{"envs": {"WHO": ",".join(c["device_ids"])}} for c in params["containers"]]}
     if method == "shutdown":
         return {}
