@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
 from loguru import logger
 
 from shim import logs
 from shim.bootstrap import Shim
 from shim.configfile import ConfigError
+from shim.driverhost.reaper import REAPER
 from shim.ops.http import OpsServer
 from shim.settings import Settings
 
@@ -26,6 +27,26 @@ async def run(settings: Settings, reload: Callable[[], Settings] | None = None) 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, hangup.set)
+    with _adopting_orphans(loop):
+        await _serve(settings, reload, stop, hangup)
+
+
+@contextlib.contextmanager
+def _adopting_orphans(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """Drivers' orphans come to devshim (PID 1 or subreaper): reaped as they exit, killed at the end."""
+    if not REAPER.become_subreaper():
+        logger.warning("cannot become a child subreaper: drivers' orphans go to the node's init")
+    loop.add_signal_handler(signal.SIGCHLD, REAPER.reap)
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGCHLD)
+        REAPER.kill_adopted()
+
+
+async def _serve(
+    settings: Settings, reload: Callable[[], Settings] | None, stop: asyncio.Event, hangup: asyncio.Event
+) -> None:
     async with Shim(settings) as shim, _ops_server(shim):
         serving = asyncio.create_task(shim.wait())
         stopping = asyncio.create_task(stop.wait())

@@ -19,6 +19,7 @@ from typing import Any
 from loguru import logger
 
 from shim.driverhost import limits
+from shim.driverhost.reaper import REAPER
 from shim.driverhost.stderr import StderrLines
 from shim.jsonrpc import ConnectionClosed, Peer, StreamTransport
 from shim.jsonrpc.errors import ProtocolError
@@ -135,17 +136,9 @@ class DriverProcess:
         argv = [found, *args]
         ids = switch_ids(self.settings)
         try:
-            self.process = await asyncio.create_subprocess_exec(
-                sys.executable, "-I", "-S", "-c", LAUNCHER, str(os.getpid()), ids, *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=dict(self.settings.env),
-                # Not the framing's 32 MiB: a longer message is refused before it is buffered.
-                limit=limits.MAX_MESSAGE_BYTES,
-                # A group of its own, so its children can be ended with it (end_group).
-                start_new_session=True,
-            )  # fmt: skip
+            with REAPER.spawning():
+                self.process = await self._spawn(ids, argv)
+                REAPER.own(self.process.pid)
         except OSError as exc:
             raise DriverFailed(f"cannot start {argv[0]!r}: {exc.strerror}") from None
         assert self.process.stdout and self.process.stdin and self.process.stderr
@@ -162,6 +155,19 @@ class DriverProcess:
             asyncio.create_task(self._watch_exit(self.process)),
             asyncio.create_task(self._copy_log(self.process.stderr)),
         ]
+
+    async def _spawn(self, ids: str, argv: list[str]) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-I", "-S", "-c", LAUNCHER, str(os.getpid()), ids, *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=dict(self.settings.env),
+            # Not the framing's 32 MiB: a longer message is refused before it is buffered.
+            limit=limits.MAX_MESSAGE_BYTES,
+            # A group of its own, so its children can be ended with it (end_group).
+            start_new_session=True,
+        )  # fmt: skip
 
     def _on_output_closed(self, reason: BaseException) -> None:
         if isinstance(reason, ProtocolError):
@@ -238,6 +244,7 @@ class DriverProcess:
 
     async def _watch_exit(self, process: asyncio.subprocess.Process) -> None:
         code = await exited(process)
+        REAPER.disown(process.pid)
         end_group(process)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(0.5):

@@ -25,7 +25,8 @@ FLAKY_DECLARED
     ``1``: every device declares its grant at list time (``{"FLAKY": "<id>"}``).
 FLAKY_CHILD
     ``1``: every run starts a child (``sleep``) that inherits its stdout, as a driver fronting
-    other programs does, and appends ``child <pid>``.
+    other programs does, and appends ``child <pid>``; ``daemon``: the child leaves the driver's
+    process group (a session of its own), as a daemon does.
 
 Every run also appends ``initialize <allocations as JSON>`` when initialize arrives, so a
 test can see what devshim told a restarted driver was in use.
@@ -79,8 +80,10 @@ class Flaky(Driver):
         self.declared = env.get("FLAKY_DECLARED") == "1"
         self.run_file = Path(env["RUN_FILE"])
         self._flooding: asyncio.Task[None] | None = None
-        if env.get("FLAKY_CHILD") == "1":
-            child = subprocess.Popen(["sleep", "600"])  # stdout: the pipe to devshim
+        if env.get("FLAKY_CHILD") in ("1", "daemon"):
+            # A daemon leaves the driver's process group (a session of its own), so a group kill
+            # misses it; either way stdout is the pipe to devshim.
+            child = subprocess.Popen(["sleep", "600"], start_new_session=env["FLAKY_CHILD"] == "daemon")
             with self.run_file.open("a") as runs:
                 runs.write(f"child {child.pid}\n")
 
