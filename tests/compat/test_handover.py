@@ -86,3 +86,35 @@ async def test_a_new_devshim_takes_over_without_a_list_ever_lacking_a_device(
                     await proc.communicate()
             if registry is not None:
                 shutil.rmtree(registry, ignore_errors=True)
+
+
+async def test_an_instance_that_handed_over_serves_again_when_its_successor_dies(
+    plugin_dir: Path, state_dir: Path
+) -> None:
+    """A second devshim takes over, then is SIGKILLed (a crash, a bad rollout): the first notices
+    its successor is gone and registers every resource again, and Allocate works through it
+    (before: it never served again, /readyz 503 forever, its driver still running)."""
+    async with FakeKubelet(plugin_dir) as kubelet:
+        procs: list[asyncio.subprocess.Process] = []
+        try:
+            procs.append(old := await start_devshim(*args(plugin_dir, state_dir)))
+            for resource in EXPECTED:
+                await kubelet.wait_for_plugin(resource, timeout=30)
+            procs.append(new := await start_devshim(*args(plugin_dir, state_dir)))
+            for resource in EXPECTED:
+                await kubelet.wait_for_registration(resource, count=2, timeout=30)
+            taken = {r: kubelet.plugin(r).endpoint for r in EXPECTED}
+            new.kill()
+            await new.communicate()
+            for resource, count in EXPECTED.items():
+                await kubelet.wait_for_registration(resource, count=3, timeout=30)
+                session = kubelet.plugin(resource)
+                assert session.endpoint != taken[resource]  # the old instance's socket again
+                await session.wait_for_list(functools.partial(has_count, count))
+            assert (await kubelet.plugin("example.com/foo").allocate(["dev0"])) is not None
+            assert old.returncode is None
+        finally:
+            for proc in procs:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.communicate()

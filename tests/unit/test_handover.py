@@ -3,6 +3,7 @@ resource's whose name starts the same, and never by a pattern made from the name
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,3 +71,28 @@ def test_a_name_is_never_a_glob(short_dir: Path, listening: list[socket.socket])
         assert star.live_peers() == []
         assert not star.asked(None)
     assert other.exists()
+
+
+async def test_an_instance_that_let_go_waits_while_its_successor_serves_and_no_longer(
+    short_dir: Path, listening: list[socket.socket]
+) -> None:
+    """After letting go, the old instance waits while the successor's socket answers; when it
+    stops answering (three looks in a row) the old one is told to serve again, and the
+    successor's file is left alone."""
+    successor = short_dir / "devshim-example.com_gpu-bbbbbb.sock"
+    listening.append(bound_socket(successor, listen=True))
+    gpu = Handover(short_dir, socket_prefix("example.com/gpu"), "aaaaaa")
+    watching = asyncio.create_task(gpu.until_successor_gone(ready_within_s=0.2, poll_s=0.01))
+    await asyncio.sleep(0.5)  # well past the bound: a successor that serves is waited for
+    assert not watching.done()
+    listening.pop().close()  # it is gone (its file stays, answering nothing)
+    async with asyncio.timeout(10):
+        assert await watching == "the instance it was handed over to is gone"
+    assert successor.exists()
+
+
+async def test_an_instance_that_let_go_serves_again_when_no_successor_ever_serves(short_dir: Path) -> None:
+    gpu = Handover(short_dir, socket_prefix("example.com/gpu"), "aaaaaa")
+    async with asyncio.timeout(10):
+        why = await gpu.until_successor_gone(ready_within_s=0.2, poll_s=0.01)
+    assert why == "no instance served it within 0.2 s of the handover"

@@ -174,7 +174,11 @@ class PluginEndpoint:
             if self.handed_over.is_set():
                 # Close our streams now, before the new instance registers (frontend/handover.py).
                 await self._close_server()
-                return
+                assert self._handover is not None
+                why = await self._handover.until_successor_gone()
+                logger.warning("{}: {}; serving it again", self.resource.name, why)
+                self.handed_over.clear()
+                continue
             if self._refused is not None:
                 await self._wait_for_another_list(self._refused)
                 self._refused = None

@@ -8,6 +8,10 @@ does not hold the node hostage) before it serves and registers. The old instance
 request, closes its streams and server and stops registering that resource. So the old stream has
 always ended before the new registration arrives, which kubelets before kubernetes PR #135437
 need: there a replaced stream that ends late tears down the new registration (#121994).
+
+The old instance then watches its successor: should the new instance go away (it crashed, or was
+rolled back) or never serve within ``SUCCESSOR_READY_S``, the old one serves the resource again
+rather than leave the node without it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from shim.frontend import sockets
 SUFFIX = ".handover"
 # A request older than this is a leftover of an instance that died mid-handover.
 FRESH_S = 30.0
+# How long a successor may take to serve after we let go, and how often we look at it.
+SUCCESSOR_READY_S = 30.0
+SUCCESSOR_POLL_S = 0.5
 
 
 class Handover:
@@ -109,3 +116,24 @@ class Handover:
         except FileNotFoundError:
             return False
         return age < FRESH_S
+
+    async def until_successor_gone(
+        self, ready_within_s: float = SUCCESSOR_READY_S, poll_s: float = SUCCESSOR_POLL_S
+    ) -> str:
+        """After letting go: return once no other instance serves this resource, which is either
+        gone (its socket there, answering nothing at three looks in a row, so one that is only
+        re-binding is not taken for gone) or never came (no socket within ``ready_within_s``);
+        the return value says which. Nothing is removed here: the files are the successor's."""
+        deadline = time.monotonic() + ready_within_s
+        misses, served = 0, False
+        while True:
+            others = self._others()
+            if any(sockets.answers(path) for path in others):
+                misses, served = 0, True
+            elif others or served:  # there, answering nothing; or it served and removed its socket
+                misses += 1
+                if misses >= 3:
+                    return "the instance it was handed over to is gone"
+            elif time.monotonic() > deadline:
+                return f"no instance served it within {ready_within_s:g} s of the handover"
+            await asyncio.sleep(poll_s)
