@@ -13,7 +13,7 @@ from shim import logs
 from shim.bootstrap import Shim
 from shim.configfile import ConfigError
 from shim.driverhost.reaper import REAPER
-from shim.ops.http import OpsServer
+from shim.ops.http import OpsThread
 from shim.settings import Settings
 
 
@@ -71,7 +71,10 @@ async def _ops_server(shim: Shim) -> AsyncIterator[None]:
     logged, not fatal: the node's devices matter more than their metrics (the readiness probe
     then fails, which shows it)."""
     http = shim.settings.http
-    server = OpsServer(http.host, http.port, ready=shim.ready, status=shim.status) if http.enabled else None
+    server = None
+    if http.enabled:
+        server = OpsThread(http.host, http.port, ready=shim.ready, status=shim.status,
+                           status_from_anywhere=http.status_from_anywhere)  # fmt: skip
     if server is not None:
         try:
             await server.start()

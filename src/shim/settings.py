@@ -306,6 +306,9 @@ class HttpSettings(StrictModel):
     # Every interface: the kubelet probes the pod's IP.
     host: str = "0.0.0.0"
     port: Annotated[int, Field(ge=0, le=65535)] = 9477
+    # /status names socket paths, driver pids and errors: by default it answers only clients on
+    # this host (`devshim status`); the probes and /metrics answer everyone.
+    status_from_anywhere: bool = False
 
 
 class Settings(BaseSettings):

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
+import ipaddress
 import json
+import socket
+import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from shim.bootstrap import Shim
 from shim.kubelet import FakeKubelet
-from shim.ops.http import MAX_HEAD_BYTES, OpsServer
+from shim.ops.http import MAX_CONNECTIONS, MAX_HEAD_BYTES, OpsServer, OpsThread
 from tests.support.scrape import Samples, ops_for, raw, request
 from tests.support.shim_fixtures import running_shim
 
@@ -115,3 +120,98 @@ async def test_stop_does_not_wait_for_a_client_that_never_sends(shim: Shim) -> N
     writer.close()
     with pytest.raises(ConnectionRefusedError):
         await asyncio.open_connection("127.0.0.1", port)
+
+
+def _this_hosts_other_address() -> str | None:
+    """An address of this machine that is not loopback (the route out; no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.255.255.255", 1))
+        except OSError:
+            return None
+        address = str(probe.getsockname()[0])
+    return None if ipaddress.ip_address(address).is_loopback else address
+
+
+@pytest.fixture
+async def threaded(shim: Shim) -> AsyncIterator[OpsThread]:
+    """The ops server as `devshim run` runs it: on its own thread, on every interface."""
+    server = OpsThread("0.0.0.0", 0, ready=shim.ready, status=shim.status)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+async def test_status_answers_only_this_host_unless_configured(shim: Shim, threaded: OpsThread) -> None:
+    """/status names sockets, pids and errors: a client from another address gets 403 (the probes
+    and /metrics still answer it); with status_from_anywhere it gets the status."""
+    other = _this_hosts_other_address()
+    if other is None:
+        pytest.skip("this machine has no address but loopback to come from")
+    assert (await request(threaded.port, "/status")).status == 200
+    refused = await request(threaded.port, "/status", host=other)
+    assert refused.status == 403 and b"status_from_anywhere" in refused.body
+    assert (await request(threaded.port, "/metrics", host=other)).status == 200
+    assert (await request(threaded.port, "/healthz", host=other)).status == 200
+    anywhere = OpsThread("0.0.0.0", 0, ready=shim.ready, status=shim.status, status_from_anywhere=True)
+    await anywhere.start()
+    try:
+        assert (await request(anywhere.port, "/status", host=other)).status == 200
+    finally:
+        await anywhere.stop()
+
+
+async def test_idle_connections_cannot_keep_a_probe_out(threaded: OpsThread) -> None:
+    """Twice MAX_CONNECTIONS clients connect and send nothing: each new one drops the oldest idle
+    one, and the probe that comes after them is answered."""
+    writers = []
+    for _ in range(2 * MAX_CONNECTIONS):
+        writers.append((await asyncio.open_connection("127.0.0.1", threaded.port))[1])
+    try:
+        assert (await request(threaded.port, "/healthz")).status == 200
+    finally:
+        for writer in writers:
+            writer.close()
+
+
+async def test_costly_requests_over_the_rate_get_429_and_probes_never_do(shim: Shim) -> None:
+    """More scrapes in a second than the limit (3 here; MAX_COSTLY_PER_S by default): the rest are
+    429 at once; /healthz and /readyz are not counted."""
+    server = OpsThread("127.0.0.1", 0, ready=shim.ready, status=shim.status, costly_per_s=3)
+    await server.start()
+    try:
+        replies = await asyncio.gather(*(request(server.port, "/metrics") for _ in range(12)))
+        statuses = [reply.status for reply in replies]
+        assert 200 in statuses and statuses.count(429) >= 12 - 2 * 3, statuses  # a second may turn over
+        assert (await request(server.port, "/healthz")).status == 200
+        assert (await request(server.port, "/readyz")).status in (200, 503)
+    finally:
+        await server.stop()
+
+
+async def test_healthz_fails_while_the_serving_loop_is_stuck(shim: Shim) -> None:
+    """The ops thread answers /healthz only once the serving loop does: with that loop blocked
+    (a stand-in for a hang) past the wait, the probe gets 500; once it runs again, 200."""
+    server = OpsThread("127.0.0.1", 0, ready=shim.ready, status=shim.status, serving_wait_s=0.2)
+    await server.start()
+    try:
+        replies: list[int] = []
+        probe = threading.Thread(target=lambda: replies.append(_get_status(server.port, "/healthz")))
+        probe.start()
+        time.sleep(2.0)  # the serving loop (this one) blocked on purpose, well past the 0.2 s wait
+        await asyncio.to_thread(probe.join)
+        assert replies == [500]
+        assert (await request(server.port, "/healthz")).status == 200
+    finally:
+        await server.stop()
+
+
+def _get_status(port: int, path: str) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("GET", path)
+        return connection.getresponse().status
+    finally:
+        connection.close()

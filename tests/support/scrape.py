@@ -32,9 +32,9 @@ async def ops_for(shim: Shim) -> AsyncIterator[OpsServer]:
         await server.stop()
 
 
-async def request(port: int, path: str, method: str = "GET") -> Reply:
+async def request(port: int, path: str, method: str = "GET", host: str = "127.0.0.1") -> Reply:
     def send() -> Reply:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        connection = http.client.HTTPConnection(host, port, timeout=5)
         try:
             connection.request(method, path)
             response = connection.getresponse()

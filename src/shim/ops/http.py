@@ -2,16 +2,24 @@
 
 One request per connection (``Connection: close``), GET and HEAD only, the request head
 bounded and read with a deadline: a scraper or a probe needs no more, and a stray or
-hostile client can cost a connection but never the server.
+hostile client can cost a connection but never the server. At most ``MAX_CONNECTIONS`` at once:
+beyond that the oldest one still sending its request is dropped, so idle clients cannot keep a
+probe out. /metrics and /status, the costly answers, are limited to ``MAX_COSTLY_PER_S`` a
+second (beyond: 429, held a second first; the probes never are). /status names sockets, pids
+and errors: it answers only clients on this host unless ``status_from_anywhere``. runtime.py
+runs the server on a thread and event loop of its own (OpsThread), so a flood of scrapes does
+not wait in line with the kubelet's calls.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
+import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from loguru import logger
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -20,13 +28,22 @@ from shim.ops.metrics import REGISTRY
 
 MAX_HEAD_BYTES = 8192
 READ_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 64
+MAX_COSTLY_PER_S = 20
+RETRY_AFTER_S = 1
+COSTLY = ("/metrics", "/status")
+# How long the ops thread waits for the serving loop to compute /readyz or /status.
+SERVING_WAIT_S = 5.0
+T = TypeVar("T")
 TEXT = "text/plain; charset=utf-8"
 _REASONS = {
     200: "OK",
     400: "Bad Request",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     408: "Request Timeout",
+    429: "Too Many Requests",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     503: "Service Unavailable",
@@ -51,19 +68,27 @@ class OpsServer:
         *,
         ready: Callable[[], tuple[bool, str]],
         status: Callable[[], dict[str, Any]],
+        status_from_anywhere: bool = False,
+        costly_per_s: int = MAX_COSTLY_PER_S,
+        alive: Callable[[], object] | None = None,
     ) -> None:
         self._host = host
+        self._alive = alive
+        self._costly_per_s = costly_per_s
         self._port = port
         self._ready = ready
         self._status = status
+        self._status_from_anywhere = status_from_anywhere
+        self._window = (0.0, 0)  # the current second, and the costly requests answered in it
         self._server: asyncio.Server | None = None
         self._routes: dict[str, Callable[[], Response]] = {
             "/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest(REGISTRY)),
-            "/healthz": lambda: (200, TEXT, b"ok\n"),  # answered at all: the event loop is alive
+            "/healthz": self._healthz,
             "/readyz": self._readyz,
             "/status": lambda: (200, "application/json", json.dumps(self._status(), default=str).encode()),
         }
         self._connections: set[asyncio.Task[Any]] = set()
+        self._reading: dict[asyncio.Task[Any], float] = {}  # connections still sending, since when
 
     @property
     def port(self) -> int:
@@ -89,26 +114,49 @@ class OpsServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self._connections) >= MAX_CONNECTIONS and self._reading:
+            oldest = min(self._reading, key=self._reading.__getitem__)
+            oldest.cancel()  # an idle client makes room: a probe is never kept out
+            self._reading.pop(oldest, None)
         self._connections.add(task)
         try:
             await self._answer(reader, writer)
+        except asyncio.CancelledError:
+            if self._server is None:
+                raise  # stopping
+            # dropped to make room
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client left before its answer
         finally:
             self._connections.discard(task)
+            self._reading.pop(task, None)
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = False
+        task = asyncio.current_task()
+        assert task is not None
+        self._reading[task] = asyncio.get_running_loop().time()
         try:
             method, path = await _read_request(reader)
+            self._reading.pop(task, None)
             head = method == "HEAD"
-            status, content_type, body = self._route(method, path)
+            status, content_type, body = self._guard(path, writer) or self._route(method, path)
         except BadRequest as exc:
             status, content_type, body = exc.status, TEXT, f"{exc}\n".encode()
-        extra = "Allow: GET, HEAD\r\n" if status == 405 else ""
+        if status == 429:
+            # Held a while before the refusal: a client that asks again at once (a flood) then
+            # asks about once a second, instead of keeping this thread, and the GIL, busy.
+            await asyncio.sleep(RETRY_AFTER_S)
+        extra = (
+            "Allow: GET, HEAD\r\n"
+            if status == 405
+            else f"Retry-After: {RETRY_AFTER_S}\r\n"
+            if status == 429
+            else ""
+        )
         writer.write(
             f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n".encode("latin-1")
@@ -116,6 +164,20 @@ class OpsServer:
         if not head:
             writer.write(body)
         await writer.drain()
+
+    def _guard(self, path: str, writer: asyncio.StreamWriter) -> Response | None:
+        """A refusal for /status from another host, or for a costly request over the rate."""
+        if path == "/status" and not self._status_from_anywhere and not _local(writer):
+            return 403, TEXT, b"/status answers only on this host (http.status_from_anywhere)\n"
+        if path in COSTLY:
+            now = int(asyncio.get_running_loop().time())
+            second, count = self._window
+            count = count + 1 if second == now else 1
+            self._window = (now, count)
+            if count > self._costly_per_s:
+                why = f"over {self._costly_per_s} /metrics and /status requests a second\n"
+                return 429, TEXT, why.encode()
+        return None
 
     def _route(self, method: str, path: str) -> Response:
         route = self._routes.get(path)
@@ -129,9 +191,24 @@ class OpsServer:
             logger.exception("ops: {} failed", path)
             return 500, TEXT, f"{type(exc).__name__}: {exc}\n".encode()
 
+    def _healthz(self) -> Response:
+        """ok once the serving loop answers (``alive`` raises if it does not in time); without
+        ``alive`` this server runs on the serving loop, and answering at all shows it alive."""
+        if self._alive is not None:
+            self._alive()
+        return 200, TEXT, b"ok\n"
+
     def _readyz(self) -> Response:
         ready, reason = self._ready()
         return (200 if ready else 503), TEXT, f"{reason}\n".encode()
+
+
+def _local(writer: asyncio.StreamWriter) -> bool:
+    peer = writer.get_extra_info("peername")
+    try:
+        return isinstance(peer, tuple) and ipaddress.ip_address(peer[0]).is_loopback
+    except ValueError:
+        return False
 
 
 async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str]:
@@ -148,3 +225,60 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str]:
         raise BadRequest(400, "malformed request line")
     method, target, _ = parts
     return method, target.split("?", 1)[0]
+
+
+class OpsThread:
+    """An OpsServer on a thread and event loop of its own, so that its work (a /metrics scrape,
+    or a flood of them) never waits in line with the kubelet's calls on the serving loop. What
+    it reads of the serving side (/readyz, /status) is computed on the serving loop on request."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        ready: Callable[[], tuple[bool, str]],
+        status: Callable[[], dict[str, Any]],
+        status_from_anywhere: bool = False,
+        costly_per_s: int = MAX_COSTLY_PER_S,
+        serving_wait_s: float = SERVING_WAIT_S,
+    ) -> None:
+        self._serving = asyncio.get_running_loop()
+        self._serving_wait_s = serving_wait_s
+        self._server = OpsServer(
+            host, port, ready=self._on_serving(ready), status=self._on_serving(status),
+            status_from_anywhere=status_from_anywhere, costly_per_s=costly_per_s,
+            alive=self._on_serving(lambda: None),
+        )  # fmt: skip
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="devshim-ops", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return self._server.port
+
+    def _on_serving(self, read: Callable[[], T]) -> Callable[[], T]:
+        async def on_loop() -> T:
+            return read()
+
+        return lambda: asyncio.run_coroutine_threadsafe(on_loop(), self._serving).result(self._serving_wait_s)
+
+    async def start(self) -> None:
+        """Listen (OSError if the address cannot be bound) and serve on the ops thread."""
+        self._thread.start()
+        try:
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._server.start(), self._loop))
+        except BaseException:
+            await self._end_thread()
+            raise
+
+    async def stop(self) -> None:
+        if self._thread.is_alive():
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._server.stop(), self._loop))
+        await self._end_thread()
+
+    async def _end_thread(self) -> None:
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            await asyncio.to_thread(self._thread.join)
+        self._loop.close()
