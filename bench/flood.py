@@ -1,7 +1,7 @@
 """A hostile driver flooding device lists: devshim's peak memory and another resource's Allocate.
 
-Usage: python -m bench.flood [--quick] [--json FILE]. Not a row of ``python -m bench`` (it
-takes a minute and a half, most of it flooding): devshim runs two
+Usage: python -m bench.flood [--quick] [--json FILE], or the row ``listflood`` of
+``python -m bench`` (a minute and a half, most of it flooding). devshim runs two
 drivers, the sim (8 devices, per-call grants: each Allocate a round trip to it) and
 tests/support/drivers/hostile_lists.py, which once a second sends ``devices_changed`` with as
 many devices as its control file says. Each flood runs in a devshim of its own after a quiet phase
@@ -53,7 +53,7 @@ from shim.generated.v1beta1 import api_pb2 as pb
 
 SIM = "example.com/sim-call"
 HOSTILE = "example.com/hostile"
-DRIVER = ROOT / "tests" / "compat" / "drivers" / "hostile_lists.py"
+DRIVER = ROOT / "tests" / "support" / "drivers" / "hostile_lists.py"
 DEPLOY_LIMIT_MB = 256 * 1024 * 1024 / 1e6  # deploy/base/daemonset.yaml: limits.memory 256Mi
 ALLOCATE = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=["dev1"])])
 PACE_S = 0.02
