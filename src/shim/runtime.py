@@ -13,7 +13,7 @@ from shim import logs
 from shim.bootstrap import Shim
 from shim.configfile import ConfigError
 from shim.driverhost.reaper import REAPER
-from shim.ops.http import OpsThread
+from shim.ops.http import OpsServer, OpsThread
 from shim.settings import Settings
 
 
@@ -73,8 +73,9 @@ async def _ops_server(shim: Shim) -> AsyncIterator[None]:
     http = shim.settings.http
     server = None
     if http.enabled:
-        server = OpsThread(http.host, http.port, ready=shim.ready, status=shim.status,
-                           status_from_anywhere=http.status_from_anywhere)  # fmt: skip
+        ops = OpsServer(http.host, http.port, ready=shim.ready, status=shim.status,
+                        status_from_anywhere=http.status_from_anywhere)  # fmt: skip
+        server = OpsThread(ops)
     if server is not None:
         try:
             await server.start()

@@ -18,7 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from shim.bootstrap import Shim
 from shim.kubelet import FakeKubelet
 from shim.ops.http import MAX_CONNECTIONS, MAX_HEAD_BYTES, OpsServer, OpsThread
-from tests.support.scrape import Samples, ops_for, raw, request
+from tests.support.scrape import Samples, ops_for, raw, request, started
 from tests.support.shim_fixtures import running_shim
 
 NAME = "example.com/ops-http"
@@ -136,12 +136,8 @@ def _this_hosts_other_address() -> str | None:
 @pytest.fixture
 async def threaded(shim: Shim) -> AsyncIterator[OpsThread]:
     """The ops server as `devshim run` runs it: on its own thread, on every interface."""
-    server = OpsThread("0.0.0.0", 0, ready=shim.ready, status=shim.status)
-    await server.start()
-    try:
+    async with started(OpsThread(OpsServer("0.0.0.0", 0, ready=shim.ready, status=shim.status))) as server:
         yield server
-    finally:
-        await server.stop()
 
 
 async def test_status_answers_only_this_host_unless_configured(shim: Shim, threaded: OpsThread) -> None:
@@ -155,12 +151,9 @@ async def test_status_answers_only_this_host_unless_configured(shim: Shim, threa
     assert refused.status == 403 and b"status_from_anywhere" in refused.body
     assert (await request(threaded.port, "/metrics", host=other)).status == 200
     assert (await request(threaded.port, "/healthz", host=other)).status == 200
-    anywhere = OpsThread("0.0.0.0", 0, ready=shim.ready, status=shim.status, status_from_anywhere=True)
-    await anywhere.start()
-    try:
-        assert (await request(anywhere.port, "/status", host=other)).status == 200
-    finally:
-        await anywhere.stop()
+    anywhere = OpsServer("0.0.0.0", 0, ready=shim.ready, status=shim.status, status_from_anywhere=True)
+    async with started(OpsThread(anywhere)) as server:
+        assert (await request(server.port, "/status", host=other)).status == 200
 
 
 async def test_idle_connections_cannot_keep_a_probe_out(threaded: OpsThread) -> None:
@@ -179,24 +172,20 @@ async def test_idle_connections_cannot_keep_a_probe_out(threaded: OpsThread) -> 
 async def test_costly_requests_over_the_rate_get_429_and_probes_never_do(shim: Shim) -> None:
     """More scrapes in a second than the limit (3 here; MAX_COSTLY_PER_S by default): the rest are
     429 at once; /healthz and /readyz are not counted."""
-    server = OpsThread("127.0.0.1", 0, ready=shim.ready, status=shim.status, costly_per_s=3)
-    await server.start()
-    try:
+    limited = OpsServer("127.0.0.1", 0, ready=shim.ready, status=shim.status, costly_per_s=3)
+    async with started(OpsThread(limited)) as server:
         replies = await asyncio.gather(*(request(server.port, "/metrics") for _ in range(12)))
         statuses = [reply.status for reply in replies]
         assert 200 in statuses and statuses.count(429) >= 12 - 2 * 3, statuses  # a second may turn over
         assert (await request(server.port, "/healthz")).status == 200
         assert (await request(server.port, "/readyz")).status in (200, 503)
-    finally:
-        await server.stop()
 
 
 async def test_healthz_fails_while_the_serving_loop_is_stuck(shim: Shim) -> None:
     """The ops thread answers /healthz only once the serving loop does: with that loop blocked
     (a stand-in for a hang) past the wait, the probe gets 500; once it runs again, 200."""
-    server = OpsThread("127.0.0.1", 0, ready=shim.ready, status=shim.status, serving_wait_s=0.2)
-    await server.start()
-    try:
+    ops = OpsServer("127.0.0.1", 0, ready=shim.ready, status=shim.status)
+    async with started(OpsThread(ops, serving_wait_s=0.2)) as server:
         replies: list[int] = []
         probe = threading.Thread(target=lambda: replies.append(_get_status(server.port, "/healthz")))
         probe.start()
@@ -204,8 +193,6 @@ async def test_healthz_fails_while_the_serving_loop_is_stuck(shim: Shim) -> None
         await asyncio.to_thread(probe.join)
         assert replies == [500]
         assert (await request(server.port, "/healthz")).status == 200
-    finally:
-        await server.stop()
 
 
 def _get_status(port: int, path: str) -> int:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import http.client
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -21,15 +22,27 @@ class Reply:
     body: bytes
 
 
+class _Serving(Protocol):
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Serving)
+
+
 @asynccontextmanager
-async def ops_for(shim: Shim) -> AsyncIterator[OpsServer]:
-    """An OpsServer on a free local port answering from ``shim``."""
-    server = OpsServer("127.0.0.1", 0, ready=shim.ready, status=shim.status)
+async def started(server: S) -> AsyncIterator[S]:
+    """An OpsServer (or OpsThread) serving for the block."""
     await server.start()
     try:
         yield server
     finally:
         await server.stop()
+
+
+def ops_for(shim: Shim) -> AbstractAsyncContextManager[OpsServer]:
+    """An OpsServer on a free local port answering from ``shim``."""
+    return started(OpsServer("127.0.0.1", 0, ready=shim.ready, status=shim.status))
 
 
 async def request(port: int, path: str, method: str = "GET", host: str = "127.0.0.1") -> Reply:

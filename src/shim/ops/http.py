@@ -70,10 +70,9 @@ class OpsServer:
         status: Callable[[], dict[str, Any]],
         status_from_anywhere: bool = False,
         costly_per_s: int = MAX_COSTLY_PER_S,
-        alive: Callable[[], object] | None = None,
     ) -> None:
         self._host = host
-        self._alive = alive
+        self._alive: Callable[[], object] | None = None
         self._costly_per_s = costly_per_s
         self._port = port
         self._ready = ready
@@ -191,6 +190,12 @@ class OpsServer:
             logger.exception("ops: {} failed", path)
             return 500, TEXT, f"{type(exc).__name__}: {exc}\n".encode()
 
+    def reads_on(self, serving: asyncio.AbstractEventLoop, wait_s: float) -> None:
+        """For serving from another thread: compute /readyz and /status on the ``serving`` loop,
+        and answer /healthz only once that loop does (500 after ``wait_s``)."""
+        self._ready, self._status = _on(serving, self._ready, wait_s), _on(serving, self._status, wait_s)
+        self._alive = _on(serving, lambda: None, wait_s)
+
     def _healthz(self) -> Response:
         """ok once the serving loop answers (``alive`` raises if it does not in time); without
         ``alive`` this server runs on the serving loop, and answering at all shows it alive."""
@@ -229,39 +234,18 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str]:
 
 class OpsThread:
     """An OpsServer on a thread and event loop of its own, so that its work (a /metrics scrape,
-    or a flood of them) never waits in line with the kubelet's calls on the serving loop. What
-    it reads of the serving side (/readyz, /status) is computed on the serving loop on request."""
+    or a flood of them) never waits in line with the kubelet's calls on the serving loop (the
+    one running now), which still computes what the server reads of it (OpsServer.reads_on)."""
 
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        *,
-        ready: Callable[[], tuple[bool, str]],
-        status: Callable[[], dict[str, Any]],
-        status_from_anywhere: bool = False,
-        costly_per_s: int = MAX_COSTLY_PER_S,
-        serving_wait_s: float = SERVING_WAIT_S,
-    ) -> None:
-        self._serving = asyncio.get_running_loop()
-        self._serving_wait_s = serving_wait_s
-        self._server = OpsServer(
-            host, port, ready=self._on_serving(ready), status=self._on_serving(status),
-            status_from_anywhere=status_from_anywhere, costly_per_s=costly_per_s,
-            alive=self._on_serving(lambda: None),
-        )  # fmt: skip
+    def __init__(self, server: OpsServer, serving_wait_s: float = SERVING_WAIT_S) -> None:
+        server.reads_on(asyncio.get_running_loop(), serving_wait_s)
+        self._server = server
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="devshim-ops", daemon=True)
 
     @property
     def port(self) -> int:
         return self._server.port
-
-    def _on_serving(self, read: Callable[[], T]) -> Callable[[], T]:
-        async def on_loop() -> T:
-            return read()
-
-        return lambda: asyncio.run_coroutine_threadsafe(on_loop(), self._serving).result(self._serving_wait_s)
 
     async def start(self) -> None:
         """Listen (OSError if the address cannot be bound) and serve on the ops thread."""
@@ -282,3 +266,12 @@ class OpsThread:
             self._loop.call_soon_threadsafe(self._loop.stop)
             await asyncio.to_thread(self._thread.join)
         self._loop.close()
+
+
+def _on(loop: asyncio.AbstractEventLoop, read: Callable[[], T], wait_s: float) -> Callable[[], T]:
+    """``read`` made callable from another thread: run on ``loop``, waited for at most ``wait_s``."""
+
+    async def on_loop() -> T:
+        return read()
+
+    return lambda: asyncio.run_coroutine_threadsafe(on_loop(), loop).result(wait_s)
