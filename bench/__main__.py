@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 
 from bench import allocate, concurrency, failover, flood, health, listsize, memory, opsflood, reregister
-from bench.common import Result, fmt
+from bench.common import Result, table
 
 Row = Callable[[bool], Awaitable[Result]]
 ROWS: dict[str, Row] = {
@@ -54,21 +54,6 @@ async def run(names: list[str], quick: bool) -> list[Result]:
         print(f"{result.extra['seconds']} s", file=sys.stderr)
         results.append(result)
     return results
-
-
-def verdict(result: Result) -> str:
-    if result.met is None:
-        return "n/a" if not result.note.startswith("failed") else "FAILED"
-    return "MET" if result.met else f"MISSED ({result.by})" if result.by else "MISSED"
-
-
-def table(results: list[Result]) -> str:
-    lines = ["| row | baseline | devshim | value | goal | result |", "|---|---|---|---|---|---|"]
-    for r in results:
-        cells = [r.name, fmt(r.baseline) or "—", fmt(r.devshim), r.value, r.goal, verdict(r)]
-        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
-    notes = [f"- {r.name}: {r.note}" for r in results if r.note]
-    return "\n".join(lines + ([""] + notes if notes else []))
 
 
 def main() -> None:

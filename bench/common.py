@@ -202,3 +202,18 @@ def fmt(figures: dict[str, float]) -> str:
                 break
         parts.append(f"{name.replace('_', ' ')} {number(value)}{unit}")
     return ", ".join(parts)
+
+
+def verdict(result: Result) -> str:
+    if result.met is None:
+        return "n/a" if not result.note.startswith("failed") else "FAILED"
+    return "MET" if result.met else f"MISSED ({result.by})" if result.by else "MISSED"
+
+
+def table(results: list[Result]) -> str:
+    lines = ["| row | baseline | devshim | value | goal | result |", "|---|---|---|---|---|---|"]
+    for r in results:
+        cells = [r.name, fmt(r.baseline) or "—", fmt(r.devshim), r.value, r.goal, verdict(r)]
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    notes = [f"- {r.name}: {r.note}" for r in results if r.note]
+    return "\n".join(lines + ([""] + notes if notes else []))

@@ -45,6 +45,7 @@ from bench.common import (
     running,
     sim_command,
     start_devshim,
+    table,
     workdir,
 )
 from bench.memory import rss_mb
@@ -239,8 +240,6 @@ async def flood(
 
 
 def main() -> None:
-    from bench.__main__ import table  # the table of `python -m bench`, for this one row
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="8 s phases instead of 20 s")
     parser.add_argument("--json", type=Path, help="write every figure to this file")
