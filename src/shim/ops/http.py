@@ -4,9 +4,10 @@ One request per connection (``Connection: close``), GET and HEAD only, the reque
 bounded and read with a deadline: a scraper or a probe needs no more, and a stray or
 hostile client can cost a connection but never the server. At most ``MAX_CONNECTIONS`` at once:
 beyond that the oldest one still sending its request is dropped, so idle clients cannot keep a
-probe out. /metrics and /status, the costly answers, are limited to ``MAX_COSTLY_PER_S`` a
-second (beyond: 429, held a second first; the probes never are). /status names sockets, pids
-and errors: it answers only clients on this host unless ``status_from_anywhere``. runtime.py
+probe out. /metrics, the costly answer, and /status from another host are limited to
+``MAX_COSTLY_PER_S`` a second (beyond: 429, held a second first; the probes never are).
+/status names sockets, pids and errors: it answers only clients on this host unless
+``status_from_anywhere``. runtime.py
 runs the server on a thread and event loop of its own (OpsThread), so a flood of scrapes does
 not wait in line with the kubelet's calls.
 """
@@ -31,7 +32,6 @@ READ_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 64
 MAX_COSTLY_PER_S = 20
 RETRY_AFTER_S = 1
-COSTLY = ("/metrics", "/status")
 # How long the ops thread waits for the serving loop to compute /readyz or /status.
 SERVING_WAIT_S = 5.0
 T = TypeVar("T")
@@ -165,10 +165,13 @@ class OpsServer:
         await writer.drain()
 
     def _guard(self, path: str, writer: asyncio.StreamWriter) -> Response | None:
-        """A refusal for /status from another host, or for a costly request over the rate."""
-        if path == "/status" and not self._status_from_anywhere and not _local(writer):
+        """A refusal for /status from another host, or for a costly request over the rate. /status
+        asked on this host is not counted: `devshim status` and local tools poll it, and it is
+        this host's alone unless status_from_anywhere."""
+        local = _local(writer)
+        if path == "/status" and not self._status_from_anywhere and not local:
             return 403, TEXT, b"/status answers only on this host (http.status_from_anywhere)\n"
-        if path in COSTLY:
+        if path == "/metrics" or (path == "/status" and not local):
             now = int(asyncio.get_running_loop().time())
             second, count = self._window
             count = count + 1 if second == now else 1
