@@ -58,6 +58,14 @@ def _regex(value: str) -> str:
 
 
 PathPrefix = Annotated[str, AfterValidator(_path_prefix)]
+DENIED_ENV_NAMES = (
+    "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "GCONV_PATH", "BASH_ENV", "ENV", "NODE_OPTIONS",
+    "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME",
+    "PERL5OPT", "PERL5LIB", "RUBYOPT", "RUBYLIB", "PATH",
+)  # fmt: skip
+DENIED_CONTAINER_PATH_PREFIXES = (
+    "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/usr", "/bin", "/sbin", "/boot", "/proc", "/sys",
+)  # fmt: skip
 # A CDI vendor ("example.com") or a vendor and class ("example.com/gpu").
 CdiKindPrefix = Annotated[str, Field(pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*(/[A-Za-z0-9][-A-Za-z0-9_.]*)?$")]
 
@@ -72,8 +80,14 @@ class GrantPolicySettings(StrictModel):
     mount_path_prefixes: list[PathPrefix] = []
     read_only_mounts: bool = True
     env_name_pattern: Annotated[str, AfterValidator(_regex)] = r"^[A-Za-z_][A-Za-z0-9_]*$"
-    # The dynamic loader's hooks: a value for them runs code of the driver's choosing in the container.
-    denied_env_names: list[str] = ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"]
+    # Variables that make a program in the container load or run code of the driver's choosing:
+    # the dynamic loader's hooks, glibc's gconv modules, shells' start-up files, interpreters'
+    # option and path variables, and PATH itself (docs/configuration.md, "Grant policy").
+    denied_env_names: list[str] = list(DENIED_ENV_NAMES)
+    # Container paths (of mounts and device nodes) that must not be at or under these: the
+    # loader's and the system's own files (a mount at /etc/ld.so.preload is LD_PRELOAD by another
+    # name), and the kernel's interfaces.
+    denied_container_path_prefixes: list[PathPrefix] = list(DENIED_CONTAINER_PATH_PREFIXES)
     # Plain string prefixes; null: any key. None by default: container runtimes act on some
     # annotations (cdi.k8s.io/ injects CDI devices, CRI-O's io.kubernetes.cri-o.Devices adds nodes).
     annotation_key_prefixes: list[Annotated[str, Field(min_length=1)]] | None = []
@@ -171,6 +185,7 @@ class GrantPolicy:
         self.resource = resource
         self.settings = settings = settings or GrantPolicySettings()
         self._devices = _Prefixes(settings.device_path_prefixes)
+        self._system = tuple(settings.denied_container_path_prefixes)
         self._mounts = _Prefixes(settings.mount_path_prefixes)
         self._env_name = re.compile(settings.env_name_pattern)
         self._denied_envs = frozenset(settings.denied_env_names)
@@ -202,7 +217,7 @@ class GrantPolicy:
             where = f"device_nodes[{i}]"
             host_path = self._host_path(f"{where}.host_path", node.host_path, self._devices, "device_nodes")
             host_paths.append(host_path)
-            if problem := _container_path_problem(node.container_path):
+            if problem := self._container_path_problem(node.container_path):
                 raise self._refuse(
                     f"{where}.container_path", node.container_path, problem, "device_nodes.container_path"
                 )
@@ -231,7 +246,7 @@ class GrantPolicy:
             rule = "no mounts allowed (mount_path_prefixes is empty)"
             raise self._refuse(f"{where}.host_path", mount.host_path, rule, "mounts.host_path")
         host_path = self._host_path(f"{where}.host_path", mount.host_path, self._mounts, "mounts")
-        if problem := _container_path_problem(mount.container_path):
+        if problem := self._container_path_problem(mount.container_path):
             raise self._refuse(
                 f"{where}.container_path", mount.container_path, problem, "mounts.container_path"
             )
@@ -239,6 +254,17 @@ class GrantPolicy:
             rule = "mounts must be read-only (read_only_mounts)"
             raise self._refuse(f"{where}.read_only", "false", rule, "mounts.read_only")
         return host_path
+
+    def _container_path_problem(self, path: str) -> str | None:
+        if problem := _container_path_problem(path):
+            return problem
+        normal = _normal(path)
+        if normal == "/":
+            return "the container's root"
+        for prefix in self._system:
+            if normal == prefix or normal.startswith(prefix.rstrip("/") + "/"):
+                return f"under {prefix}, a loader or system location (denied_container_path_prefixes)"
+        return None
 
     def _check_env(self, name: str) -> None:
         if name in self._denied_envs:

@@ -256,6 +256,13 @@ def test_device_prefixes_do_not_allow_mounts_there() -> None:
     [
         pytest.param("LD_PRELOAD", "denied", id="ld-preload"),
         pytest.param("LD_LIBRARY_PATH", "denied", id="ld-library-path"),
+        # The rest of what issue 23's review found: each runs the driver's code in the container.
+        pytest.param("GCONV_PATH", "denied", id="gconv-path"),
+        pytest.param("BASH_ENV", "denied", id="bash-env"),
+        pytest.param("NODE_OPTIONS", "denied", id="node-options"),
+        pytest.param("JAVA_TOOL_OPTIONS", "denied", id="java-tool-options"),
+        pytest.param("PYTHONPATH", "denied", id="pythonpath"),
+        pytest.param("PATH", "denied", id="path"),
         pytest.param("1ST", "env_name_pattern", id="leading-digit"),
         pytest.param("A=B", "env_name_pattern", id="equals"),
         pytest.param("A B", "env_name_pattern", id="space"),
@@ -268,6 +275,44 @@ def test_env_names_outside_the_policy_are_refused(name: str, rule: str) -> None:
     refused = refusal(GrantPolicy(RESOURCE), ContainerGrant(envs={"OK": "1", name: "x"}))
     assert refused.field == f"envs[{name!r}]"
     assert rule in refused.rule
+
+
+@pytest.mark.parametrize(
+    ("grant", "field", "rule"),
+    [
+        pytest.param(mount("/opt/x", "/etc/ld.so.preload"), "mounts[0].container_path",
+                     "under /etc, a loader or system location", id="mount-ld-so-preload"),
+        pytest.param(mount("/opt/x", "/usr/lib/x86_64-linux-gnu"), "mounts[0].container_path",
+                     "under /usr", id="mount-usr-lib"),
+        pytest.param(mount("/opt/x", "/opt/../bin"), "mounts[0].container_path", "'..'", id="mount-dotdot"),
+        pytest.param(mount("/opt/x", "//"), "mounts[0].container_path", "the container's root",
+                     id="mount-root"),
+        pytest.param(node("/dev/null", "/proc/sysrq-trigger"), "device_nodes[0].container_path",
+                     "under /proc", id="node-proc"),
+        pytest.param(node("/dev/null", "/etc//passwd"), "device_nodes[0].container_path", "under /etc",
+                     id="node-etc-normalised"),
+    ],
+)  # fmt: skip
+def test_container_paths_in_loader_and_system_locations_are_refused(
+    grant: ContainerGrant, field: str, rule: str
+) -> None:
+    """A mount at /etc/ld.so.preload is LD_PRELOAD by another name; /usr, /bin, /lib are the
+    container's programs and libraries; /proc and /sys the kernel's."""
+    refused = refusal(policy(mount_path_prefixes=["/opt"]), grant)
+    assert (refused.field, rule in refused.rule) == (field, True), refused.rule
+
+
+def test_the_older_shorter_defaults_can_be_restored_for_one_resource() -> None:
+    """CHANGELOG.md's migration: a resource whose driver relied on the old defaults names them."""
+    old = policy(
+        mount_path_prefixes=["/opt"],
+        denied_env_names=["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"],
+        denied_container_path_prefixes=[],
+    )
+    old.check(ContainerGrant(envs={"PATH": "/opt/x/bin", "PYTHONPATH": "/opt/x"}))
+    old.check(mount("/opt/x", "/etc/x"))
+    old.check(node("/dev/null", "/dev/x"))
+    assert "denied" in refusal(old, ContainerGrant(envs={"LD_PRELOAD": "x"})).rule
 
 
 def test_the_env_pattern_must_match_the_whole_name() -> None:
