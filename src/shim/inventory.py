@@ -165,16 +165,15 @@ class InventoryStore:
         """The saved inventory, or None when there is none or it cannot be trusted (logged)."""
         path = self._path(resource)
         try:
-            text = read_bounded(path, INVENTORY_FILE_LIMIT, follow_links=False).decode("utf-8")
-        except (UnreadableFile, ValueError) as exc:  # ValueError: not UTF-8
-            if isinstance(exc, UnreadableFile) and exc.errno == errno.ENOENT:
-                return None
-            why = exc.strerror if isinstance(exc, UnreadableFile) else exc
-            logger.warning("inventory: cannot read {}: {}; starting {} without it", path, why, resource)
+            raw = read_bounded(path, INVENTORY_FILE_LIMIT, follow_links=False)
+        except UnreadableFile as exc:
+            if exc.errno != errno.ENOENT:
+                why = exc.strerror
+                logger.warning("inventory: cannot read {}: {}; starting {} without it", path, why, resource)
             return None
         try:
-            return _decode(text, resource)
-        except (ValueError, RecursionError) as exc:  # JSONDecodeError and _Invalid are ValueErrors
+            return _decode(raw.decode("utf-8"), resource)
+        except (ValueError, RecursionError) as exc:  # not UTF-8, JSONDecodeError, _Invalid: ValueErrors
             logger.warning("inventory: ignoring {}: {}; starting {} without it", path, exc, resource)
             return None
 

@@ -31,6 +31,7 @@ from shim.kubelet import FakeKubelet, PluginSession
 from shim.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
 from shim.settings import Settings
 from tests.support import DRIVERS
+from tests.support.devshim_process import runs
 from tests.support.shim_fixtures import logged
 
 DRIVERS = DRIVERS
@@ -512,14 +513,6 @@ async def test_leaving_devshim_sends_shutdown_to_a_running_driver(
     assert f"shutdown {process.pid}" in run_file.read_text().splitlines()
 
 
-def _gone(pid: int) -> bool:
-    """The process has exited (a zombie counts: it runs nothing)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-
-
 async def test_a_killed_driver_whose_child_holds_its_output_is_seen_dead_and_its_child_ended(
     plugin_dir: Path, state_dir: Path, run_file: Path
 ) -> None:
@@ -528,13 +521,13 @@ async def test_a_killed_driver_whose_child_holds_its_output_is_seen_dead_and_its
     the devices Unhealthy, and the restarted driver brings them back."""
     async with devshim(plugin_dir, state_dir, run_file, FLAKY_CHILD="1") as running:
         flaky = await healthy_session(running)
-        runs = run_file.read_text().split()
-        driver, child = int(runs[runs.index("start") + 1]), int(runs[runs.index("child") + 1])
+        lines = run_file.read_text().split()
+        driver, child = int(lines[lines.index("start") + 1]), int(lines[lines.index("child") + 1])
         seen, started = len(flaky.lists), time.monotonic()
         os.kill(driver, signal.SIGKILL)
         await outage_and_recovery(flaky, seen, started)
         async with asyncio.timeout(WAIT_S):
-            while not _gone(child):
+            while runs(child):
                 await asyncio.sleep(0.02)
 
 

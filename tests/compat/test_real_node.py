@@ -25,6 +25,7 @@ import pytest
 
 from shim.compat.node import Node, NodeUnavailable, pod_manifest
 from shim.compat.upstream import releases as upstream
+from tests.support.devshim_process import runs
 from tests.support.real_node import (
     DEFAULT,
     KUBELETS,
@@ -370,15 +371,6 @@ def test_v1beta2_offered_the_real_kubelet_takes_v1beta1(node: Node) -> None:
         assert [seen["SIM_DEVICES"]] == _held(node, "gpu", GPU)
 
 
-def _alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie waiting for this machine's init to reap it does not)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
 def _mounts_under(folder: Path) -> list[str]:
     """Mount points in this (the host's) mount namespace that lie in `folder`."""
     lines = Path("/proc/self/mountinfo").read_text().splitlines()
@@ -400,7 +392,7 @@ def test_a_failing_test_leaves_nothing_running_or_mounted(
             cgroup = node._host.cgroup
             pids = wait_until(lambda: p if len(p := cgroup.pids()) >= 6 else None, "the node's processes")
             raise RuntimeError("a test failed")
-        assert not [pid for pid in pids if _alive(pid)]
+        assert not [pid for pid in pids if runs(pid)]
         assert not list(Path("/sys/fs/cgroup").glob(f"*/{cgroup.name}")), "cgroups left"
         assert not _mounts_under(folder) and not _mounts_under(Path("/run/containerd"))
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from shim.compat.modes import KUBELET_LINE, PROFILES, Kubelet
+from tests.support.devshim_process import runs
 
 from .invariants import Allocator
 from .report import Journal
@@ -202,15 +203,6 @@ async def socket_deleted(ctx: Context) -> Injected | None:
     return _ended(resource)
 
 
-def _alive(pid: int) -> bool:
-    """Running, and not merely a zombie waiting for its new parent to reap it."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
-
-
 async def devshim_kill(ctx: Context) -> Injected | None:
     """devshim itself is SIGKILLed (an OOM kill, a node hiccup) and started again after a moment,
     as the DaemonSet would: its drivers must die with it (PR_SET_PDEATHSIG), the new one restore
@@ -219,7 +211,7 @@ async def devshim_kill(ctx: Context) -> Injected | None:
     devshim = ctx.world.devshim
     await devshim.kill()
     deadline = time.monotonic() + 1.0
-    while (alive := [pid for _, pid in drivers if _alive(pid)]) and time.monotonic() < deadline:
+    while (alive := [pid for _, pid in drivers if runs(pid)]) and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
     if alive:
         ctx.journal.violate("driver_outlived_devshim", f"driver pids {alive} run 1 s after devshim died")

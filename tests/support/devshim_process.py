@@ -41,6 +41,15 @@ def children(pid: int) -> set[int]:
     return found
 
 
+def runs(pid: int) -> bool:
+    """The process runs: it exists and is not a zombie waiting for its parent to reap it."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 def free_port() -> int:
     """A local TCP port free at the time of asking."""
     with socket.socket() as sock:

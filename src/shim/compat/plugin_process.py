@@ -67,7 +67,7 @@ async def in_namespace(plugin_dir: Path, argv: list[str]) -> AsyncIterator[list[
     unshare = shutil.which("unshare")
     if unshare is None:
         raise Skip(f"the plugin uses {KUBELET_DIR} and no unshare(1) (util-linux) was found; {USE_DIR}")
-    created = _mount_points()
+    created = make_mount_point(KUBELET_DIR)
     try:
         wrap = [unshare, "--mount", "--propagation", "private", "--"]
         # A trial bind first, so a namespace that cannot be made is a Skip, not a silent plugin.
@@ -80,16 +80,22 @@ async def in_namespace(plugin_dir: Path, argv: list[str]) -> AsyncIterator[list[
             raise Skip(f"the plugin uses {KUBELET_DIR} and unshare failed ({why}); {USE_DIR}")
         yield [*wrap, "sh", "-c", _BIND_AND_EXEC, "devshim-compat", str(plugin_dir), str(KUBELET_DIR), *argv]
     finally:
-        for path in reversed(created):
-            with contextlib.suppress(OSError):  # no longer empty: someone else uses it now
-                path.rmdir()
+        remove_mount_points(created)
 
 
-def _mount_points() -> list[Path]:
-    """Create KUBELET_DIR and its missing parents; the ones created, outermost first."""
-    missing = [p for p in (KUBELET_DIR, *KUBELET_DIR.parents) if not p.exists()]
+def make_mount_point(point: Path) -> list[Path]:
+    """Create `point` and its missing parents, for a namespace to mount on; the ones created,
+    outermost first (remove_mount_points takes them away again)."""
+    missing = [p for p in (point, *point.parents) if not p.exists()]
     created = []
     for path in reversed(missing):
         path.mkdir()
         created.append(path)
     return created
+
+
+def remove_mount_points(created: list[Path]) -> None:
+    """Remove what make_mount_point created, innermost first, where still empty."""
+    for path in reversed(created):
+        with contextlib.suppress(OSError):  # no longer empty: someone else uses it now
+            path.rmdir()

@@ -21,6 +21,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from shim.compat.plugin_process import make_mount_point, remove_mount_points
+
 CGROUP_FS = Path("/sys/fs/cgroup")
 # A namespace is held open by a process that only sleeps; every daemon joins it with nsenter.
 _HOLD = 'set -e; for step in "$@"; do eval "$step"; done; echo ready; exec sleep infinity'
@@ -144,7 +146,7 @@ class PrivateHost:
                 raise NodeUnavailable(f"the node needs {tool}(8) (util-linux) for its mount namespace")
         self.cgroup.create()
         for point in (*self.binds, *self.tmpfs):
-            self._make_mount_point(point)
+            self._created += make_mount_point(point)
         steps = [f'mount --bind "{source}" "{point}"' for point, source in self.binds.items()]
         steps += [f'mount -t tmpfs -o mode=0711 devshim-node "{point}"' for point in self.tmpfs]
         unshare = ["unshare", "--mount", "--propagation", "private", "--"]
@@ -159,12 +161,6 @@ class PrivateHost:
             rest = self._holder.stdout.read().decode(errors="replace").strip()
             self._holder.wait()
             raise NodeUnavailable(f"the node's mount namespace could not be made: {first} {rest}".strip())
-
-    def _make_mount_point(self, point: Path) -> None:
-        missing = [p for p in (point, *point.parents) if not p.exists()]
-        for path in reversed(missing):
-            path.mkdir()
-            self._created.append(path)
 
     def command(self, argv: Sequence[str]) -> list[str]:
         """`argv` made to run inside the namespace."""
@@ -191,7 +187,5 @@ class PrivateHost:
                 if self._holder.stdout is not None:
                     self._holder.stdout.close()
             self.cgroup.remove()
-            for path in reversed(self._created):
-                with contextlib.suppress(OSError):  # no longer empty: someone else uses it now
-                    path.rmdir()
+            remove_mount_points(self._created)
             self._created.clear()

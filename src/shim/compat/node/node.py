@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from shim.frontend import sockets
+
 from . import containerd, images, kubelet
 from .host import NodeUnavailable, PrivateHost
 
@@ -139,7 +141,7 @@ class Node:
         config = self._containerd_dir / "config.toml"
         config.write_text(containerd.config(self._containerd_dir))
         self._containerd = self._host.spawn(["containerd", "--config", str(config)], self.containerd_log)
-        self._wait(lambda: self._connectable(containerd.socket(self._containerd_dir)), "containerd serving",
+        self._wait(lambda: sockets.answers(containerd.socket(self._containerd_dir)), "containerd serving",
                    self.containerd_log)  # fmt: skip
         for image in images.IMAGES:
             archive = self.folder / "images" / f"{image.name.replace('/', '_').replace(':', '_')}.tar"
@@ -165,7 +167,7 @@ class Node:
         self._kubelet = self._host.spawn(kubelet.command(self.kubelet_binary, self.folder), self.kubelet_log)
 
         def ready() -> bool:
-            return self._connectable(socket_path) and self._answers()
+            return sockets.answers(socket_path) and self._answers()
 
         self._wait(ready, f"the kubelet ({self.minor}) serving", self.kubelet_log)
 
@@ -254,15 +256,6 @@ class Node:
                 seen = f"; last seen: {detail()}" if detail else ""
                 raise NodeError(f"no {what} within {timeout:g} s{seen}\n{_tail(log)}")
             time.sleep(0.1)
-
-    @staticmethod
-    def _connectable(path: Path) -> bool:
-        with socket.socket(socket.AF_UNIX) as sock:
-            try:
-                sock.connect(str(path))
-            except OSError:
-                return False
-        return True
 
     def _answers(self) -> bool:
         try:
