@@ -36,7 +36,8 @@ SIM_CONFIG: dict[str, Any] = {
             "grant_mode": "per_call",
             "grant": {
                 "envs": {"DEMO_GPUS": "{ids}"},
-                "device_nodes": [{"container_path": "/dev/demo-{id}", "host_path": "/dev/demo-{id}"}],
+                # Each simulated GPU is /dev/null here: the grant policy wants a character device.
+                "device_nodes": [{"container_path": "/dev/demo-{id}", "host_path": "/dev/null"}],
                 "cdi_devices": ["example.com/demo-gpu={id}"],
             },
             "preferred_allocation": True,

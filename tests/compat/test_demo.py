@@ -25,7 +25,7 @@ def test_the_demo_shows_every_step_with_the_sims_own_values() -> None:
         "gpu-a Healthy (NUMA 0)  gpu-b Unhealthy (NUMA 0)  gpu-c Healthy (NUMA 1)",
         "devices gpu-a, gpu-c",
         "env DEMO_GPUS=gpu-a,gpu-c",
-        "device /dev/demo-gpu-c -> /dev/demo-gpu-c (rw)",
+        "device /dev/null -> /dev/demo-gpu-c (rw)",
         "CDI example.com/demo-gpu=gpu-a",
         "env DEMO_NICS=nic-0,nic-1",
         "mount /opt/demo-nic -> /opt/demo-nic (ro)",

@@ -35,8 +35,13 @@ async def served(
             {
                 "name": "devfs",
                 "command": [sys.executable, "-m", "devshim_adapters.devfs", "--config", str(config)],
-                # The test's nodes are files in a temp dir, not under /dev (the default policy).
-                "policy": {"device_path_prefixes": [str(dev)]},
+                # The test's nodes are regular files in a temp dir (below /tmp, which anyone may
+                # write to), not character devices under /dev as the default policy wants.
+                "policy": {
+                    "device_path_prefixes": [str(dev)],
+                    "device_node_types": None,
+                    "allow_world_writable_dirs": True,
+                },
             }
         ],
     )

@@ -22,7 +22,7 @@ from tests.support.shim_fixtures import BAR, FOO, running_shim
 GRANT = {
     "envs": {"FOO_DEVICES": "{ids}"},
     "mounts": [{"container_path": "/opt/foo", "host_path": "/opt/foo", "read_only": True}],
-    "device_nodes": [{"container_path": "/dev/foo-{id}", "host_path": "/dev/foo-{id}", "permissions": "rw"}],
+    "device_nodes": [{"container_path": "/dev/foo-{id}", "host_path": "/dev/null", "permissions": "rw"}],
     "annotations": {"example.com/owner": "devshim"},
     "cdi_devices": ["example.com/foo={id}"],
 }
@@ -110,8 +110,8 @@ async def test_allocate_returns_the_configured_grant(foo: tuple[StaticSource, Pl
     assert grant.envs == {"FOO_DEVICES": "dev1,dev3"}
     assert grant.mounts == (("/opt/foo", "/opt/foo", True),)
     assert grant.device_nodes == (
-        ("/dev/foo-dev1", "/dev/foo-dev1", "rw"),
-        ("/dev/foo-dev3", "/dev/foo-dev3", "rw"),
+        ("/dev/foo-dev1", "/dev/null", "rw"),
+        ("/dev/foo-dev3", "/dev/null", "rw"),
     )
     assert grant.annotations == {"example.com/owner": "devshim"}
     assert grant.cdi_devices == ("example.com/foo=dev1", "example.com/foo=dev3")

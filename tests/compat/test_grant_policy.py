@@ -9,6 +9,7 @@ whose configured device node lies inside its policy as written but is a symlink 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,6 +30,7 @@ from tests.support.drivers.granting import DECLARED, PER_CALL, PER_CALL_IDS
 DRIVER = DRIVERS / "granting.py"
 STATIC = "example.com/static-mount"
 WAIT_S = 20.0
+SHM_LINK = Path("/dev/shm") / f"devshim-test-granting-{os.getpid()}"
 VERSIONS = [
     pytest.param(("v1beta1",), id="v1beta1"),
     pytest.param(("v1beta1", "v1beta2"), id="v1beta2"),
@@ -80,7 +82,11 @@ async def world(
             {
                 "name": "granting",
                 "command": [sys.executable, str(DRIVER)],
-                "env": {"ESCAPE_PATH": str(allowed / "escape"), "DEALLOCATED": str(deallocated)},
+                "env": {
+                    "ESCAPE_PATH": str(allowed / "escape"),
+                    "DEALLOCATED": str(deallocated),
+                    "SHM_LINK": str(SHM_LINK),
+                },
                 "resource_policies": {PER_CALL: {"device_path_prefixes": ["/dev", str(allowed)]}},
             }
         ],
@@ -175,3 +181,28 @@ async def test_a_static_grant_outside_the_policy_is_refused_too(
             in " ".join(warnings)
         )
         assert not session.stream_ended.is_set()
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm on this machine")
+async def test_what_a_node_is_and_whose_cdi_device_it_is_are_judged_end_to_end(
+    plugin_dir: Path, state_dir: Path, tmp_path: Path, warnings: list[str]
+) -> None:
+    """/dev itself is no device; a link to /dev/null in world-writable /dev/shm could be
+    repointed by anyone before the runtime opens it; a driver for example.com may not hand out
+    nvidia.com's CDI devices. Each fails Allocate naming its rule, and devshim keeps serving."""
+    SHM_LINK.symlink_to("/dev/null")
+    try:
+        async with world(plugin_dir, state_dir, tmp_path, ("v1beta1",)) as w:
+            session = await w.session(PER_CALL)
+            assert "'/dev' is a directory, and device_node_types allows char devices only" in await refused(
+                session, ["dev"]
+            )
+            shm = await refused(session, ["shm"])
+            assert f"device_nodes[0].host_path {str(SHM_LINK)!r}" in shm
+            assert "passes through '/dev/shm', which anyone may write to" in shm
+            cdi = await refused(session, ["cdi"])
+            assert "cdi_devices[1] 'nvidia.com/gpu=all': not of an allowed CDI vendor (example.com" in cdi
+            assert (await session.allocate(["ok-0"])).device_nodes == (("/dev/ok-0", "/dev/null", "rw"),)
+            assert w.shim.drivers[0].failures == 0
+    finally:
+        SHM_LINK.unlink()

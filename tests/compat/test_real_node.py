@@ -85,6 +85,11 @@ def _share(node: Node) -> str:
     return str(node.folder / "share")
 
 
+def _share_policy(node: Node) -> dict[str, Any]:
+    # The share lies in the node's temp folder, below /tmp, which anyone may write to.
+    return {"mount_path_prefixes": [_share(node)], "allow_world_writable_dirs": True}
+
+
 def _sim(
     node: Node, restart: dict[str, Any] | None = None, wrapper: Sequence[str] = (), calls: bool = False
 ) -> dict[str, Any]:
@@ -105,7 +110,7 @@ def _sim(
     driver: dict[str, Any] = {
         "name": "sim",
         "command": [*wrapper, PYTHON, "-m", "devshim_adapters.sim", "--config", str(config)],
-        "policy": {"mount_path_prefixes": [_share(node)]},
+        "policy": _share_policy(node),
     }
     if restart:
         driver["restart"] = restart
@@ -213,7 +218,7 @@ def test_a_pod_sees_the_static_resources_grant(node: Node) -> None:
             "device_nodes": [{"container_path": "/dev/granted", "host_path": "/dev/zero"}],
             "mounts": [{"container_path": "/granted", "host_path": _share(node), "read_only": True}],
         }},
-        "policy": {"mount_path_prefixes": [_share(node)]},
+        "policy": _share_policy(node),
     }]}  # fmt: skip
     with Devshim(node, settings) as devshim:
         devshim.registered(STATIC)
@@ -233,7 +238,7 @@ def test_a_pod_sees_the_devfs_node(node: Node) -> None:
     driver = {
         "name": "devfs",
         "command": [PYTHON, "-m", "devshim_adapters.devfs", "--config", str(config)],
-        "policy": {"mount_path_prefixes": [_share(node)]},
+        "policy": _share_policy(node),
     }
     with Devshim(node, {"drivers": [driver]}) as devshim:
         devshim.registered(FULL)

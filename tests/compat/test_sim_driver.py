@@ -23,7 +23,7 @@ GPU = "example.com/tgpu"
 NIC = "example.com/tnic"
 GRANT = {
     "envs": {"T": "{ids}"},
-    "device_nodes": [{"container_path": "/dev/t-{id}", "host_path": "/dev/t-{id}"}],
+    "device_nodes": [{"container_path": "/dev/t-{id}", "host_path": "/dev/null"}],
 }
 
 
@@ -126,7 +126,7 @@ async def test_per_call_allocate_returns_the_drivers_grant(sim: Running) -> None
     """The sim expands its grant template for exactly the requested IDs."""
     grant = await (await session(sim, GPU)).allocate(["g-a", "g-c"])
     assert grant.envs == {"T": "g-a,g-c"}
-    assert grant.device_nodes == (("/dev/t-g-a", "/dev/t-g-a", "rw"), ("/dev/t-g-c", "/dev/t-g-c", "rw"))
+    assert grant.device_nodes == (("/dev/t-g-a", "/dev/null", "rw"), ("/dev/t-g-c", "/dev/null", "rw"))
 
 
 async def test_declared_grants_are_answered_without_asking_the_driver(sim: Running) -> None:
@@ -137,7 +137,7 @@ async def test_declared_grants_are_answered_without_asking_the_driver(sim: Runni
     grant = await nic.allocate(["n-0", "n-1"])
     assert time.perf_counter() - start < 2.5
     assert grant.envs == {"T": "n-0,n-1"}
-    assert grant.device_nodes == (("/dev/t-n-0", "/dev/t-n-0", "rw"), ("/dev/t-n-1", "/dev/t-n-1", "rw"))
+    assert grant.device_nodes == (("/dev/t-n-0", "/dev/null", "rw"), ("/dev/t-n-1", "/dev/null", "rw"))
 
 
 async def test_a_slow_preferred_allocation_does_not_stall_allocate(sim: Running) -> None:

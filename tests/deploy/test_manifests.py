@@ -175,6 +175,9 @@ def test_devshim_is_root_but_unprivileged_with_the_kubelet_dirs_mounted(target: 
         assert mount["mountPath"] == directory and volume["hostPath"]["path"] == directory
         # devshim creates sockets in the first two; the third it only connects to.
         assert mount.get("readOnly", False) is directory.endswith("pod-resources")
+    # The grant policy judges device nodes as the host has them (docs/configuration.md).
+    mount, volume = mount_for(daemonset, Path("/dev/nvidia0"))
+    assert (mount["mountPath"], mount["readOnly"], volume["hostPath"]["path"]) == ("/dev", True, "/dev")
 
 
 @pytest.mark.parametrize("target", TARGETS)

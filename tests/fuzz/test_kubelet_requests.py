@@ -61,9 +61,7 @@ UNPARSABLE = "Unexpected <class 'google.protobuf.message.DecodeError'>"
 
 STATIC_GRANT = {
     "envs": {"FUZZ_DEVICES": "{ids}"},
-    "device_nodes": [
-        {"container_path": "/dev/fuzz-{id}", "host_path": "/dev/fuzz-{id}", "permissions": "rw"}
-    ],
+    "device_nodes": [{"container_path": "/dev/fuzz-{id}", "host_path": "/dev/null", "permissions": "rw"}],
     "cdi_devices": ["example.com/fuzz={id}"],
 }
 SIM_CONFIG = {

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,12 @@ RESOURCE = "example.com/gpu"
 
 def policy(**settings: Any) -> GrantPolicy:
     return GrantPolicy(RESOURCE, GrantPolicySettings(**settings))
+
+
+def in_tree(**settings: Any) -> GrantPolicy:
+    """A policy for the symlink games in ``tree``: its files are no devices and it lies below
+    /tmp, so those two rules (tested on their own below) are off here."""
+    return policy(device_node_types=None, allow_world_writable_dirs=True, **settings)
 
 
 def node(host_path: str, container_path: str = "/dev/x", permissions: str = "rw") -> ContainerGrant:
@@ -73,10 +82,158 @@ def tree(tmp_path: Path) -> Path:
 # --- device nodes --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("host_path", ["/dev/null", "/dev/zero", "/dev/nvidia0", "/dev/dri/card0", "/dev"])
-def test_the_default_policy_allows_device_nodes_under_dev(host_path: str) -> None:
-    """Real and absent nodes under /dev pass: a device may not exist where devshim looks."""
+@pytest.mark.parametrize(
+    "host_path", ["/dev/null", "/dev/zero", "/dev/full", "/dev/urandom", "/dev/stdin/../null"]
+)
+def test_the_default_policy_allows_character_devices_under_dev(host_path: str) -> None:
     GrantPolicy(RESOURCE).check(node(host_path))
+
+
+def make_node(path: Path, kind: int, major: int, minor: int) -> Path:
+    """A device node (root only: mknod needs CAP_MKNOD); a test that needs one skips without."""
+    if os.geteuid() != 0:
+        pytest.skip("mknod needs root")
+    os.mknod(path, kind | 0o600, os.makedev(major, minor))
+    return path
+
+
+@pytest.fixture
+def devices() -> Iterator[Path]:
+    """A private /dev: nodes made with mknod, each named by what it is, in /run, which only root
+    may write to (a temp dir lies below /tmp, which anyone may)."""
+    if os.geteuid() != 0:
+        pytest.skip("mknod needs root")
+    made = Path(tempfile.mkdtemp(prefix="devshim-test-dev-", dir="/run"))
+    made.chmod(0o755)
+    for name, kind, major, minor in [
+        ("null", stat.S_IFCHR, 1, 3),
+        ("disk", stat.S_IFBLK, 7, 0),  # a loop device: what /dev/vda is, a block device
+        ("mem", stat.S_IFCHR, 1, 1),
+        ("kmsg", stat.S_IFCHR, 1, 11),
+        ("tty0", stat.S_IFCHR, 4, 0),
+        ("ttyS0", stat.S_IFCHR, 4, 64),
+        ("sg0", stat.S_IFCHR, 21, 0),
+        ("loop-control", stat.S_IFCHR, 10, 237),
+        ("kvm", stat.S_IFCHR, 10, 232),
+    ]:
+        make_node(made / name, kind, major, minor)
+    (made / "file").write_text("not a device")
+    (made / "dir").mkdir()
+    (made / "to-kmsg").symlink_to(made / "kmsg")
+    yield made
+    shutil.rmtree(made)
+
+
+def private(devices: Path, **settings: Any) -> GrantPolicy:
+    return policy(device_path_prefixes=[str(devices)], **settings)
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        pytest.param("disk", "is a block device 7:0", id="block-device"),
+        pytest.param("file", "is a regular file", id="regular-file"),
+        pytest.param("dir", "is a directory", id="directory"),
+        pytest.param("absent", "does not exist", id="absent"),
+    ],
+)
+def test_what_is_not_a_character_device_is_refused_by_default(devices: Path, name: str, said: str) -> None:
+    """A block device is a disk (the host's root among them); a directory, a file or nothing
+    at all is no device: each is refused, saying what it is."""
+    refused = refusal(private(devices), node(str(devices / name)))
+    assert refused.rule == f"{str(devices / name)!r} {said}, and device_node_types allows char devices only"
+    assert refused.kind == "device_nodes.host_path"
+
+
+@pytest.mark.parametrize("host_path", ["/dev", "/dev/nvidia-absent"])
+def test_dev_itself_and_absent_nodes_are_refused_by_the_default_policy(host_path: str) -> None:
+    assert (
+        "device_node_types allows char devices only" in refusal(GrantPolicy(RESOURCE), node(host_path)).rule
+    )
+
+
+def test_block_devices_pass_where_the_policy_allows_them_and_anything_where_it_says_null(
+    devices: Path,
+) -> None:
+    private(devices, device_node_types=["char", "block"]).check(node(str(devices / "disk")))
+    anything = private(devices, device_node_types=None)
+    for name in ("disk", "file", "dir", "absent"):
+        anything.check(node(str(devices / name)))
+
+
+@pytest.mark.parametrize(
+    ("name", "number"),
+    [
+        pytest.param("mem", "1:1", id="mem"),
+        pytest.param("kmsg", "1:11", id="kmsg"),
+        pytest.param("to-kmsg", "1:11", id="a-link-to-kmsg"),
+        pytest.param("tty0", "4:0", id="host-console"),
+        pytest.param("ttyS0", "4:64", id="serial-tty"),
+        pytest.param("sg0", "21:0", id="scsi-generic"),
+        pytest.param("loop-control", "10:237", id="loop-control"),
+    ],
+)
+def test_dangerous_character_devices_are_refused_by_number(devices: Path, name: str, number: str) -> None:
+    """By what the node is, not what it is called: a link to /dev/kmsg is /dev/kmsg."""
+    refused = refusal(private(devices), node(str(devices / name)))
+    assert f"is a character device {number}, which denied_device_numbers refuses" in refused.rule
+
+
+def test_the_denied_numbers_are_the_operators_to_change(devices: Path) -> None:
+    private(devices).check(node(str(devices / "kvm")))  # KubeVirt hands out /dev/kvm
+    assert (
+        "denied_device_numbers"
+        in refusal(private(devices, denied_device_numbers=["c 10:*"]), node(str(devices / "kvm"))).rule
+    )
+    private(devices, denied_device_numbers=[]).check(node(str(devices / "kmsg")))
+    block = private(devices, device_node_types=["char", "block"], denied_device_numbers=["b *:0"])
+    assert (
+        "is a block device 7:0, which denied_device_numbers"
+        in refusal(block, node(str(devices / "disk"))).rule
+    )
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/kmsg"), reason="no /dev/kmsg on this machine")
+def test_the_real_dev_kmsg_is_refused() -> None:
+    assert "denied_device_numbers" in refusal(GrantPolicy(RESOURCE), node("/dev/kmsg")).rule
+
+
+WORLD_WRITABLE = "which anyone may write to (allow_world_writable_dirs)"
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm on this machine")
+def test_a_link_in_dev_shm_is_refused_before_anyone_can_repoint_it() -> None:
+    """/dev/shm is world-writable: a link there to /dev/null, approved, could be repointed to
+    /etc/shadow by anyone before the runtime opens it. Refused at once."""
+    link = Path("/dev/shm") / f"devshim-test-{os.getpid()}"
+    link.symlink_to("/dev/null")
+    try:
+        refused = refusal(GrantPolicy(RESOURCE), node(str(link)))
+    finally:
+        link.unlink()
+    assert refused.rule == f"it passes through '/dev/shm', {WORLD_WRITABLE}"
+
+
+def test_host_paths_under_a_world_writable_directory_are_refused(devices: Path, tmp_path: Path) -> None:
+    """Nodes and mounts below a directory anyone may write to, however deep, or reached
+    through a link that lies in one, are refused; the same paths pass once it is not."""
+    shared = devices / "shared"
+    shared.mkdir(mode=0o755)
+    make_node(shared / "null", stat.S_IFCHR, 1, 3)
+    (shared / "hop").symlink_to(devices / "null")
+    (devices / "via-shared").symlink_to(shared / "hop")  # root's link, to a link in shared
+    check = private(devices, mount_path_prefixes=[str(devices)])
+    for path in ("null", "shared/null", "via-shared"):
+        check.check(node(str(devices / path)))
+    check.check(mount(str(shared / "hop")))
+    shared.chmod(0o1777)  # sticky or not: anyone may add a name, or repoint their own link
+    for grant in (node(str(shared / "null")), node(str(devices / "via-shared")), mount(str(shared / "hop"))):
+        assert refusal(check, grant).rule == f"it passes through {str(shared)!r}, {WORLD_WRITABLE}"
+    private(devices, allow_world_writable_dirs=True).check(node(str(devices / "via-shared")))
+    # A temp dir lies below /tmp: refused however deep below.
+    make_node(tmp_path / "null", stat.S_IFCHR, 1, 3)
+    below_tmp = refusal(policy(device_path_prefixes=[str(tmp_path)]), node(str(tmp_path / "null")))
+    assert below_tmp.rule == f"it passes through '/tmp', {WORLD_WRITABLE}"
 
 
 @pytest.mark.parametrize(
@@ -142,7 +299,7 @@ def test_a_later_entry_is_checked_and_named_by_its_index() -> None:
 @pytest.mark.parametrize("name", ["dev0", "inner", "sub/../dev0"])
 def test_paths_under_a_prefix_that_stay_inside_it_are_allowed(tree: Path, name: str) -> None:
     """A plain node, a symlink to a node inside, and a '..' that stays inside all pass."""
-    policy(device_path_prefixes=[str(tree / "allowed")]).check(node(f"{tree}/allowed/{name}"))
+    in_tree(device_path_prefixes=[str(tree / "allowed")]).check(node(f"{tree}/allowed/{name}"))
 
 
 @pytest.mark.parametrize(
@@ -161,15 +318,39 @@ def test_symlinks_under_an_allowed_prefix_that_lead_outside_are_refused(
     tree: Path, name: str, leads_to: str
 ) -> None:
     """Whatever the route out of the prefix, the resolved path is what is judged."""
-    refused = refusal(policy(device_path_prefixes=[str(tree / "allowed")]), node(f"{tree}/allowed/{name}"))
+    refused = refusal(in_tree(device_path_prefixes=[str(tree / "allowed")]), node(f"{tree}/allowed/{name}"))
     assert f"resolves to {str(tree / leads_to)!r}" in refused.rule
+
+
+def test_the_walk_that_notes_each_link_lands_where_realpath_does(tree: Path) -> None:
+    """The policy walks links itself, to know the directory of each one it follows."""
+    from shim.policy import _follow
+
+    names = ["allowed/dev0", "allowed/inner", "allowed/out", "allowed/relative-out", "allowed/outdir/key"]
+    names += [
+        "allowed/chain",
+        "allowed/dangling",
+        "allowed/updir/../x",
+        "via/dev0",
+        "via/../secret",
+        "absent/x",
+    ]
+    for path in [
+        *(f"{tree}/{name}" for name in names),
+        "/dev/fd/0",
+        "/dev/stdin",
+        "/proc/self/root/dev/null",
+        "/",
+    ]:
+        assert _follow(path)[0] == os.path.realpath(path), path
+    assert _follow(f"{tree}/allowed/chain")[1] == (str(tree / "allowed"),) * 3
 
 
 def test_a_symlink_repointed_after_a_check_is_refused_on_the_next_call(tree: Path) -> None:
     """Where a path leads is never cached, not even for the same grant object (a declared
     grant is handed out again as the same object, and what it says is judged once): a link
     that was inside on one Allocate and outside on the next is refused the second time."""
-    check = policy(device_path_prefixes=[str(tree / "allowed")])
+    check = in_tree(device_path_prefixes=[str(tree / "allowed")])
     link = tree / "allowed" / "moving"
     link.symlink_to(tree / "allowed" / "dev0")
     grant = node(str(link))
@@ -191,7 +372,7 @@ def test_a_refused_grant_object_is_refused_again() -> None:
 
 def test_a_prefix_that_is_a_symlink_also_allows_where_it_leads(tree: Path) -> None:
     """An operator's /var/run (a link to /run) allows paths that resolve under /run."""
-    policy(device_path_prefixes=[str(tree / "via")]).check(node(f"{tree}/via/dev0"))
+    in_tree(device_path_prefixes=[str(tree / "via")]).check(node(f"{tree}/via/dev0"))
 
 
 @pytest.mark.parametrize(
@@ -224,20 +405,20 @@ def test_mounts_are_refused_by_default() -> None:
 
 
 def test_a_read_only_mount_under_an_allowed_prefix_passes(tree: Path) -> None:
-    policy(mount_path_prefixes=[str(tree / "allowed")]).check(mount(f"{tree}/allowed/sub"))
+    in_tree(mount_path_prefixes=[str(tree / "allowed")]).check(mount(f"{tree}/allowed/sub"))
 
 
 def test_a_writable_mount_is_refused_while_read_only_is_required(tree: Path) -> None:
-    check = policy(mount_path_prefixes=[str(tree / "allowed")])
+    check = in_tree(mount_path_prefixes=[str(tree / "allowed")])
     refused = refusal(check, mount(f"{tree}/allowed/sub", read_only=False))
     assert (refused.field, refused.kind) == ("mounts[0].read_only", "mounts.read_only")
-    policy(mount_path_prefixes=[str(tree / "allowed")], read_only_mounts=False).check(
+    in_tree(mount_path_prefixes=[str(tree / "allowed")], read_only_mounts=False).check(
         mount(f"{tree}/allowed/sub", read_only=False)
     )
 
 
 def test_mount_host_paths_get_the_same_escape_checks(tree: Path) -> None:
-    check = policy(mount_path_prefixes=[str(tree / "allowed")])
+    check = in_tree(mount_path_prefixes=[str(tree / "allowed")])
     for host_path in (f"{tree}/allowed/outdir", f"{tree}/allowed/../secret", f"{tree}/allowedx"):
         assert refusal(check, mount(host_path)).field == "mounts[0].host_path", host_path
     assert refusal(check, mount(f"{tree}/allowed/sub", "/opt/../etc")).field == "mounts[0].container_path"
@@ -353,8 +534,34 @@ def test_cdi_devices_must_be_of_an_allowed_vendor(allowed: list[str], name: str,
         assert refusal(check, grant).field == "cdi_devices[0]"
 
 
-def test_any_cdi_vendor_passes_by_default() -> None:
-    GrantPolicy(RESOURCE).check(ContainerGrant(cdi_devices=("anyone.io/thing=1",)))
+@pytest.mark.parametrize(
+    ("resource", "name", "refused"),
+    [
+        pytest.param("example.com/gpu", "example.com/gpu=0", None, id="same-domain"),
+        pytest.param("example.com/gpu", "example.com/other=all", None, id="same-domain-other-class"),
+        pytest.param("gpu.example.com/i915", "example.com/gpu=0", None, id="parent-domain"),
+        pytest.param("gpu.example.com/i915", "gpu.example.com/card=1", None, id="the-domain-itself"),
+        pytest.param("example.com/gpu", "nvidia.com/gpu=all", "(example.com: the", id="another-vendor"),
+        pytest.param("example.com/gpu", "gpu.example.com/x=0", "(example.com: the", id="sub-domain"),
+        pytest.param("example.com/gpu", "evilexample.com/gpu=0", "(example.com: the", id="not-on-a-dot"),
+        pytest.param("gpu.example.com/i915", "com/x=0", "(gpu.example.com, example.com: the", id="bare-tld"),
+        pytest.param("example.com/gpu", "example.com", "not a CDI device name", id="not-a-cdi-name"),
+    ],
+)
+def test_cdi_names_are_held_to_the_resources_own_vendor_domain_by_default(
+    resource: str, name: str, refused: str | None
+) -> None:
+    """A driver for example.com/gpu must not hand out another vendor's CDI devices."""
+    check = GrantPolicy(resource)
+    grant = ContainerGrant(cdi_devices=(name,))
+    if refused is None:
+        check.check(grant)
+    else:
+        assert refused in refusal(check, grant).rule
+
+
+def test_a_star_allows_any_cdi_vendor() -> None:
+    policy(cdi_vendor_prefixes=["*"]).check(ContainerGrant(cdi_devices=("anyone.io/thing=1",)))
 
 
 def test_annotation_key_prefixes_null_allows_any_key_but_still_checks_cdi_annotations() -> None:
@@ -389,20 +596,20 @@ def test_a_huge_offending_value_is_cut_short_in_the_message() -> None:
     assert len(message) < 400 and message.endswith("(/dev)")
 
 
-def test_a_grant_inside_every_rule_passes(tree: Path) -> None:
+def test_a_grant_inside_every_rule_passes(devices: Path) -> None:
     check = policy(
-        device_path_prefixes=["/dev", str(tree / "allowed")],
-        mount_path_prefixes=[str(tree / "allowed")],
+        device_path_prefixes=["/dev", str(devices)],
+        mount_path_prefixes=[str(devices)],
         annotation_key_prefixes=["example.com/"],
         cdi_vendor_prefixes=["example.com"],
     )
     check.check(
         ContainerGrant(
             envs={"GPU_IDS": "0,1"},
-            mounts=(Mount("/opt/x", f"{tree}/allowed/sub", True),),
+            mounts=(Mount("/opt/x", str(devices / "dir"), True),),
             device_nodes=(
                 DeviceNode("/dev/a", "/dev/null", "r"),
-                DeviceNode("/dev/b", f"{tree}/allowed/dev0"),
+                DeviceNode("/dev/b", str(devices / "null")),
             ),
             annotations={"example.com/a": "b"},
             cdi_devices=("example.com/gpu=0",),
@@ -579,3 +786,11 @@ async def test_allocate_inside_the_policy_is_answered() -> None:
     finally:
         await service.stop()
     assert answer.mounts == (Mount("/opt", "/opt", True),)
+
+
+def test_compat_relaxes_every_rule_of_the_policy() -> None:
+    """compat judges how a driver speaks, not what a node allows (until issue 25 makes it apply
+    `run`'s policy by default): a rule added to the policy must be relaxed there too."""
+    from shim.compat.driver_world import ALLOW_ANY_GRANT
+
+    assert set(ALLOW_ANY_GRANT) == set(GrantPolicySettings.model_fields)

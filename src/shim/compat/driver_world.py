@@ -190,12 +190,16 @@ class DriverWorld(DevshimSide):
 # driver granting, say, nodes in a temp dir.
 ALLOW_ANY_GRANT: dict[str, Any] = {
     "device_path_prefixes": ["/"],
+    "device_node_types": None,
+    "denied_device_numbers": [],
+    "allow_world_writable_dirs": True,
     "mount_path_prefixes": ["/"],
     "read_only_mounts": False,
     "env_name_pattern": "(?s).*",
     "denied_env_names": [],
+    "denied_container_path_prefixes": [],
     "annotation_key_prefixes": None,
-    "cdi_vendor_prefixes": None,
+    "cdi_vendor_prefixes": ["*"],
 }
 
 

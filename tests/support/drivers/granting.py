@@ -2,7 +2,9 @@
 
 example.com/granting answers ``allocate`` per call: ``ok-N`` gets /dev/null, ``escape`` a
 device node at $ESCAPE_PATH (a symlink out of an allowed prefix), ``mount`` a writable mount
-of /etc, ``preload`` LD_PRELOAD. It declares ``deallocate`` and appends each call's IDs as one
+of /etc, ``preload`` LD_PRELOAD, ``dev`` /dev itself as a node, ``shm`` a node at $SHM_LINK (a
+link in world-writable /dev/shm), ``cdi`` its own vendor's CDI device and then another
+vendor's. It declares ``deallocate`` and appends each call's IDs as one
 line to $DEALLOCATED. example.com/granting-declared declares its grants at list time:
 ``d-ok`` /dev/null, ``d-escape`` /dev/../etc/shadow.
 """
@@ -16,7 +18,7 @@ from shim.sdk import Driver, run, types
 
 PER_CALL = "example.com/granting"
 DECLARED = "example.com/granting-declared"
-PER_CALL_IDS = ("ok-0", "ok-1", "escape", "mount", "preload")
+PER_CALL_IDS = ("ok-0", "ok-1", "escape", "mount", "preload", "dev", "shm", "cdi")
 
 
 def null_node(device_id: str) -> types.DeviceNode:
@@ -35,6 +37,11 @@ def grant_for(device_id: str) -> types.Grant:
         )
     if device_id == "preload":
         return types.Grant(envs={"LD_PRELOAD": "/tmp/evil.so"})
+    if device_id in ("dev", "shm"):
+        host_path = "/dev" if device_id == "dev" else os.environ["SHM_LINK"]
+        return types.Grant(device_nodes=[types.DeviceNode(container_path="/dev/x", host_path=host_path)])
+    if device_id == "cdi":
+        return types.Grant(cdi_devices=["example.com/granting=0", "nvidia.com/gpu=all"])
     return types.Grant(envs={"GRANTING": device_id}, device_nodes=[null_node(device_id)])
 
 
@@ -68,6 +75,7 @@ class Granting(Driver):
                 grant.envs.update(part.envs)
                 grant.mounts.extend(part.mounts)
                 grant.device_nodes.extend(part.device_nodes)
+                grant.cdi_devices.extend(part.cdi_devices)
             grants.append(grant)
         return grants
 
