@@ -40,7 +40,7 @@ PER_CALL = "example.com/sim-call"
 NUMA = "example.com/sim-numa"
 GRANT = {
     "envs": {"BENCH": "{ids}"},
-    "device_nodes": [{"container_path": "/dev/b{id}", "host_path": "/dev/b{id}"}],
+    "device_nodes": [{"container_path": "/dev/b{id}", "host_path": "/dev/null"}],
 }
 # 64 devices, 16 on each of 4 NUMA nodes; the kubelet offers them interleaved across nodes and
 # must include one on node 2, so the sim's rule (must_include, then its NUMA neighbours) picks

@@ -20,7 +20,7 @@ RESOURCE = "example.com/sim-call"
 CALLS = 64
 GRANT = {
     "envs": {"BENCH": "{ids}"},
-    "device_nodes": [{"container_path": "/dev/b{id}", "host_path": "/dev/b{id}"}],
+    "device_nodes": [{"container_path": "/dev/b{id}", "host_path": "/dev/null"}],
 }
 
 

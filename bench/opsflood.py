@@ -4,8 +4,9 @@ devshim serves a static resource (devshim answers Allocate itself: no driver rou
 is timed is devshim's own loop) and its ops endpoint; Allocate is timed quiet, then while
 bench/scrape_flood.py (its own process) keeps 500 connections asking for /metrics, alternating
 over rounds so machine noise hits both alike. Goal (issue 23): p99 during the flood within 2x
-of quiet. The ops server runs on its own thread and answers at most 50 scrapes a second (429
-beyond), so the flood costs the serving loop little.
+of quiet. The ops server runs on its own thread, answers at most 20 scrapes a second (429 beyond,
+held 1-3 s) and accepts nothing while 512 connections are open, so the flood costs the serving
+loop little (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import ipaddress
 import json
@@ -157,8 +158,8 @@ async def test_status_answers_only_this_host_unless_configured(shim: Shim, threa
 
 
 async def test_idle_connections_cannot_keep_a_probe_out(threaded: OpsThread) -> None:
-    """Twice MAX_CONNECTIONS clients connect and send nothing: each new one drops the oldest idle
-    one, and the probe that comes after them is answered."""
+    """Twice MAX_CONNECTIONS clients connect and send nothing: the server holds MAX_CONNECTIONS,
+    drops idle ones for the rest, and the probe that comes after them is answered."""
     writers = []
     for _ in range(2 * MAX_CONNECTIONS):
         writers.append((await asyncio.open_connection("127.0.0.1", threaded.port))[1])
@@ -167,6 +168,44 @@ async def test_idle_connections_cannot_keep_a_probe_out(threaded: OpsThread) -> 
     finally:
         for writer in writers:
             writer.close()
+
+
+async def test_a_full_server_accepts_no_more_until_an_idle_client_is_dropped(shim: Shim) -> None:
+    """At max_connections the server accepts nothing (the kernel queues the newcomer); once the
+    oldest idle client has sent nothing for IDLE_S it is dropped, and the newcomer is answered."""
+    small = OpsServer("127.0.0.1", 0, ready=shim.ready, status=shim.status, max_connections=4)
+    async with started(OpsThread(small)) as server:
+        idle = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(4)]
+        try:
+            assert (await request(server.port, "/healthz")).status == 200
+            dropped = 0
+            for reader, _ in idle:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.05):
+                        dropped += await reader.read() == b""
+            assert dropped >= 1  # room was made by closing an idle one, not by holding five
+        finally:
+            for _, writer in idle:
+                writer.close()
+
+
+async def test_a_flood_of_probes_is_held_never_refused_and_reads_the_serving_loop_little(
+    plugin_dir: Path,
+) -> None:
+    """Over the probes' rate (3 here; MAX_CHEAP_PER_S by default) every probe is still answered
+    200, and the serving loop is asked far less often than the probes come."""
+    reads = 0
+
+    def ready() -> tuple[bool, str]:
+        nonlocal reads
+        reads += 1
+        return True, "ready"
+
+    flooded = OpsServer("127.0.0.1", 0, ready=ready, status=dict, cheap_per_s=3)
+    async with started(OpsThread(flooded)) as server:
+        replies = await asyncio.gather(*(request(server.port, "/readyz") for _ in range(30)))
+    assert [reply.status for reply in replies] == [200] * 30
+    assert reads <= 10, reads  # one read per FRESH_S at most, whatever the probes
 
 
 async def test_costly_requests_over_the_rate_get_429_and_probes_never_do(shim: Shim) -> None:

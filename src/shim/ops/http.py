@@ -3,9 +3,13 @@
 One request per connection (``Connection: close``), GET and HEAD only, the request head
 bounded and read with a deadline: a scraper or a probe needs no more, and a stray or
 hostile client can cost a connection but never the server. At most ``MAX_CONNECTIONS`` at once:
-beyond that the oldest one still sending its request is dropped, so idle clients cannot keep a
-probe out. /metrics, the costly answer, and /status from another host are limited to
-``MAX_COSTLY_PER_S`` a second (beyond: 429, held a second first; the probes never are).
+the server accepts no more until one ends (the rest wait in the kernel's queue, costing devshim
+nothing), and while it is full, a connection that has sent nothing for ``IDLE_S`` is dropped,
+so idle clients cannot keep a probe out. /metrics, the costly answer, and /status from another
+host are limited to ``MAX_COSTLY_PER_S`` a second (beyond: 429, held a while first, so a flood
+of N clients asks about N/2 times a second and no faster); the probes and the rest are never
+refused, but beyond ``MAX_CHEAP_PER_S`` a second they too are held a while before their answer.
+What they read of the serving loop is read there at most once per ``FRESH_S``.
 /status names sockets, pids and errors: it answers only clients on this host unless
 ``status_from_anywhere``. runtime.py
 runs the server on a thread and event loop of its own (OpsThread), so a flood of scrapes does
@@ -18,7 +22,10 @@ import asyncio
 import contextlib
 import ipaddress
 import json
+import random
+import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -29,9 +36,14 @@ from shim.ops.metrics import REGISTRY
 
 MAX_HEAD_BYTES = 8192
 READ_TIMEOUT_S = 10.0
-MAX_CONNECTIONS = 64
+MAX_CONNECTIONS = 512
+IDLE_S = 1.0
+BACKLOG = 128
 MAX_COSTLY_PER_S = 20
-RETRY_AFTER_S = 1
+RETRY_AFTER_S = 2
+MAX_CHEAP_PER_S = 100
+CHEAP_HOLD_S = 0.5
+FRESH_S = 0.2
 # How long the ops thread waits for the serving loop to compute /readyz or /status.
 SERVING_WAIT_S = 5.0
 T = TypeVar("T")
@@ -70,65 +82,100 @@ class OpsServer:
         status: Callable[[], dict[str, Any]],
         status_from_anywhere: bool = False,
         costly_per_s: int = MAX_COSTLY_PER_S,
+        max_connections: int = MAX_CONNECTIONS,
+        cheap_per_s: int = MAX_CHEAP_PER_S,
     ) -> None:
         self._host = host
+        self._max_connections = max_connections
         self._alive: Callable[[], object] | None = None
-        self._costly_per_s = costly_per_s
         self._port = port
         self._ready = ready
         self._status = status
         self._status_from_anywhere = status_from_anywhere
-        self._window = (0.0, 0)  # the current second, and the costly requests answered in it
-        self._server: asyncio.Server | None = None
+        self._costly = _Rate(costly_per_s)
+        self._cheap = _Rate(cheap_per_s)
+        self._listening: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
         self._routes: dict[str, Callable[[], Response]] = {
             "/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest(REGISTRY)),
             "/healthz": self._healthz,
             "/readyz": self._readyz,
             "/status": lambda: (200, "application/json", json.dumps(self._status(), default=str).encode()),
         }
-        self._connections: set[asyncio.Task[Any]] = set()
+        self._connections: dict[asyncio.Task[Any], socket.socket] = {}
+        self._ended = asyncio.Event()  # a connection ended: the accept loop may go on
         self._reading: dict[asyncio.Task[Any], float] = {}  # connections still sending, since when
 
     @property
     def port(self) -> int:
         """The bound port once started (so port 0 picks a free one), else the one asked for."""
-        if self._server is None or not self._server.sockets:
-            return self._port
-        return int(self._server.sockets[0].getsockname()[1])
+        return self._port if self._listening is None else int(self._listening.getsockname()[1])
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self._host, self._port, limit=MAX_HEAD_BYTES)
+        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
+        self._listening = socket.create_server((self._host, self._port), family=family, backlog=BACKLOG)
+        self._listening.setblocking(False)
+        self._accepting = asyncio.create_task(self._accept(self._listening))
         logger.info("ops: serving /metrics, /healthz, /readyz and /status on {}:{}", self._host, self.port)
 
     async def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
+        listening, self._listening = self._listening, None
+        if listening is None:
             return
-        server.close()
+        if self._accepting is not None:
+            self._accepting.cancel()
+            await asyncio.gather(self._accepting, return_exceptions=True)
+        listening.close()
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
-        await server.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        if len(self._connections) >= MAX_CONNECTIONS and self._reading:
-            oldest = min(self._reading, key=self._reading.__getitem__)
-            oldest.cancel()  # an idle client makes room: a probe is never kept out
-            self._reading.pop(oldest, None)
-        self._connections.add(task)
+    async def _accept(self, listening: socket.socket) -> None:
+        """Accept while there is room; while full, drop an idle connection once it is one."""
+        loop = asyncio.get_running_loop()
+        while True:
+            while len(self._connections) >= self._max_connections:
+                self._ended.clear()
+                oldest = min(self._reading.items(), key=lambda item: item[1], default=None)
+                if oldest is not None and loop.time() - oldest[1] >= IDLE_S:
+                    oldest[0].cancel()  # it has sent nothing for a while: make room
+                    self._reading.pop(oldest[0], None)
+                wait_s = IDLE_S if oldest is None else max(oldest[1] + IDLE_S - loop.time(), 0.01)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait_s):
+                        await self._ended.wait()
+            try:
+                connection, _ = await loop.sock_accept(listening)
+            except OSError as exc:  # out of file descriptors, say: try again shortly
+                logger.warning("ops: accept failed: {}", exc)
+                await asyncio.sleep(0.1)
+                continue
+            task = loop.create_task(self._serve(connection))
+            self._connections[task] = connection
+            self._reading[task] = loop.time()
+            task.add_done_callback(self._end)
+
+    def _end(self, task: asyncio.Task[Any]) -> None:
+        # Closed here too: a task cancelled before it ran never closed its socket.
+        self._connections.pop(task).close()
+        self._reading.pop(task, None)
+        self._ended.set()
+
+    async def _serve(self, connection: socket.socket) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(sock=connection, limit=MAX_HEAD_BYTES)
+        except OSError:
+            connection.close()
+            return
         try:
             await self._answer(reader, writer)
         except asyncio.CancelledError:
-            if self._server is None:
+            if self._listening is None:
                 raise  # stopping
             # dropped to make room
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client left before its answer
         finally:
-            self._connections.discard(task)
-            self._reading.pop(task, None)
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
@@ -137,18 +184,21 @@ class OpsServer:
         head = False
         task = asyncio.current_task()
         assert task is not None
-        self._reading[task] = asyncio.get_running_loop().time()
         try:
             method, path = await _read_request(reader)
             self._reading.pop(task, None)
             head = method == "HEAD"
-            status, content_type, body = self._guard(path, writer) or self._route(method, path)
+            guarded = self._guard(path, writer)
+            if guarded is None and self._cheap.over(asyncio.get_running_loop().time()):
+                await asyncio.sleep(CHEAP_HOLD_S * random.uniform(0.5, 1.5))  # a flood of probes
+            status, content_type, body = guarded or self._route(method, path)
         except BadRequest as exc:
             status, content_type, body = exc.status, TEXT, f"{exc}\n".encode()
         if status == 429:
             # Held a while before the refusal: a client that asks again at once (a flood) then
-            # asks about once a second, instead of keeping this thread, and the GIL, busy.
-            await asyncio.sleep(RETRY_AFTER_S)
+            # asks about once a second, instead of keeping this thread, and the GIL, busy. The
+            # hold varies, so a flood's clients spread out instead of coming back as one burst.
+            await asyncio.sleep(RETRY_AFTER_S * random.uniform(0.5, 1.5))
         extra = (
             "Allow: GET, HEAD\r\n"
             if status == 405
@@ -168,17 +218,12 @@ class OpsServer:
         """A refusal for /status from another host, or for a costly request over the rate. /status
         asked on this host is not counted: `devshim status` and local tools poll it, and it is
         this host's alone unless status_from_anywhere."""
-        local = _local(writer)
-        if path == "/status" and not self._status_from_anywhere and not local:
+        remote = path == "/status" and not _local(writer)
+        if remote and not self._status_from_anywhere:
             return 403, TEXT, b"/status answers only on this host (http.status_from_anywhere)\n"
-        if path == "/metrics" or (path == "/status" and not local):
-            now = int(asyncio.get_running_loop().time())
-            second, count = self._window
-            count = count + 1 if second == now else 1
-            self._window = (now, count)
-            if count > self._costly_per_s:
-                why = f"over {self._costly_per_s} /metrics and /status requests a second\n"
-                return 429, TEXT, why.encode()
+        if (path == "/metrics" or remote) and self._costly.over(asyncio.get_running_loop().time()):
+            why = f"over {self._costly.per_s} /metrics and /status requests a second\n"
+            return 429, TEXT, why.encode()
         return None
 
     def _route(self, method: str, path: str) -> Response:
@@ -209,6 +254,22 @@ class OpsServer:
     def _readyz(self) -> Response:
         ready, reason = self._ready()
         return (200 if ready else 503), TEXT, f"{reason}\n".encode()
+
+
+class _Rate:
+    """Requests counted per whole second of a clock."""
+
+    def __init__(self, per_s: int) -> None:
+        self.per_s = per_s
+        self._second = 0
+        self._count = 0
+
+    def over(self, now: float) -> bool:
+        """Count one request now: is it over the rate?"""
+        if int(now) != self._second:
+            self._second, self._count = int(now), 0
+        self._count += 1
+        return self._count > self.per_s
 
 
 def _local(writer: asyncio.StreamWriter) -> bool:
@@ -272,9 +333,19 @@ class OpsThread:
 
 
 def _on(loop: asyncio.AbstractEventLoop, read: Callable[[], T], wait_s: float) -> Callable[[], T]:
-    """``read`` made callable from another thread: run on ``loop``, waited for at most ``wait_s``."""
+    """``read`` made callable from another thread: run on ``loop``, waited for at most ``wait_s``,
+    and an answer reused for ``FRESH_S`` (a flood of probes costs that loop little)."""
+    last: list[tuple[float, T]] = []
 
     async def on_loop() -> T:
         return read()
 
-    return lambda: asyncio.run_coroutine_threadsafe(on_loop(), loop).result(wait_s)
+    def call() -> T:
+        now = time.monotonic()
+        if last and now - last[0][0] < FRESH_S:
+            return last[0][1]
+        value = asyncio.run_coroutine_threadsafe(on_loop(), loop).result(wait_s)
+        last[:] = [(now, value)]
+        return value
+
+    return call
