@@ -1,11 +1,11 @@
 """What the soak found in devshim, each kept as a small regression test beside the fix.
 
 - A Register in flight when devshim's socket is deleted waited out the kubelet's 10 s dial
-  (fixed: frontend/endpoint.py races the Register against the restart signal).
+  (fixed: frontend/endpoint/cycle.py races the Register against the restart signal).
 - A frozen driver took over 2 s to replace (fixed: driverhost/process.py SIGKILLs a hung run at once).
 - A driver whose input pipe broke was never failed (fixed: driverhost/process.py request()).
-- An Allocate in flight when devshim served again was cancelled (fixed: frontend/endpoint.py
-  _close_server ends the streams, then gives unary calls a grace period).
+- An Allocate in flight when devshim served again was cancelled (fixed: frontend/endpoint/server.py
+  PluginServer.close ends the streams, then gives unary calls a grace period).
 """
 
 from __future__ import annotations

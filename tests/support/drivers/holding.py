@@ -9,7 +9,7 @@ from shim.sdk import Driver, run, types
 
 RESOURCE = "example.com/held"
 ARRIVED = "allocate arrived"
-# Under devshim's 1 s grace for unary calls on a closing server (frontend/endpoint.py), which
+# Under devshim's 1 s grace for unary calls on a closing server (frontend/endpoint/server.py), which
 # starts after the arrival: the answer always comes within it.
 HOLD_S = 0.7
 
