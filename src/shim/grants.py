@@ -92,8 +92,13 @@ def merge(grants: Iterable[ContainerGrant]) -> ContainerGrant:
 
 
 class ByDevices:
-    """Grants built once per device-ID tuple. A source that answers the same devices with the same
-    grant object lets the front end reuse that grant's encoding (shim/frontend/encoded.py)."""
+    """Grants built once per device-ID tuple, so the same devices get the same grant object, whose
+    policy verdict and encoding are kept by identity (shim/incremental.py PerObject).
+
+    Keyed by the IDs' value; what it hands out is shared, which is safe as grants are frozen.
+    ``build`` must depend on nothing but the IDs while this cache lives: a source whose grants
+    change (a driver's new declared grants) makes a new ByDevices rather than clearing this one.
+    At most LIMIT tuples are kept; past that it starts afresh."""
 
     LIMIT = 4096  # tuples kept: bounded, whatever the kubelet asks for
 
@@ -113,7 +118,11 @@ class ByDevices:
 class Equal:
     """One object per distinct grant: a driver that answers the same devices with an equal grant
     on every call gets the first object back, whose policy verdict and encoding are kept by
-    identity (shim/incremental.py PerObject)."""
+    identity (shim/incremental.py PerObject).
+
+    Keyed by value (ContainerGrant's hash and equality, mappings in any order), so the object
+    returned may be an earlier, equal one, not the one passed in: its envs may be in another
+    order. At most LIMIT grants are kept; past that it starts afresh."""
 
     LIMIT = 1024  # grants kept: bounded, whatever a driver answers
 

@@ -17,6 +17,11 @@ E = TypeVar("E")
 
 
 class EncodedList(Generic[T, E]):
+    """One list's encodings, kept for the next list: an item is encoded again unless that very
+    object was in the last list. Items must be immutable (an item changed in place keeps its old
+    encoding); an equal item in a new object is encoded again. Only the last list is held, which
+    keeps its items alive, so an id seen in it cannot belong to another object."""
+
     FEW = 16  # changed positions below which re-encoding beats indexing the whole last list
 
     def __init__(self, encode: Callable[[T], E]) -> None:
@@ -54,11 +59,14 @@ class EncodedList(Generic[T, E]):
 
 
 class PerObject(Generic[T, E]):
-    """``compute(obj)``, kept per object by identity: for immutable objects that cannot be hashed
-    (grants hold mappings) and are handed out again as the same object (a declared grant).
+    """``compute(obj)``, kept per object by identity: for immutable objects that sources hand out
+    again as the same object (grants.ByDevices, grants.Equal). A lookup by id costs next to
+    nothing; one by value would hash the object each time (a grant's hash walks all its fields).
 
-    At most ``limit`` objects are kept; each entry holds its object, so an id is never reused
-    while it is kept. A compute that raises keeps nothing."""
+    ``compute`` must depend on nothing but the object, and the object must never change. An
+    equal object that is not the same one is computed again: a miss, never a wrong answer. At
+    most ``limit`` objects are kept (past that it starts afresh); each entry holds its object, so
+    an id is never reused while it is kept. A compute that raises keeps nothing."""
 
     def __init__(self, compute: Callable[[T], E], limit: int = 1024) -> None:
         self._compute = compute

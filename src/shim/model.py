@@ -24,6 +24,14 @@ class Health(StrEnum):
 # read as uint64 (2**64-1) got into a list, and encoding it for the kubelet failed.
 MAX_NUMA_NODE = 1023
 
+# The kubelet's deadline for a PreStartContainer call (KubeletPreStartContainerRPCTimeoutInSecs,
+# deviceplugin/v1beta1/constants.go), and devshim's default for its own timeouts of a pre-start
+# (the core's and a driver's), inside it: a slow pre-start fails with devshim's reason rather
+# than the kubelet's bare timeout. The fake kubelet and the legacy adapter keep copies (they may
+# not import this module); tests/unit/test_one_truth.py holds them to these.
+KUBELET_PRESTART_DEADLINE_S = 30.0
+PRESTART_TIMEOUT_S = 25.0
+
 
 @dataclass(frozen=True, slots=True)
 class Device:
@@ -73,8 +81,9 @@ class ContainerGrant:
         object.__setattr__(self, "annotations", _frozen_map(self.annotations))
 
     def __hash__(self) -> int:
-        # By value, as equality is: the mapping proxies hash as their items.
-        maps = tuple(self.envs.items()), tuple(self.annotations.items())
+        # By value, as equality is: mappings are equal whatever their order, so their items hash
+        # as sets (a tuple of them would give equal grants built in another order another hash).
+        maps = frozenset(self.envs.items()), frozenset(self.annotations.items())
         return hash((maps, self.mounts, self.device_nodes, self.cdi_devices))
 
 

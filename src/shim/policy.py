@@ -353,6 +353,10 @@ class GrantPolicy:
         cdi = settings.cdi_vendor_prefixes
         self._cdi = _own_domains(resource) if cdi is None else None if "*" in cdi else tuple(cdi)
         self._cdi_rule = "the resource's own vendor domain" if cdi is None else "cdi_vendor_prefixes"
+        # What a grant says, judged once per grant object: grants are frozen, and this policy's
+        # settings never change (a changed config builds a new policy). An equal grant in another
+        # object is judged again. Where its host paths lead is not kept: check() resolves them on
+        # every call. A refused grant keeps nothing, so it is refused again next time.
         self._judged = PerObject(self._judge)
 
     def _refuse(self, field: str, value: str, rule: str, kind: str) -> GrantRefused:

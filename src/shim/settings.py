@@ -30,7 +30,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from shim.configfile import ConfigError, StrictModel, format_validation_error, read_config_file
 from shim.errors import GrantRefused
 from shim.grants import GrantSettings, expand
-from shim.model import MAX_NUMA_NODE
+from shim.model import KUBELET_PRESTART_DEADLINE_S, MAX_NUMA_NODE, PRESTART_TIMEOUT_S
 from shim.names import check_extended_resource_name
 from shim.policy import GrantPolicy, GrantPolicySettings
 
@@ -137,8 +137,8 @@ class DriverTimeouts(StrictModel):
     list_devices_s: Annotated[float, Field(gt=0, le=600)] = 30.0
     allocate_s: Annotated[float, Field(gt=0, le=600)] = 20.0
     preferred_allocation_s: Annotated[float, Field(gt=0, le=600)] = 5.0
-    # Inside the kubelet's 30 s PreStartContainer deadline (constants.go upstream).
-    prestart_s: Annotated[float, Field(gt=0, lt=30)] = 25.0
+    # Inside the kubelet's PreStartContainer deadline (shim/model.py).
+    prestart_s: Annotated[float, Field(gt=0, lt=KUBELET_PRESTART_DEADLINE_S)] = PRESTART_TIMEOUT_S
     deallocate_s: Annotated[float, Field(gt=0, le=600)] = 10.0
     post_stop_s: Annotated[float, Field(gt=0, le=600)] = 10.0
     shutdown_s: Annotated[float, Field(gt=0, le=600)] = 5.0
@@ -338,8 +338,8 @@ class Settings(BaseSettings):
     poll_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
     # Longest pause between Register attempts while the kubelet is away.
     register_backoff_max_s: Annotated[float, Field(gt=0, le=300)] = 5.0
-    # Inside the kubelet's 30 s PreStartContainer deadline (constants.go upstream).
-    prestart_timeout_s: Annotated[float, Field(gt=0, lt=30)] = 25.0
+    # Inside the kubelet's PreStartContainer deadline (shim/model.py).
+    prestart_timeout_s: Annotated[float, Field(gt=0, lt=KUBELET_PRESTART_DEADLINE_S)] = PRESTART_TIMEOUT_S
     log_level: Literal["TRACE", "DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     # text for people; json: one object per line, for log collectors.
     log_format: Literal["text", "json"] = "text"

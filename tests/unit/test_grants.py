@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from shim.grants import Equal
 from shim.model import ContainerGrant, DeviceNode, Mount
 
@@ -37,3 +44,46 @@ def test_the_kept_grants_are_bounded() -> None:
     for n in range(Equal.LIMIT + 10):
         equal(grant(env=str(n)))
     assert len(equal._seen) <= Equal.LIMIT
+
+
+# Few names, so that independently drawn grants are often equal too.
+_NAMES = st.sampled_from(["A", "B", "C", ""])
+_MAPS = st.dictionaries(_NAMES, _NAMES, max_size=3)
+GRANTS = st.builds(
+    ContainerGrant,
+    envs=_MAPS,
+    mounts=st.lists(st.builds(Mount, _NAMES, _NAMES, st.booleans()), max_size=2).map(tuple),
+    device_nodes=st.lists(st.builds(DeviceNode, _NAMES, _NAMES, _NAMES), max_size=2).map(tuple),
+    annotations=_MAPS,
+    cdi_devices=st.lists(_NAMES, max_size=2).map(tuple),
+)
+
+
+def _reordered(grant: ContainerGrant) -> st.SearchStrategy[ContainerGrant]:
+    """The same grant built again, its envs and annotations inserted in any order."""
+
+    def shuffled(mapping: Mapping[str, str]) -> st.SearchStrategy[dict[str, str]]:
+        return st.permutations(list(mapping.items())).map(dict)
+
+    return st.builds(
+        replace, st.just(grant), envs=shuffled(grant.envs), annotations=shuffled(grant.annotations)
+    )
+
+
+def _value(grant: ContainerGrant) -> tuple[Any, ...]:
+    return dict(grant.envs), grant.mounts, grant.device_nodes, dict(grant.annotations), grant.cdi_devices
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(GRANTS.flatmap(lambda a: st.tuples(st.just(a), st.one_of(_reordered(a), GRANTS))))
+def test_equal_grants_hash_alike_whatever_order_their_mappings_were_built_in(
+    pair: tuple[ContainerGrant, ContainerGrant],
+) -> None:
+    """Equality is by value (mappings in any order), and hashing agrees with it: Equal keeps
+    grants in a dict, so two equal grants hashing apart would be two entries, not one object."""
+    a, b = pair
+    assert (a == b) == (_value(a) == _value(b))
+    if a == b:
+        assert hash(a) == hash(b)
+        equal = Equal()
+        assert equal(a) is a and equal(b) is a

@@ -25,6 +25,7 @@ from shim.errors import (
 )
 from shim.latest import Latest
 from shim.model import (
+    PRESTART_TIMEOUT_S,
     Capabilities,
     ContainerAllocateRequest,
     ContainerGrant,
@@ -46,7 +47,7 @@ class ResourceService:
         name: str,
         source: DeviceSource,
         *,
-        prestart_timeout_s: float = 25.0,
+        prestart_timeout_s: float = PRESTART_TIMEOUT_S,
         on_allocated: Callable[[str, list[str]], None] | None = None,
         on_released: Callable[[str, list[str]], None] | None = None,
         policy: GrantPolicy | None = None,
@@ -226,8 +227,7 @@ class ResourceService:
         if not self.capabilities().pre_start:
             return
         try:
-            # Answer well inside the kubelet's 30 s PreStartContainer deadline
-            # (KubeletPreStartContainerRPCTimeoutInSecs, deviceplugin/v1beta1/constants.go).
+            # Answer inside the kubelet's PreStartContainer deadline (shim/model.py), with our reason.
             async with asyncio.timeout(self._prestart_timeout_s):
                 await self.source.prestart(device_ids)
         except TimeoutError:

@@ -41,7 +41,6 @@ from shim.sources.base import DeviceSource
 WAIT_FOR_RESTART = frozenset({"allocate", "prestart"})
 # Advice the kubelet can do without: a slow answer is dropped, the driver is not restarted.
 ADVISORY = frozenset({"preferred_allocation"})
-_LOG_LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR"}
 # Refused resources logged one by one per message; the rest are counted in one line. A message
 # may hold thousands of names, and each reason quotes one (cut to _SHOWN_CHARS).
 _REFUSALS_LOGGED = 10
@@ -167,8 +166,7 @@ class DriverHost:
             result = await run.request(
                 "initialize", self._initialize_params(), self.settings.timeouts.initialize_s
             )
-            protocol.check_protocol_version(protocol.field(result, "protocol_version"))
-            resources = protocol.resources_from_json(result)
+            resources = protocol.initialize_result_from_json(result)
             self._ready.set()  # list_devices goes through call(), like every later request
             await self._reconcile(resources)
         except Exception as exc:
@@ -180,16 +178,9 @@ class DriverHost:
         logger.info("driver {!r}: serving {}", self.name, ", ".join(self.sources) or "no resources")
 
     def _initialize_params(self) -> dict[str, Any]:
-        return {
-            "protocol_version": protocol.PROTOCOL_VERSION,
-            "devshim_version": __version__,
-            # What devshim knows to be in use, so a restarted driver can rebuild its state.
-            "allocations": [
-                {"resource": name, "device_ids": list(group)}
-                for name, source in self.sources.items()
-                for group in source.in_use
-            ],
-        }
+        # What devshim knows to be in use, so a restarted driver can rebuild its state.
+        in_use = [(name, group) for name, source in self.sources.items() for group in source.in_use]
+        return protocol.initialize_params(__version__, in_use)
 
     async def _after_failure(self, reason: str) -> None:
         self._ready.clear()
@@ -339,11 +330,7 @@ class DriverHost:
 
     def _on_health_changed(self, params: Any) -> None:
         if source := self._notified_source(params):
-            changes = {
-                str(protocol.field(c, "id")): protocol.health_from_json(protocol.field(c, "health"))
-                for c in protocol.field(params, "changes") or ()
-            }
-            self._spawn(source.set_health(changes))
+            self._spawn(source.set_health(protocol.health_changes_from_json(params)))
 
     def _on_resources_changed(self, params: Any) -> None:
         self._spawn(self._reconcile_logged(protocol.resources_from_json(params)))
@@ -356,10 +343,9 @@ class DriverHost:
 
     def _on_log(self, params: Any) -> None:
         """A `log` notification: one line, escaped, cut and rate-limited as stderr is."""
-        level = str(protocol.field(params, "level"))
-        message = protocol.field(params, "message", "")
+        level, message = protocol.log_from_json(params)
         loop = asyncio.get_running_loop()
-        self._driver_log.log(level if level in _LOG_LEVELS else "INFO", str(message), loop.time())
+        self._driver_log.log(level, message, loop.time())
         if (end := self._driver_log.summary_due()) is not None:
             loop.call_at(end, self._driver_log.end_window, end)
 

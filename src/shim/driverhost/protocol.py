@@ -2,16 +2,18 @@
 
 Pure functions, like the kubelet version modules; the host's hot path reads
 JSON straight into the model (no intermediate message objects). Every shape
-error becomes DriverProtocolError naming what was wrong.
+error becomes DriverProtocolError naming what was wrong. Every field of the schema
+is read and written, or deliberately not (tests/unit/test_driver_schema.py).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shim.driverprotocol import PROTOCOL_VERSION
 from shim.errors import RequestError, ShimError, SourceFailed, SourceTimeout, SourceUnavailable
 from shim.jsonrpc import ConnectionClosed, ErrorCode, RemoteError
 from shim.model import (
@@ -25,8 +27,6 @@ from shim.model import (
     Mount,
     PreferredAllocationRequest,
 )
-
-PROTOCOL_VERSION = "1.0.0"
 
 
 class DriverProtocolError(SourceFailed):
@@ -172,6 +172,30 @@ def check_protocol_version(theirs: Any) -> None:
         )
 
 
+def initialize_params(devshim_version: str, in_use: Iterable[tuple[str, Sequence[str]]]) -> dict[str, Any]:
+    """``in_use``: (resource, device IDs) of each group devshim knows to be allocated."""
+    return {
+        "protocol_version": PROTOCOL_VERSION,
+        "devshim_version": devshim_version,
+        "allocations": [{"resource": name, "device_ids": list(ids)} for name, ids in in_use],
+    }
+
+
+def initialize_result_from_json(result: Any) -> list[ResourceInfo]:
+    """The resources a driver declares, once its protocol version is known to be ours."""
+    check_protocol_version(field(result, "protocol_version"))
+    return resources_from_json(result)
+
+
+def list_devices_params(resource: str) -> dict[str, Any]:
+    return {"resource": resource}
+
+
+def devices_params(resource: str, device_ids: Sequence[str]) -> dict[str, Any]:
+    """The params of prestart, deallocate and post_stop: the devices of one container."""
+    return {"resource": resource, "device_ids": list(device_ids)}
+
+
 def allocate_params(resource: str, requests: Sequence[ContainerAllocateRequest]) -> dict[str, Any]:
     return {"resource": resource, "containers": [{"device_ids": list(r.device_ids)} for r in requests]}
 
@@ -201,6 +225,20 @@ def preference_from_json(result: Any) -> tuple[str, ...]:
     if not isinstance(containers, list) or len(containers) != 1:
         raise DriverProtocolError("preferred_allocation must answer one preference per container")
     return _strings(field(containers[0], "device_ids"), "device_ids")
+
+
+def health_changes_from_json(params: Any) -> dict[str, Health]:
+    """A health_changed notification's changes, by device ID."""
+    return {str(field(c, "id")): health_from_json(field(c, "health")) for c in field(params, "changes") or ()}
+
+
+_LOG_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "ERROR"})
+
+
+def log_from_json(params: Any) -> tuple[str, str]:
+    """A log notification's level (INFO for one the schema does not name) and message."""
+    level = str(field(params, "level"))
+    return level if level in _LOG_LEVELS else "INFO", str(field(params, "message", ""))
 
 
 def error_for(driver: str, method: str, exc: BaseException) -> ShimError:

@@ -43,8 +43,11 @@ class DriverSource(DeviceSource):
         self._real: tuple[Device, ...] = ()
         self._index: dict[str, int] = {}  # device id -> position in _real
         self._declared: dict[str, ContainerGrant] = {}
+        # Each hands out one object per grant, so the policy's verdict and the front end's
+        # encoding, kept by object identity, are reused: ByDevices per device-ID tuple for the
+        # declared grants (replaced with them), Equal per distinct value for per-call answers.
         self._merged = grants.ByDevices(self._merge_declared)
-        self._equal = grants.Equal()  # per-call answers
+        self._equal = grants.Equal()
         self._down = False
         self._in_use: DeviceGroups[None] = DeviceGroups()
         self._saving: asyncio.Task[None] | None = None
@@ -83,12 +86,12 @@ class DriverSource(DeviceSource):
         await self._publish()
 
     async def refresh(self) -> None:
-        result = await self._call("list_devices", {"resource": self.name})
+        result = await self._call("list_devices", protocol.list_devices_params(self.name))
         await self.set_devices(protocol.devices_from_json(result))
 
     async def set_devices(self, devices: Sequence[tuple[Device, ContainerGrant | None]]) -> None:
         self._declared = {d.id: g for d, g in devices if g is not None}
-        self._merged = grants.ByDevices(self._merge_declared)
+        self._merged = grants.ByDevices(self._merge_declared)  # anew: the merges it kept are stale
         # A full list re-sent (devices_changed, a restart's list_devices) mostly repeats devices
         # already known: keep those objects, so the encoders downstream, which match devices by
         # identity, redo only the changed ones, and the new list's objects are freed whole.
@@ -174,15 +177,15 @@ class DriverSource(DeviceSource):
 
     async def deallocate(self, device_ids: Sequence[str]) -> None:
         if self.info.capabilities.deallocate:
-            await self._call("deallocate", {"resource": self.name, "device_ids": list(device_ids)})
+            await self._call("deallocate", protocol.devices_params(self.name, device_ids))
 
     async def post_stop(self, device_ids: Sequence[str]) -> None:
         if self.info.capabilities.post_stop:
-            await self._call("post_stop", {"resource": self.name, "device_ids": list(device_ids)})
+            await self._call("post_stop", protocol.devices_params(self.name, device_ids))
 
     async def prestart(self, device_ids: Sequence[str]) -> None:
         try:
-            await self._call("prestart", {"resource": self.name, "device_ids": list(device_ids)})
+            await self._call("prestart", protocol.devices_params(self.name, device_ids))
         except protocol.CapabilityAbsent as exc:
             # Declared but not implemented: nothing to prepare, so the container may start.
             logger.warning("{}; treating pre-start as not needed", exc)

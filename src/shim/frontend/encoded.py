@@ -52,8 +52,11 @@ class ListEncoder:
         self._pb = pb
         self._encode_device = encode_device
         self._tag = _tag(pb.ListAndWatchResponse, "devices")
+        # By device identity: sources keep an unchanged device as the same object, and the last
+        # list is held, so its ids are not reused (incremental.EncodedList).
         self._records = EncodedList(self._record)
-        # Equal devices in new objects (a driver's full list re-read) are not encoded again either.
+        # By value (Device's own hash), for equal devices in new objects (a driver's full list
+        # re-read); reset above twice the list's length.
         self._by_value: dict[Device, bytes] = {}
 
     def encode(self, devices: Sequence[Device]) -> bytes:
@@ -74,15 +77,17 @@ class ListEncoder:
 
 
 class GrantEncoder:
-    """AllocateResponse bytes; a grant object seen before (sources hand out the same object for
-    the same declared grant) is not encoded again. Per-call grants are new objects each time,
-    so only the last 1024 are kept."""
+    """AllocateResponse bytes, kept by grant identity (incremental.PerObject): sources hand out
+    one object per grant (grants.ByDevices, grants.Equal), so a grant seen before is not encoded
+    again; an equal grant in a new object is encoded again, a miss never a wrong answer. Safe
+    because grants are frozen and each entry holds its grant, so its id is not reused; at most
+    the last 1024 are kept."""
 
     def __init__(self, pb: ModuleType, encode_grant: Callable[[ModuleType, ContainerGrant], Any]) -> None:
         self._pb = pb
         self._encode_grant = encode_grant
         self._tag = _tag(pb.AllocateResponse, "container_responses")
-        self._records = PerObject(self._record)
+        self._records = PerObject(self._record)  # by grant identity: see grants.ByDevices, Equal
 
     def encode(self, grants: Sequence[ContainerGrant]) -> bytes:
         return b"".join(map(self._records, grants))

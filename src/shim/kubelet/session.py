@@ -20,7 +20,9 @@ from .records import DeviceState, Grant, PluginOptions
 DeviceList = tuple[DeviceState, ...]
 
 # KubeletPreStartContainerRPCTimeoutInSecs in k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1
-# constants.go, used by endpoint.go preStartContainer.
+# constants.go, used by endpoint.go preStartContainer. A copy of devshim's
+# KUBELET_PRESTART_DEADLINE_S (shim/model.py), which this side may not import;
+# tests/unit/test_one_truth.py holds the two equal.
 PRESTART_TIMEOUT_S = 30.0
 CLOSED = "closed by the kubelet"
 

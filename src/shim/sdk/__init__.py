@@ -34,11 +34,12 @@ such a list_devices over a pipe in ~1.3 s end to end, the reader's parse include
 """
 
 from shim import __version__ as DEVSHIM_VERSION
+from shim.driverprotocol import PROTOCOL_VERSION
 from shim.jsonrpc import ConnectionClosed, ErrorCode
 from shim.sdk.driver import Driver
 from shim.sdk.errors import DriverError, UnknownDevice
 from shim.sdk.generated.devshim.driver import v1 as types
-from shim.sdk.server import PROTOCOL_VERSION, serve
+from shim.sdk.server import serve
 from shim.sdk.stdio import run
 
 __all__ = [

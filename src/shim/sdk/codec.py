@@ -16,7 +16,8 @@ list (without / with declared grants), which would eat devshim's 30 s
 list_devices budget; this path takes 0.03-0.3 s on the same machine. The
 output follows the proto3 JSON mapping as ``to_dict`` does (snake_case names,
 fields at their default left out, enums by name); tests/compat/test_sdk_api.py
-checks that the two agree. Everything else is small and goes through ``to_dict``.
+checks that the two agree, and tests/unit/test_driver_schema.py that every field of
+the schema is written. Everything else is small and goes through ``to_dict``.
 """
 
 from __future__ import annotations

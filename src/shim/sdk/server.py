@@ -13,6 +13,7 @@ from typing import Any
 
 from loguru import logger
 
+from shim.driverprotocol import PROTOCOL_VERSION
 from shim.jsonrpc import ErrorCode, Peer, Transport
 from shim.jsonrpc.peer import Handler
 from shim.sdk.codec import decode, device_json, grant_json, message_json
@@ -20,7 +21,6 @@ from shim.sdk.driver import OPTIONAL_METHODS, Driver
 from shim.sdk.errors import DriverError, InvalidParams, NotImplementedByResource, UnknownResource
 from shim.sdk.generated.devshim.driver import v1 as types
 
-PROTOCOL_VERSION = "1.0.0"
 # fullmatch: with match, "$" would also accept a version followed by a newline.
 _SEMVER = re.compile(r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:[-+][0-9A-Za-z.+-]+)?")
 

@@ -31,6 +31,8 @@ class StaticSource(DeviceSource):
     ) -> None:
         self._devices = tuple(devices)
         template = grant or grants.GrantSettings()
+        # One grant object per device-ID tuple: its verdict and encoding are kept by identity.
+        # The template never changes for this source (a changed config builds a new source).
         self._grants = grants.ByDevices(lambda ids: grants.expand(template, ids))
         self._capabilities = capabilities or Capabilities(preferred_allocation=True)
         self._latest: Latest[tuple[Device, ...]] = Latest()
