@@ -104,6 +104,8 @@ class Shim:
         if self.settings.deallocation.enabled and self.drivers:
             # Only drivers can act on deallocate; static devices need no release.
             self._tasks.append(asyncio.create_task(self.deallocation.run(), name="deallocation"))
+        elif self.settings.deallocation.enabled:
+            self.deallocation.status = "not running: no drivers to tell (static devices need no release)"
         for name, socket_name, source, policy in self._static:
             await self.add_resource(name, source, socket_name, policy=policy)
         for driver in self.drivers:

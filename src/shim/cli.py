@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import shlex
 import sys
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
@@ -20,13 +20,16 @@ from shim.configfile import ConfigError
 from shim.errors import ShimError
 from shim.runtime import run as run_shim
 from shim.settings import Settings
-from shim.status import render_status
+from shim.status import StatusUnavailable, fetch_status, render_status
 
+# Plain click help, not rich's: it rewraps each docstring paragraph to the terminal at word
+# boundaries (rich keeps the docstring's own line breaks) and shows no type placeholders for flags.
 app = typer.Typer(
     help="devshim: serve hardware drivers to the kubelet through every device-plugin API version.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 
@@ -38,6 +41,23 @@ def parse_driver(spec: str) -> dict[str, object]:
     if not sep or not argv:
         raise typer.BadParameter(f"{spec!r}: expected NAME=COMMAND, e.g. sim='devshim-sim --config sim.yaml'")
     return {"name": name, "command": argv}
+
+
+def driver_envs(specs: list[str], drivers: set[str]) -> dict[str, dict[str, str]]:
+    """``sim=PATH=/usr/bin`` sets PATH in the environment of driver sim, ``sim=PATH`` passes on
+    devshim's own PATH: by driver name, the whole environment each is given."""
+    envs: dict[str, dict[str, str]] = {}
+    for spec in specs:
+        name, sep, assignment = spec.partition("=")
+        key, has_value, value = assignment.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{spec!r}: expected NAME=KEY=VALUE or NAME=KEY, e.g. sim=PATH=/usr/bin")
+        if name not in drivers:
+            raise typer.BadParameter(f"{spec!r}: no --driver is named {name!r}")
+        if not has_value and key not in os.environ:
+            raise typer.BadParameter(f"{spec!r}: {key} is not set in devshim's environment")
+        envs.setdefault(name, {})[key] = value if has_value else os.environ[key]
+    return envs
 
 
 def parse_resource(spec: str) -> dict[str, object]:
@@ -57,20 +77,26 @@ def _settings_or_exit(load: Callable[[], Settings]) -> Settings:
         raise typer.Exit(2) from None
 
 
-@app.command()
+@app.command(short_help="Serve the configured resources to the kubelet.")
 def run(
     config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="YAML settings file (see docs/configuration.md).")
+        Path | None,
+        typer.Option(
+            "--config", "-c", metavar="FILE", help="YAML settings file (see docs/configuration.md)."
+        ),
     ] = None,
     device_plugins_dir: Annotated[
         Path | None,
         typer.Option(
-            help="Where kubelet.sock and plugin sockets live. Default: /var/lib/kubelet/device-plugins."
+            metavar="DIR",
+            help="Where kubelet.sock and plugin sockets live. Default: /var/lib/kubelet/device-plugins.",
         ),
     ] = None,
     state_dir: Annotated[
         Path | None,
-        typer.Option(help="devshim's own state (last known devices). Default: /var/lib/devshim."),
+        typer.Option(
+            metavar="DIR", help="devshim's own state (last known devices). Default: /var/lib/devshim."
+        ),
     ] = None,
     resource: Annotated[
         list[str] | None,
@@ -90,22 +116,35 @@ def run(
             help="Run a driver subprocess and serve its resources (repeatable; adds to --config's).",
         ),
     ] = None,
+    driver_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--driver-env",
+            "-e",
+            metavar="NAME=KEY=VALUE",
+            help="Set KEY in the environment of --driver NAME (repeatable); NAME=KEY passes on devshim's "
+            "own value. A driver gets no other variables, not even PATH.",
+        ),
+    ] = None,
     log_level: Annotated[
-        str | None, typer.Option(help="TRACE, DEBUG, INFO, WARNING or ERROR. Default: INFO.")
+        str | None,
+        typer.Option(metavar="LEVEL", help="TRACE, DEBUG, INFO, WARNING or ERROR. Default: INFO."),
     ] = None,
     log_format: Annotated[
-        str | None, typer.Option(help="text (default) or json: one object per line.")
+        str | None, typer.Option(metavar="FORMAT", help="text (default) or json: one object per line.")
     ] = None,
 ) -> None:
     """Serve the configured resources to the kubelet and keep them registered.
 
     SIGTERM or SIGINT: stop, removing our sockets. SIGHUP: reload --config, restarting only the
     drivers whose settings changed."""
+    drivers = [parse_driver(spec) for spec in driver or []]
+    envs = driver_envs(driver_env or [], {str(d["name"]) for d in drivers})
     load = functools.partial(
         Settings.load,
         config,
         extra_resources=[parse_resource(spec) for spec in resource or []],
-        extra_drivers=[parse_driver(spec) for spec in driver or []],
+        extra_drivers=[{**d, "env": envs.get(str(d["name"]), {})} for d in drivers],
         device_plugins_dir=device_plugins_dir,
         state_dir=state_dir,
         log_level=log_level,
@@ -123,9 +162,9 @@ def run(
         raise typer.Exit(1) from None
 
 
-@app.command("check-config")
+@app.command("check-config", short_help="Check a settings file without serving anything.")
 def check_config(
-    config: Annotated[Path, typer.Argument(help="The YAML settings file to check.")],
+    config: Annotated[Path, typer.Argument(metavar="FILE", help="The YAML settings file to check.")],
 ) -> None:
     """Check a settings file without serving anything: exit 0 and a summary if it is valid, else
     one line per problem with its location and exit 2."""
@@ -137,19 +176,24 @@ def check_config(
     )
 
 
-@app.command()
+@app.command(short_help="Show what a running devshim is doing.")
 def status(
     config: Annotated[
         Path | None,
-        typer.Option("--config", "-c", help="The running devshim's settings file (for its address)."),
+        typer.Option(
+            "--config", "-c", metavar="FILE", help="The running devshim's settings file (for its address)."
+        ),
     ] = None,
     address: Annotated[
         str | None,
-        typer.Option(help="HOST:PORT of the running devshim's ops endpoint. Default: from settings."),
+        typer.Option(
+            metavar="HOST:PORT", help="The running devshim's ops endpoint. Default: from settings (http)."
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON.")] = False,
 ) -> None:
-    """Show what a running devshim is doing: resources, registration, devices by health, drivers."""
+    """Show what a running devshim is doing: resources, registration, devices by health, drivers,
+    the deallocation emulation."""
     settings = _settings_or_exit(functools.partial(Settings.load, config))
     host, port = settings.http.host, settings.http.port
     if address:
@@ -158,24 +202,21 @@ def status(
             typer.echo(f"devshim status: --address {address!r}: expected HOST:PORT", err=True)
             raise typer.Exit(2)
         port = int(port_text)
-    url = f"http://{'127.0.0.1' if host in ('', '0.0.0.0', '::') else host}:{port}/status"
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            report = json.loads(response.read())
-    except (OSError, ValueError) as exc:
-        typer.echo(
-            f"devshim status: no devshim answers at {url} ({exc}); is it running with http enabled?", err=True
-        )
+        report = fetch_status("127.0.0.1" if host in ("", "0.0.0.0", "::") else host, port)
+    except StatusUnavailable as exc:
+        typer.echo(f"devshim status: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(json.dumps(report, indent=2) if as_json else render_status(report))
 
 
-@app.command()
+@app.command(short_help="Watch the whole path against a built-in fake kubelet.")
 def demo(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show devshim's log as well.")] = False,
 ) -> None:
     """Show register, list, health flip, allocate and pre-start against a built-in fake kubelet
-    and the simulated driver; needs no kubelet and changes nothing outside a temp directory."""
+    and the simulated driver, explaining each term as it first appears; needs no kubelet and
+    changes nothing outside a temp directory."""
     from shim.demo import demo as run_demo
 
     logger.remove()
@@ -183,7 +224,7 @@ def demo(
     asyncio.run(run_demo())
 
 
-@app.command()
+@app.command(short_help="Run the compatibility matrix against a driver or a device plugin.")
 def compat(
     driver: Annotated[
         str | None,
@@ -200,7 +241,9 @@ def compat(
     ] = None,
     socket: Annotated[
         Path | None,
-        typer.Option(help="The socket of a device plugin already running (no registration checks)."),
+        typer.Option(
+            metavar="SOCKET", help="The socket of a device plugin already running (no registration checks)."
+        ),
     ] = None,
     health_hook: Annotated[
         str | None,
@@ -211,7 +254,10 @@ def compat(
         ),
     ] = None,
     profile: Annotated[
-        list[str] | None, typer.Option(help="Kubelet profile(s): 1.24, 1.25-1.32, 1.33+, next. Default: all.")
+        list[str] | None,
+        typer.Option(
+            metavar="PROFILE", help="Kubelet profile(s): 1.24, 1.25-1.32, 1.33+, next. Default: all."
+        ),
     ] = None,
     judge: Annotated[
         list[str] | None,
@@ -223,21 +269,70 @@ def compat(
         ),
     ] = None,
     prebuild: Annotated[
-        bool, typer.Option(help="With --judge: build the judge's harnesses into the cache and exit.")
+        bool,
+        typer.Option("--prebuild", help="With --judge: build the judge's harnesses into the cache and exit."),
     ] = False,
     kubelet: Annotated[
         list[str] | None,
-        typer.Option(help="API versions the kubelet speaks: v1beta1, both, v1beta2. Default: all."),
+        typer.Option(
+            metavar="VERSIONS", help="API versions the kubelet speaks: v1beta1, both, v1beta2. Default: all."
+        ),
     ] = None,
-    registration: Annotated[list[str] | None, typer.Option(help="classic, watcher. Default: both.")] = None,
-    scenario: Annotated[list[str] | None, typer.Option(help="Only these rows (repeatable).")] = None,
+    registration: Annotated[
+        list[str] | None, typer.Option(metavar="MODE", help="classic, watcher. Default: both.")
+    ] = None,
+    scenario: Annotated[
+        list[str] | None, typer.Option(metavar="ROW", help="Only these rows (repeatable).")
+    ] = None,
     quick: Annotated[
         bool,
-        typer.Option(help="Every v1beta1 cell plus pairwise coverage of the rest (what devshim's CI runs)."),
+        typer.Option(
+            "--quick", help="Every v1beta1 cell plus pairwise coverage of the rest (what devshim's CI runs)."
+        ),
     ] = False,
-    junit: Annotated[Path | None, typer.Option(help="Write JUnit XML here.")] = None,
-    json_file: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
-    cell_timeout: Annotated[float, typer.Option(help="Seconds one cell may take.")] = 90.0,
+    junit: Annotated[Path | None, typer.Option(metavar="FILE", help="Write JUnit XML here.")] = None,
+    json_file: Annotated[
+        Path | None, typer.Option("--json", metavar="FILE", help="Write the results as JSON here.")
+    ] = None,
+    cell_timeout: Annotated[float, typer.Option(metavar="SECONDS", help="Seconds one cell may take.")] = 90.0,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            metavar="FILE",
+            help="devshim's settings: the driver runs as `devshim run` would run its drivers[] entry "
+            "(its env, grant policy, timeouts); without --driver, its command too.",
+        ),
+    ] = None,
+    driver_name: Annotated[
+        str | None, typer.Option(metavar="NAME", help="Which driver of --config (when it has several).")
+    ] = None,
+    relaxed: Annotated[
+        bool,
+        typer.Option(
+            "--relaxed",
+            help="Allow any grant and give the driver this shell's environment: judge the protocol "
+            "only (by default the driver gets what `devshim run` gives it: exactly its env, and its "
+            "grants held to its grant policy).",
+        ),
+    ] = False,
+    expect: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="[RESOURCE:]KIND=VALUE",
+            help="Every Allocate answer must contain this: env=NAME, node=HOST_PATH, "
+            "mount=HOST_PATH, annotation=KEY or cdi=NAME (repeatable).",
+        ),
+    ] = None,
+    health_watch: Annotated[
+        float,
+        typer.Option(
+            metavar="SECONDS",
+            help="How long the health_watch row waits for a health change the driver makes on its "
+            "own (default 0: the row is skipped).",
+        ),
+    ] = 0.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show devshim's log as well.")] = False,
 ) -> None:
     """Run the compatibility matrix against a driver (behind devshim) or a device plugin, with the
@@ -256,6 +351,11 @@ def compat(
         json=json_file,
         cell_timeout_s=cell_timeout,
         prebuild=prebuild,
+        config=config,
+        driver_name=driver_name,
+        relaxed=relaxed,
+        expect=expect or (),
+        health_watch_s=health_watch,
     )
     command.quiet_logs(verbose)
     try:
@@ -266,7 +366,7 @@ def compat(
     raise typer.Exit(code)
 
 
-@app.command()
+@app.command(short_help="Print devshim's version and the API versions it serves.")
 def version() -> None:
     """Print devshim's version and the kubelet API versions it serves."""
     typer.echo(f"devshim {__version__} (kubelet device-plugin API: v1beta1; v1beta2 experimental, opt-in)")

@@ -2,12 +2,13 @@
 
 The fake kubelet (shim.kubelet) and the simulated driver (devshim_adapters.sim,
 a real subprocess) meet devshim over real unix sockets in a temporary directory;
-each step prints what the kubelet saw.
+each step prints what the kubelet saw, and a line for each term it shows first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import sys
 import tempfile
@@ -59,6 +60,28 @@ SIM_CONFIG: dict[str, Any] = {
 }
 
 
+# The demo is often a newcomer's first sight of the device-plugin API: each term it shows is
+# explained in one line, under the step where it first appears (pattern -> explanation).
+TERMS = {
+    "registered": "registered: devshim called Register on kubelet.sock, naming the resource and its socket",
+    "v1beta1": "v1beta1: the device-plugin API version that the kubelet and devshim agreed on",
+    "preferred allocation": "preferred allocation: the kubelet asks which free devices the plugin prefers",
+    "pre-start": "pre-start: PreStartContainer, a call just before a container starts, to ready its devices",
+    "ListAndWatch": "ListAndWatch: the stream on which the kubelet gets every device, again at each change",
+    "NUMA": "NUMA: the memory node a device is nearest; the kubelet can keep a pod's devices on one",
+    "Unhealthy": "Unhealthy: still counted in the node's capacity, but given to no pod until Healthy again",
+    "Allocate": "Allocate: the kubelet asks what a container needs to use the devices it has chosen",
+    "grant": "grant: the answer to Allocate (env, device nodes, mounts, CDI devices) for the runtime",
+    "^device ": "device HOST -> CONTAINER: left, the host's device node; right, where the container sees it",
+    "^mount ": "mount HOST -> CONTAINER: left, the host's directory; right, where the container sees it",
+    "^CDI ": "CDI: a Container Device Interface name the runtime looks up in the node's specs (/etc/cdi)",
+}
+STAND_INS = (
+    "Nothing on this machine is touched: the host paths below are stand-ins (each GPU is /dev/null, "
+    "/opt/demo-nic is never mounted), and no container starts."
+)
+
+
 def show_devices(devices: Sequence[Any]) -> str:
     return "  ".join(
         f"{d.id} {d.health}" + (f" (NUMA {','.join(map(str, d.numa_nodes))})" if d.numa_nodes else "")
@@ -75,15 +98,26 @@ def show_grant(grant: Any) -> list[str]:
 
 
 class Steps:
+    """Numbered steps, each term of TERMS explained under the first step that shows it."""
+
     def __init__(self, out: Callable[[str], None]) -> None:
         self._out = out
         self._n = 0
+        self._unexplained = dict(TERMS)
 
     def step(self, title: str, *details: str) -> None:
         self._n += 1
         self._out(f"{self._n}. {title}")
         for line in details:
             self._out(f"     {line}")
+        lines = [title, *details]
+        found = []
+        for pattern in list(self._unexplained):
+            where = [(i, m.start()) for i, line in enumerate(lines) if (m := re.search(pattern, line))]
+            if where:
+                found.append((where[0], self._unexplained.pop(pattern)))
+        for _, explanation in sorted(found):
+            self._out(f"     * {explanation}")
 
 
 async def demo(out: Callable[[str], None] = print) -> None:
@@ -107,6 +141,8 @@ async def demo(out: Callable[[str], None] = print) -> None:
     )
     steps = Steps(out)
     out(f"devshim demo: fake kubelet + simulated driver in {workdir}")
+    out(STAND_INS)
+    out("Lines starting with * explain a term where it first appears.")
     try:
         async with FakeKubelet(plugin_dir) as kubelet, Shim(settings):
             for resource in (GPU, NIC):
@@ -126,14 +162,20 @@ async def demo(out: Callable[[str], None] = print) -> None:
             flipped = await gpu.wait_for_list(lambda ds: any(d.id == "gpu-b" and not d.healthy for d in ds))
             steps.step("driver flipped gpu-b to Unhealthy: a new full list arrived", show_devices(flipped))
             chosen, grant = await gpu.admit(2)
+            passed_over = [
+                f"{d.id} not chosen: it is Unhealthy, and the kubelet allocates only Healthy devices"
+                for d in flipped
+                if not d.healthy and d.id not in chosen
+            ]
             steps.step(
-                f"admitted a pod needing 2 of {GPU} (preferred allocation + per-call Allocate)",
+                f"admitted a pod needing 2 of {GPU}: preferred allocation, then Allocate; the grant:",
                 f"devices {', '.join(chosen)}",
+                *passed_over,
                 *show_grant(grant),
             )
             chosen, grant = await nic.admit(2)
             steps.step(
-                f"admitted a pod needing 2 of {NIC} (declared grants, no driver round trip)",
+                f"admitted a pod needing 2 of {NIC}: declared grants, so devshim answers without the driver",
                 f"devices {', '.join(chosen)}",
                 *show_grant(grant),
             )

@@ -79,7 +79,11 @@ async def _ops_server(shim: Shim) -> AsyncIterator[None]:
     if server is not None:
         try:
             await server.start()
-            logger.info("ops endpoint on {}:{} (/metrics /healthz /readyz /status)", http.host, server.port)
+            logger.info(
+                "ops endpoint: serving /metrics, /healthz, /readyz and /status on {}:{}",
+                http.host,
+                server.port,
+            )
         except OSError as exc:
             logger.error("ops endpoint: cannot listen on {}:{}: {}", http.host, http.port, exc)
             server = None

@@ -1,7 +1,11 @@
-"""What a running devshim is doing: collected for /status, rendered for `devshim status`."""
+"""What a running devshim is doing: collected for /status, fetched and rendered for `devshim status`."""
 
 from __future__ import annotations
 
+import http.client
+import json
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,17 +33,87 @@ def resource_status(endpoint: PluginEndpoint, devices: Sequence[Device]) -> dict
 
 
 def driver_status(driver: DriverHost) -> dict[str, Any]:
+    process = driver.process
+    failures, last_failure = driver.failures, driver.last_failure
+    if driver.gave_up.is_set():  # its last starts failed too: count them, and say why the last did
+        failures += driver.settings.restart.max_start_failures
+        last_failure = driver.status.removeprefix("down: ")
     return {
         "status": driver.status,
-        "pid": driver.process.pid if driver.process else None,
+        # Only a running process's: a driver that is down has none.
+        "pid": process.pid if process is not None and process.returncode is None else None,
         "resources": sorted(driver.sources),
-        "failures": driver.failures,
-        "last_failure": driver.last_failure or None,
+        "failures": failures,
+        "last_failure": last_failure or None,
         "calls": {
             m: {"ok": t.ok, "failed": t.failed, "last_error": t.last_error or None}
             for m, t in sorted(driver.calls.items())
         },  # fmt: skip
     }
+
+
+# Above the ops server's 5 s wait for a busy serving loop: a devshim that is slow to compute
+# /status answers (500, saying so) before this client gives up.
+FETCH_TIMEOUT_S = 10.0
+# What every devshim's /status document holds (bootstrap.Shim.status).
+_STATUS_KEYS = frozenset({"version", "registration", "resources", "drivers", "deallocation"})
+
+
+class StatusUnavailable(Exception):
+    """No devshim status at the address; the message says what answered instead, if anything."""
+
+
+def fetch_status(host: str, port: int, timeout_s: float = FETCH_TIMEOUT_S) -> dict[str, Any]:
+    """The /status document of the devshim whose ops endpoint is at ``host:port``."""
+    url = f"http://{host}:{port}/status"
+    nobody = f"no devshim answers at {url}"
+    other = (
+        f"{nobody}: port {port} is served by something other than devshim ({{}}). A devshim that "
+        "finds its port taken logs 'ops endpoint: cannot listen on ...' and serves without it: give it "
+        "another http.port"
+    )
+    try:
+        code, body = _get(url, timeout_s)
+    except ConnectionRefusedError:
+        raise StatusUnavailable(
+            f"{nobody}: nothing listens there; is devshim running, with http enabled?"
+        ) from None
+    except (http.client.HTTPException, ConnectionError) as exc:  # closed unanswered, or not HTTP
+        raise StatusUnavailable(other.format(f"no HTTP answer: {exc!r}")) from None
+    except OSError as exc:  # timed out, an unknown host, ...
+        raise StatusUnavailable(f"{nobody} ({exc})") from None
+    if code not in (200, 404):  # devshim's refusals say why (403: asked from another host)
+        said = body.decode(errors="replace").strip().splitlines() or [""]
+        raise StatusUnavailable(f"{url} answered HTTP {code}: {said[0]}")
+    try:
+        report = json.loads(body) if code == 200 else None
+    except ValueError:
+        report = None
+    if not isinstance(report, dict) or not report.keys() >= _STATUS_KEYS:
+        what = (
+            "HTTP 404 for /status, which every devshim serves"
+            if code == 404
+            else f"it answered {body[:60]!r}"
+        )
+        raise StatusUnavailable(other.format(what))
+    return report
+
+
+# The ops endpoint is local: never asked through a proxy the environment names.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _get(url: str, timeout_s: float) -> tuple[int, bytes]:
+    """The status and body of a GET, an error status too; OSError or HTTPException without an answer."""
+    try:
+        with _OPENER.open(url, timeout=timeout_s) as response:
+            return int(response.status), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, OSError):
+            raise exc.reason from None
+        raise
 
 
 def render_status(report: dict[str, Any]) -> str:
@@ -53,21 +127,25 @@ def render_status(report: dict[str, Any]) -> str:
         state = f"registered as {resource.get('negotiated') or 'chosen by the kubelet'}"
         if not resource.get("registered"):
             state = "NOT registered" + (f" ({resource['watcher']})" if resource.get("watcher") else "")
-        lines.append(
-            f"  {name}: {state}, {resource.get('registrations', 0)} registrations; "
-            f"{devices.get('Healthy', 0)} Healthy, {devices.get('Unhealthy', 0)} Unhealthy"
-        )
+        healthy, unhealthy = devices.get("Healthy", 0), devices.get("Unhealthy", 0)
+        counts = f"{healthy} Healthy, {unhealthy} Unhealthy" if healthy or unhealthy else "no devices"
+        lines.append(f"  {name}: {state}, {resource.get('registrations', 0)} registrations; {counts}")
         if resource.get("last_error"):
             lines.append(f"    last error: {resource['last_error']}")
     for name, driver in report.get("drivers", {}).items():
-        failed = {m: c for m, c in driver.get("calls", {}).items() if c.get("failed")}
-        serving = ", ".join(driver.get("resources", [])) or "nothing"
-        lines.append(
-            f"  driver {name}: {driver.get('status')} (pid {driver.get('pid')}), "
-            f"{driver.get('failures', 0)} failures, serving {serving}"
-        )
-        if driver.get("last_failure"):
-            lines.append(f"    last failure: {driver['last_failure']}")
-        for method, calls in failed.items():
-            lines.append(f"    {method}: {calls['failed']} failed calls, last: {calls.get('last_error')}")
+        lines += _driver_lines(name, driver)
     return "\n".join(lines)
+
+
+def _driver_lines(name: str, driver: dict[str, Any]) -> list[str]:
+    # The state's reason, if any, is the last failure's, shown on a line of its own.
+    state = str(driver.get("status", "")).partition(":")[0]
+    pid = f" (pid {driver['pid']})" if driver.get("pid") else ""
+    serving = ", ".join(driver.get("resources", [])) or "nothing"
+    lines = [f"  driver {name}: {state}{pid}, {driver.get('failures', 0)} failures, serving {serving}"]
+    if driver.get("last_failure"):
+        lines.append(f"    last failure: {driver['last_failure']}")
+    for method, calls in driver.get("calls", {}).items():
+        if calls.get("failed"):
+            lines.append(f"    {method}: {calls['failed']} failed calls, last: {calls.get('last_error')}")
+    return lines

@@ -23,6 +23,7 @@ from tests.support import DRIVERS
 from tests.support.devshim_process import DEVSHIM
 
 PYTHON = shlex.quote(sys.executable)
+WATCH_NOT_ASKED = "give --health-watch SECONDS to wait for health changes the driver makes on its own"
 BROKEN = DRIVERS / "broken.py"
 SIGUSR1_HOOK = 'kill -USR1 "$DEVSHIM_COMPAT_DRIVER_PID"'
 NEWEST = "the newest kubelet modelled"
@@ -63,7 +64,8 @@ def compat(tmp_path: Path, *args: str) -> Run:
     outcomes: dict[str, tuple[str, str]] = {}
     for case in suite.iter("testcase"):
         marks = [(m.tag, m.get("message", "")) for m in case if m.tag in ("failure", "skipped")]
-        outcomes[case.get("name", "")] = marks[0] if marks else ("pass", "")
+        seen = "".join(m.text or "" for m in case if m.tag == "system-out")  # what a pass saw
+        outcomes[case.get("name", "")] = marks[0] if marks else ("pass", seen)
     status = {"pass": "pass", "failure": "fail", "skipped": "skip"}
     assert {n: (status[tag], why) for n, (tag, why) in outcomes.items()} == {
         f"{c['scenario']}[{c['mode']}]": (c["status"], c["reason"]) for c in cells
@@ -106,6 +108,8 @@ def test_the_simulator_passes_every_quick_classic_cell_of_the_next_kubelet(tmp_p
     assert v1beta1 == set(SCENARIOS)
     assert sorted(newer) == sorted(SCENARIOS)
     expected = {("post_stop", "next/v1beta1/classic"): "v1beta1 has no PostStopContainer"}
+    for mode in {c["mode"] for c in run.cells if c["scenario"] == "health_watch"}:
+        expected["health_watch", mode] = WATCH_NOT_ASKED
     for scenario, what in (("upgrade", "upgrade to"), ("downgrade", "downgrade from")):
         if (scenario, "next/v1beta2/classic") in {(c["scenario"], c["mode"]) for c in run.cells}:
             expected[scenario, "next/v1beta2/classic"] = f"{NEWEST}: nothing to {what}"
@@ -125,9 +129,17 @@ def test_devfs_passes_on_a_1_33_kubelet_by_both_registration_paths(tmp_path: Pat
     config = tmp_path / "devfs.json"
     group = {"resource": "example.com/devfs-serial", "paths": [str(dev / "ttyUSB*")]}
     config.write_text(json.dumps({"groups": [group], "poll_interval_s": 0.2}))
-    run = compat(
-        tmp_path, "--driver", f"{PYTHON} -m devshim_adapters.devfs --config {config}", "--profile", "1.33+"
-    )
+    # As an operator would run it: the nodes here are regular files in a temp dir (below /tmp),
+    # which the default grant policy refuses, so devshim's config allows them for this driver.
+    policy = {
+        "device_path_prefixes": [str(dev)],
+        "device_node_types": None,
+        "allow_world_writable_dirs": True,
+    }
+    command = [sys.executable, "-m", "devshim_adapters.devfs", "--config", str(config)]
+    settings = tmp_path / "devshim.yaml"
+    settings.write_text(json.dumps({"drivers": [{"name": "devfs", "command": command, "policy": policy}]}))
+    run = compat(tmp_path, "--config", str(settings), "--profile", "1.33+")
     assert run.code == 0, run.stdout
     assert run.by_status("fail") == {}
     modes = ("1.33+/v1beta1/classic", "1.33+/v1beta1/watcher")
@@ -136,6 +148,7 @@ def test_devfs_passes_on_a_1_33_kubelet_by_both_registration_paths(tmp_path: Pat
     )
     reasons = {
         "health_change": "no --health-hook given: devshim cannot make a driver report a health change",
+        "health_watch": WATCH_NOT_ASKED,
         "preferred_allocation": "the driver declares no resource with preferred allocation",
         "post_stop": "the driver declares no resource with post-stop",
     }
@@ -187,7 +200,10 @@ def test_each_bug_fails_exactly_its_rows(tmp_path: Path, bug: str) -> None:
         assert table_row(run.stdout, scenario).split()[1] == "FAIL"
     if bug == "forgets-after-restart":
         assert "('b-3', 'Healthy')" in failed["driver_crash", "next/both/classic"]
-    assert {c["scenario"] for c in run.cells if c["status"] == "pass"} == set(chosen) - rows
+    # health_watch skips without --health-watch; every other row that does not fail passes.
+    assert {c["scenario"] for c in run.cells if c["status"] == "pass"} == set(chosen) - rows - {
+        "health_watch"
+    }
     assert not list(tmp_path.glob("broken-*.running")), "a cleanly stopped driver leaves no marker"
     for scenario, _ in failed:
         assert repeat_command(driver, scenario) in run.stdout.splitlines()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -76,6 +77,13 @@ def run_devshim(*args: str) -> subprocess.CompletedProcess[str]:
         pytest.param(["-c", "/nonexistent/devshim.yaml"], "cannot read config file", id="no-file"),
         pytest.param(["--driver", "sim"], "expected NAME=COMMAND", id="bad-driver-spec"),
         pytest.param(["--driver", "Sim=x"], "drivers[0].name", id="bad-driver-name"),
+        pytest.param(["-d", "sim=x", "--driver-env", "sim"], "expected NAME=KEY=VALUE", id="bad-env-spec"),
+        pytest.param(
+            ["-d", "sim=x", "-e", "other=A=1"], "no --driver is named 'other'", id="env-for-no-driver"
+        ),
+        pytest.param(
+            ["-d", "sim=x", "-e", "sim=DEVSHIM_TEST_UNSET"], "DEVSHIM_TEST_UNSET is not set", id="env-unset"
+        ),
     ],
 )
 def test_bad_settings_exit_2_with_a_clear_message(plugin_dir: Path, args: list[str], message: str) -> None:
@@ -102,8 +110,52 @@ def test_help_describes_run_and_its_options() -> None:
     """`devshim run --help` names every option a new user needs."""
     result = run_devshim("run", "--help")
     assert result.returncode == 0
-    for option in ("--config", "--device-plugins-dir", "--resource", "--log-level"):
+    for option in ("--config", "--device-plugins-dir", "--resource", "--log-level", "--driver-env"):
         assert option in result.stdout
+
+
+async def test_driver_env_gives_a_driver_the_variables_named_and_nothing_else(
+    plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--driver-env NAME=KEY=VALUE` sets a variable in that --driver's environment (a value may
+    hold '=' or be empty), `NAME=KEY` passes on devshim's own; the driver sees those and none of
+    devshim's other variables."""
+    monkeypatch.setenv("DEVSHIM_TEST_PASSED_ON", "from devshim")
+    monkeypatch.setenv("DEVSHIM_TEST_KEPT_BACK", "secret")
+    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(DRIVERS / 'showing_env.py'))}"
+    async with devshim(
+        *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
+        *("--driver", f"env={command}", "--driver-env", "env=GREETING=a=b c", "-e", "env=EMPTY="),
+        *("-e", "env=DEVSHIM_TEST_PASSED_ON", "-e", "env=PATH"),
+    ):
+        session = await kubelet.wait_for_plugin("example.com/env", timeout=30)
+        grant = await session.allocate([(await session.wait_for_list())[0].id])
+    assert {k.removeprefix("SEEN_"): v for k, v in grant.envs.items()} == {
+        "GREETING": "a=b c",
+        "EMPTY": "",
+        "DEVSHIM_TEST_PASSED_ON": "from devshim",
+        "PATH": os.environ["PATH"],
+    }
+
+
+async def test_the_ops_endpoint_is_logged_once_with_its_bound_port(
+    plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet
+) -> None:
+    """One line says where /metrics, /healthz, /readyz and /status are served, naming the port
+    actually bound (the tests ask for port 0: any free one)."""
+    async with devshim(
+        *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
+        *("-r", "example.com/foo=1"),
+    ) as proc:
+        await kubelet.wait_for_registration("example.com/foo", timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(15):
+            _, stderr = await proc.communicate()
+    lines = [line for line in stderr.decode().splitlines() if "/metrics" in line]
+    assert len(lines) == 1, lines
+    assert re.search(
+        r"ops endpoint: serving /metrics, /healthz, /readyz and /status on 0\.0\.0\.0:[1-9]", lines[0]
+    )
 
 
 async def test_a_driver_that_cannot_start_stays_down_while_others_are_served(

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +23,7 @@ import pytest
 import yaml
 
 from shim.kubelet import FakeKubelet
-from tests.support import DRIVERS
+from tests.support import DRIVERS, ROOT
 from tests.support.devshim_process import DEVSHIM, children, devshim, free_port, http_get
 
 LIFECYCLE = str(DRIVERS / "lifecycle.py")
@@ -250,4 +256,146 @@ def test_status_without_a_running_devshim_says_so(tmp_path: Path) -> None:
         timeout=30,
     )
     assert result.returncode == 1 and "no devshim answers at http://127.0.0.1:" in result.stderr
+    assert "nothing listens there; is devshim running, with http enabled?" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+async def devshim_status(*args: str) -> subprocess.CompletedProcess[str]:
+    return await asyncio.to_thread(
+        subprocess.run, [*DEVSHIM, "status", *args], capture_output=True, text=True, timeout=30
+    )
+
+
+async def status_once(port: int, holds: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+    """The running devshim's /status document, once it answers and ``holds``."""
+    try:
+        async with asyncio.timeout(30):
+            while True:
+                with contextlib.suppress(OSError):  # not listening yet
+                    code, body = await asyncio.to_thread(http_get, f"http://127.0.0.1:{port}/status")
+                    report: dict[str, Any] = json.loads(body) if code == 200 else {}
+                    if report and holds(report):
+                        return report
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting until {what}") from None
+
+
+async def test_status_of_static_resources_alone_says_why_no_deallocation_runs(
+    plugin_dir: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Static devices need no release, so no deallocation emulation runs for them: the status
+    says so, as it says on or off where drivers are served, never a 'starting' that never ends."""
+    port = free_port()
+    monkeypatch.setenv("DEVSHIM_HTTP__PORT", str(port))
+    async with devshim("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir),
+                       "-r", "example.com/foo=2"):  # fmt: skip
+        report = await status_once(port, lambda r: "example.com/foo" in r["resources"], "foo served")
+        shown = await devshim_status()
+    why = "not running: no drivers to tell (static devices need no release)"
+    assert report["deallocation"] == why
+    assert shown.returncode == 0 and f"deallocation emulation: {why}" in shown.stdout, shown.stderr
+
+
+async def test_status_counts_a_failed_start_and_claims_no_devices_for_a_driver_without_any(
+    plugin_dir: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A driver that never started shows as down with its failed starts counted, why the last
+    failed, and no pid; neither it nor a running driver whose resource has no devices is shown
+    with devices (Healthy or Unhealthy) it does not have."""
+    port = free_port()
+    monkeypatch.setenv("DEVSHIM_HTTP__PORT", str(port))
+
+    def settled(report: dict[str, Any]) -> bool:
+        drivers = report["drivers"]
+        return bool(drivers["gone"]["status"].startswith("down") and drivers["empty"]["status"] == "up")
+
+    async with devshim(
+        *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
+        *("--driver", "gone=/nonexistent/driver"),
+        *("--driver", f"empty={shlex.join(sim('example.com/none', 0))}"),
+    ):
+        report = await status_once(port, settled, "gone is given up and empty is up")
+        shown = await devshim_status("--address", f"127.0.0.1:{port}")
+    gone = report["drivers"]["gone"]
+    assert (gone["failures"], gone["pid"]) == (5, None)  # restart.max_start_failures
+    lines = shown.stdout.splitlines()
+    at = lines.index("  driver gone: down, 5 failures, serving nothing")
+    assert lines[at + 1] == "    last failure: cannot run '/nonexistent/driver': No such file or directory"
+    assert "  example.com/none: NOT registered, 0 registrations; no devices" in lines
+    assert any(
+        line.startswith("  driver empty: up (pid ") and "serving example.com/none" in line for line in lines
+    )
+    assert not [line for line in lines if "Healthy" in line], shown.stdout
+
+
+# What another program holding devshim's port answers a GET of /status (None: nothing, it
+# closes the connection), and what `devshim status` then says it saw.
+OTHER_PROGRAMS = {
+    "http-404": (b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", "HTTP 404 for /status"),
+    "http-page": (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 13\r\n\r\n<html></html>",
+        "it answered b'<html></html>'",
+    ),
+    "not-http": (b"SSH-2.0-OpenSSH_9.6\r\n", "no HTTP answer: BadStatusLine"),
+    "silent-close": (None, "no HTTP answer: RemoteDisconnected"),
+}
+
+
+@contextlib.contextmanager
+def other_program(answer: bytes | None) -> Iterator[int]:
+    """A listener on a free port of every address, as another program on the node would hold
+    devshim's port: each connection's request is read, ``answer`` sent, the connection closed."""
+    listener = socket.create_server(("0.0.0.0", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            with connection:
+                connection.recv(65536)
+                if answer is not None:
+                    connection.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield int(listener.getsockname()[1])
+    finally:
+        listener.shutdown(socket.SHUT_RDWR)  # wakes accept()
+        listener.close()
+        thread.join(10)
+
+
+@pytest.mark.parametrize("program", OTHER_PROGRAMS)
+async def test_status_says_when_another_program_holds_devshims_port(
+    plugin_dir: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch, program: str
+) -> None:
+    """devshim serves without its ops endpoint when another program holds the port, and logs
+    why; `devshim status` (finding the port in the same settings) then says the port is served
+    by something other than devshim, and what answered, instead of a bare error."""
+    answer, seen = OTHER_PROGRAMS[program]
+    with other_program(answer) as port:
+        monkeypatch.setenv("DEVSHIM_HTTP__PORT", str(port))
+        async with devshim("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir),
+                           "-r", "example.com/foo=1") as proc:  # fmt: skip
+            await _logged(proc, f"ops endpoint: cannot listen on 0.0.0.0:{port}")
+            shown = await devshim_status()
+    assert shown.returncode == 1 and "Traceback" not in shown.stderr
+    assert f"port {port} is served by something other than devshim ({seen}" in shown.stderr, shown.stderr
+
+
+def test_the_port_taken_message_shown_in_docs_operations_md_is_the_one_printed() -> None:
+    """The `devshim status` message docs/operations.md shows (for port 9477) is what an operator
+    gets when another program answers 404 on the ops port."""
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    sample = re.search(r"^ *(devshim status: no devshim answers at \S+: port 9477 .*)$", doc, re.M)
+    assert sample, "the port-taken message is gone from docs/operations.md"
+    with other_program(OTHER_PROGRAMS["http-404"][0]) as port:
+        result = subprocess.run(
+            [*DEVSHIM, "status", "--address", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=30
+        )
+    assert result.returncode == 1
+    assert result.stderr.strip() == sample.group(1).replace("9477", str(port))

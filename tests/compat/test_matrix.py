@@ -31,6 +31,8 @@ def expected_skip(scenario: str, mode: Mode) -> str | None:
         return "v1beta1 has no PostStopContainer"
     if scenario in ("upgrade", "downgrade") and mode.newer is None:
         return "the newest kubelet modelled"
+    if scenario == "health_watch":
+        return "give --health-watch SECONDS"
     return None
 
 

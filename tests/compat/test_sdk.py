@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import select
 import subprocess
 import sys
 import time
+import tty
 from pathlib import Path
 from typing import Any
 
@@ -260,3 +263,125 @@ async def test_a_print_in_driver_code_goes_to_stderr_not_into_the_protocol() -> 
         assert "listing devices now" in chatty.stderr
     finally:
         await chatty.kill()
+
+
+INITIALIZE_AND_SHUTDOWN = (
+    b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocol_version":"1.0.0"}}\n'
+    b'{"jsonrpc":"2.0","id":2,"method":"shutdown","params":{}}\n'
+)
+MINIMAL = [sys.executable, str(ROOT / "adapters" / "examples" / "python_minimal.py")]
+
+
+def assert_initialized_and_shut_down(output: bytes) -> None:
+    answers = {m["id"]: m for m in map(json.loads, output.splitlines())}
+    assert answers[1]["result"]["driver"]["name"] == "fans"
+    assert answers[1]["result"]["resources"] == [{"name": "example.com/fan"}]
+    assert answers[2] == {"jsonrpc": "2.0", "id": 2, "result": {}}
+    assert len(answers) == 2
+
+
+@pytest.mark.parametrize(
+    ("stdin_file", "stdout_file"),
+    [(True, True), (True, False), (False, True)],
+    ids=["both", "stdin", "stdout"],
+)
+def test_run_serves_stdin_and_stdout_that_are_regular_files(
+    tmp_path: Path, stdin_file: bool, stdout_file: bool
+) -> None:
+    """`python driver.py < requests > answers`, by hand or under a supervisor logging to a file:
+    asyncio's pipe transports refuse regular files, run() does not. The driver answers into the
+    file and exits 0 at the end of its input."""
+    requests, answers = tmp_path / "requests.jsonl", tmp_path / "answers.jsonl"
+    requests.write_bytes(INITIALIZE_AND_SHUTDOWN)
+    with requests.open("rb") as given, answers.open("wb") as taken:
+        feed: dict[str, Any] = {"stdin": given} if stdin_file else {"input": INITIALIZE_AND_SHUTDOWN}
+        done = subprocess.run(
+            MINIMAL, **feed, stdout=taken if stdout_file else subprocess.PIPE, stderr=subprocess.PIPE,
+            timeout=30, cwd=ROOT,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    assert_initialized_and_shut_down(answers.read_bytes() if stdout_file else done.stdout)
+
+
+def test_run_with_stdin_at_dev_null_ends_cleanly(tmp_path: Path) -> None:
+    """/dev/null is a character device epoll refuses: read directly, it is an empty input, so the
+    driver has nothing to answer and exits 0."""
+    answers = tmp_path / "answers.jsonl"
+    with answers.open("wb") as taken:
+        done = subprocess.run(
+            MINIMAL, stdin=subprocess.DEVNULL, stdout=taken, stderr=subprocess.PIPE, timeout=30, cwd=ROOT
+        )
+    assert done.returncode == 0, done.stderr.decode()
+    assert answers.read_bytes() == b"" and b"Traceback" not in done.stderr
+
+
+def test_run_serves_a_terminal(tmp_path: Path) -> None:
+    """A driver run by hand in a terminal: stdin and stdout one tty, answered line by line."""
+    controller, terminal = os.openpty()
+    tty.setraw(terminal)  # no echo and no CRLF: the terminal passes the lines as they are
+    with (tmp_path / "stderr").open("wb") as stderr:
+        driver = subprocess.Popen(MINIMAL, stdin=terminal, stdout=terminal, stderr=stderr, cwd=ROOT)
+    os.close(terminal)
+    try:
+        os.write(controller, INITIALIZE_AND_SHUTDOWN)
+        output = b""
+        deadline = time.monotonic() + 30
+        while output.count(b"\n") < 2 and time.monotonic() < deadline:
+            if select.select([controller], [], [], 1)[0]:
+                output += os.read(controller, 65536)
+        assert_initialized_and_shut_down(output)
+        assert driver.wait(timeout=30) == 0, (tmp_path / "stderr").read_text()
+    finally:
+        driver.kill()
+        driver.wait()
+        os.close(controller)
+
+
+OVERRIDING_DRIVER = """
+import sys
+from shim.sdk import Driver, run, types
+
+class Overrider(Driver):
+    def resources(self):
+        flags = [flag for flag in sys.argv[1].split(",") if flag]
+        return [types.Resource(name="example.com/o", **dict.fromkeys(flags, True))]
+
+    async def list_devices(self, resource):
+        return []
+
+    async def preferred_allocation(self, resource, request):
+        return []
+
+    async def prestart(self, resource, device_ids):
+        pass
+
+    async def deallocate(self, resource, device_ids):
+        pass
+
+    async def post_stop(self, resource, device_ids):
+        pass
+
+run(Overrider())
+"""
+OPTIONAL = ["preferred_allocation", "prestart", "deallocate", "post_stop"]
+
+
+@pytest.mark.parametrize("declared", [[], ["prestart", "post_stop"], OPTIONAL], ids=["none", "some", "all"])
+async def test_an_override_without_its_capability_flag_is_warned_about_on_stderr(declared: list[str]) -> None:
+    """devshim never calls an optional method whose flag no resource sets: at initialize the SDK
+    writes one warning per such override to stderr, naming the method and the flag, and changes
+    no flag itself."""
+    driver = await DriverProcess.start(sys.executable, "-c", OVERRIDING_DRIVER, ",".join(declared))
+    try:
+        result = (await driver.initialize())["result"]
+        assert result["resources"] == [{"name": "example.com/o", **dict.fromkeys(declared, True)}]
+        assert await driver.finish() == 0
+    finally:
+        await driver.kill()
+    warnings = [line for line in driver.stderr.splitlines() if "overrides" in line]
+    assert warnings == [
+        f"WARNING: Overrider overrides {method} but no resource in resources() sets {method}=True: "
+        "devshim will never call it"
+        for method in OPTIONAL
+        if method not in declared
+    ]

@@ -11,12 +11,12 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
 from .driver_matrix import driver_cells, run_driver_matrix
-from .driver_scenarios import SCENARIOS
+from .driver_scenarios import SCENARIOS, expectation
 from .driver_world import DriverUnderTest
 from .modes import MODES, PROFILES, REGISTRATIONS, VERSION_SETS, Mode, in_default_subset
 from .plugin_checks import PLUGIN_CHECKS, plugin_cells, run_plugin_matrix
@@ -84,10 +84,22 @@ class Request:
     json: Path | None = None
     cell_timeout_s: float = 90.0
     prebuild: bool = False  # with --judge: build the harnesses, run nothing
+    config: Path | None = None  # devshim's settings: the driver's entry is run as `run` would
+    driver_name: str | None = None  # which of --config's drivers (needed when it has several)
+    relaxed: bool = False  # any grant, the caller's environment
+    expect: Sequence[str] = ()  # what every Allocate answer must contain
+    health_watch_s: float = 0.0  # how long the health_watch row waits
 
 
 def run(request: Request) -> int:
     """Run the chosen matrix; 0 only if every cell that applied passed, 1 otherwise."""
+    if (
+        request.config is not None
+        and request.driver is None
+        and request.plugin is None
+        and request.socket is None
+    ):
+        request.driver = shlex.join(_configured_driver(request)["command"])
     given = [flag for flag, value in (("--driver", request.driver), ("--plugin", request.plugin),
                                       ("--socket", request.socket)) if value is not None]  # fmt: skip
     if len(given) != 1 and not (request.prebuild and not given):  # --prebuild alone tests nothing
@@ -132,11 +144,18 @@ def _report(
 def repeat_command(request: Request, result: Result) -> str:
     """The `devshim compat` command that runs just this cell again."""
     argv = ["devshim", "compat"]
-    given = (("--driver", request.driver), ("--plugin", request.plugin), ("--socket", request.socket),
-             ("--health-hook", request.health_hook))  # fmt: skip
+    given: list[tuple[str, object]] = [
+        ("--driver", request.driver), ("--plugin", request.plugin), ("--socket", request.socket),
+        ("--health-hook", request.health_hook), ("--config", request.config),
+        ("--driver-name", request.driver_name),
+    ]  # fmt: skip
     for flag, value in given:
         if value is not None:
             argv += [flag, str(value)]
+    argv += ["--relaxed"] if request.relaxed else []
+    argv += ["--health-watch", f"{request.health_watch_s:g}"] if request.health_watch_s else []
+    for expected in request.expect:
+        argv += ["--expect", expected]
     argv += ["--scenario", result.row]
     parts = result.column.split("/")
     if request.selection.judges:
@@ -186,8 +205,9 @@ def _judged_driver(request: Request, binaries: dict[Release, Path]) -> int:
         cells = judged_cells(sel.scenarios or None, sorted(binaries), sel.registrations or None)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    driver = DriverUnderTest(argv, health_hook=request.health_hook)
+    driver = driver_under_test(request, argv)
     sys.stderr.write(f"devshim compat: {len(cells)} cells for driver {shlex.join(argv)}\n")
+    sys.stderr.write(f"devshim compat: the driver runs {driver.describe()}\n")
     results = asyncio.run(
         run_judged_matrix(
             driver, cells, binaries, timeout_s=request.cell_timeout_s, progress=_progress(len(cells))
@@ -234,6 +254,49 @@ def _progress(total: int) -> Callable[[Result], None]:
     return report
 
 
+def driver_under_test(request: Request, argv: list[str]) -> DriverUnderTest:
+    """The driver as `devshim run` would run it: its entry in --config (or the defaults)."""
+    for expected in request.expect:
+        try:
+            expectation(expected)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+    entry = _configured_driver(request) if request.config is not None else {}
+    env = entry.pop("env", {})
+    entry.pop("command", None)
+    return DriverUnderTest(
+        argv,
+        env,
+        entry,
+        relaxed=request.relaxed,
+        health_hook=request.health_hook,
+        expect=request.expect,
+        health_watch_s=request.health_watch_s,
+    )
+
+
+def _configured_driver(request: Request) -> dict[str, Any]:
+    """The drivers[] entry of --config that --driver-name names (or the only one), as a dict."""
+    from shim.configfile import ConfigError
+    from shim.settings import Settings
+
+    assert request.config is not None
+    try:
+        drivers = Settings.load(config_file=request.config).drivers
+    except ConfigError as err:
+        raise UsageError(f"--config {request.config}: {err}") from None
+    names = [d.name for d in drivers]
+    if request.driver_name is not None:
+        chosen = [d for d in drivers if d.name == request.driver_name]
+    else:
+        chosen = drivers if len(drivers) == 1 else []
+    if not chosen:
+        which = f"no driver {request.driver_name!r}" if request.driver_name else f"{len(drivers)} drivers"
+        raise UsageError(f"--config {request.config} has {which} (drivers: {', '.join(names) or 'none'}); "
+                         "name one with --driver-name")  # fmt: skip
+    return chosen[0].model_dump(mode="json", exclude_unset=False)
+
+
 def _driver(request: Request, argv: list[str]) -> tuple[list[Result], list[str], list[str], str]:
     sel = request.selection
     modes = sel.modes()
@@ -246,8 +309,9 @@ def _driver(request: Request, argv: list[str]) -> tuple[list[Result], list[str],
         cells = [(s, m) for s, m in cells if in_default_subset(m, order.index(s))]
     if not cells:
         raise UsageError("the filters select no cell")
-    driver = DriverUnderTest(argv, health_hook=request.health_hook)
+    driver = driver_under_test(request, argv)
     sys.stderr.write(f"devshim compat: {len(cells)} cells for driver {shlex.join(argv)}\n")
+    sys.stderr.write(f"devshim compat: the driver runs {driver.describe()}\n")
     results = asyncio.run(
         run_driver_matrix(driver, cells, timeout_s=request.cell_timeout_s, progress=_progress(len(cells)))
     )

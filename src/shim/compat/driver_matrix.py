@@ -13,7 +13,7 @@ from .results import Result, Skip, run_cells
 CELL_TIMEOUT_S = 90.0
 
 
-async def run_driver_cell(driver: DriverUnderTest, mode: Mode, scenario: str) -> None:
+async def run_driver_cell(driver: DriverUnderTest, mode: Mode, scenario: str) -> str | None:
     """One cell: the scenario in a fresh world of the mode (Skip/Failed as the scenario raises)."""
     first = mode.kubelet
     if starts_one_step_up(scenario):
@@ -21,7 +21,7 @@ async def run_driver_cell(driver: DriverUnderTest, mode: Mode, scenario: str) ->
             raise Skip("the newest kubelet modelled: nothing to downgrade from")
         first = mode.newer
     async with driver_world(driver, mode, first) as world:
-        await SCENARIOS[scenario](world)
+        return await SCENARIOS[scenario](world)
 
 
 async def run_driver_matrix(

@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from shim.kubelet.records import HEALTHY, UNHEALTHY, ContainerSpec, DeviceState
+from shim.kubelet.records import HEALTHY, UNHEALTHY, ContainerSpec, DeviceState, Grant
 
 from .driver_world import DriverWorld, ids, restart_kubelet
 from .modes import Kubelet
 from .results import Failed, Skip, expect
 
-Scenario = Callable[[DriverWorld], Awaitable[None]]
+Scenario = Callable[[DriverWorld], Awaitable[str | None]]
 # How long a stream must stay open for "list_watch" (the kubelet treats its end as a disconnect).
 STREAM_OPEN_S = 0.5
 RECOVERY_TIMEOUT_S = 15.0
@@ -100,17 +100,92 @@ async def health_change(w: DriverWorld) -> None:
     )
 
 
-async def allocate(w: DriverWorld) -> None:
-    """Allocate of one Healthy device answers one container response, for every resource."""
-    tried = 0
+async def health_watch(w: DriverWorld) -> str:
+    """A health change the driver makes on its own (no hook) reaches the kubelet: for up to
+    --health-watch seconds (since its first list) the kubelet's lists are watched; then every
+    resource's health as the kubelet has it must be what the driver itself lists. No change
+    within the time is no failure."""
+    wait_s = w.driver.health_watch_s
+    if wait_s <= 0:
+        raise Skip("give --health-watch SECONDS to wait for health changes the driver makes on its own")
+    before = {r: _health(w.session(r).lists[0]) for r in w.resources}  # a change during start counts
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    changed: list[str] = []
+    while not changed and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+        changed = [r for r in w.resources if _health(w.session(r).latest) != before[r]]
+    for resource in w.resources:
+        driver = await w.driver_health(resource)
+        kubelet = _health(w.session(resource).latest)
+        expect(
+            driver == kubelet,
+            f"{resource}: the driver lists {driver}, the kubelet still has {kubelet} (was the change "
+            "notified with health_changed or devices_changed?)",
+        )
+    if not changed:
+        raise Skip(f"the driver changed no device's health within {wait_s:g} s")
+    waited = wait_s - (deadline - loop.time())
+    return "; ".join(
+        f"{r}: {sorted(set(_health(w.session(r).latest)) - set(before[r]))} after {waited:.1f} s"
+        for r in changed
+    )
+
+
+async def allocate(w: DriverWorld) -> str:
+    """Allocate of one Healthy device answers one container response, for every resource, with
+    the grant `devshim run` would pass (its grant policy applies) and everything --expect names;
+    the pass shows each resource's grant."""
+    seen = []
     for resource in w.resources:
         session = w.session(resource)
         healthy = _healthy(session.latest)
         if healthy:
-            await session.allocate(healthy[:1])
-            tried += 1
-    if not tried:
+            grant = await session.allocate(healthy[:1])
+            shown = describe_grant(grant)
+            for expected in w.driver.expect:
+                wanted_resource, item = expectation(expected)
+                if wanted_resource in ("", resource) and item not in grant_items(grant):
+                    raise Failed(f"{resource}: the grant lacks {item} (--expect); it has {shown}")
+            seen.append(f"{resource} {healthy[0]}: {shown}")
+    if not seen:
         raise Skip("the driver lists no Healthy device to allocate")
+    return "; ".join(seen)
+
+
+EXPECT_KINDS = ("env", "node", "mount", "annotation", "cdi")
+
+
+def expectation(text: str) -> tuple[str, str]:
+    """--expect's "[RESOURCE:]KIND=VALUE" as (resource or "", "KIND=VALUE"); ValueError if malformed."""
+    head, colon, tail = text.partition(":")
+    resource, item = (head, tail) if colon and "=" not in head else ("", text)
+    kind, equals, value = item.partition("=")
+    if kind not in EXPECT_KINDS or not equals or not value:
+        raise ValueError(
+            f"--expect {text!r}: not [RESOURCE:]KIND=VALUE with KIND one of {', '.join(EXPECT_KINDS)}"
+        )
+    return resource, item
+
+
+def grant_items(grant: Grant) -> set[str]:
+    """What --expect can name: env=NAME, node=HOST_PATH, mount=HOST_PATH, annotation=KEY, cdi=NAME."""
+    return {
+        *(f"env={name}" for name in grant.envs),
+        *(f"node={host}" for _, host, _ in grant.device_nodes),
+        *(f"mount={host}" for _, host, _ in grant.mounts),
+        *(f"annotation={key}" for key in grant.annotations),
+        *(f"cdi={name}" for name in grant.cdi_devices),
+    }
+
+
+def describe_grant(grant: Grant) -> str:
+    parts = [f"env {k}={v}" for k, v in grant.envs.items()]
+    parts += [f"node {host} -> {container} ({perms})" for container, host, perms in grant.device_nodes]
+    parts += [f"mount {host} -> {container}{' (ro)' if ro else ''}" for container, host, ro in grant.mounts]
+    parts += [f"annotation {k}={v}" for k, v in grant.annotations.items()]
+    parts += [f"cdi {name}" for name in grant.cdi_devices]
+    return ", ".join(parts) or "nothing"
 
 
 async def preferred_allocation(w: DriverWorld) -> None:
@@ -275,8 +350,8 @@ def _health(devices: tuple[DeviceState, ...]) -> list[tuple[str, str]]:
 
 SCENARIOS: dict[str, Scenario] = {
     f.__name__: f
-    for f in (register, list_watch, health_change, allocate, preferred_allocation, prestart, deallocate,
-              post_stop, kubelet_restart, upgrade, downgrade, socket_removed, driver_crash)
+    for f in (register, list_watch, health_change, health_watch, allocate, preferred_allocation, prestart,
+              deallocate, post_stop, kubelet_restart, upgrade, downgrade, socket_removed, driver_crash)
 }  # fmt: skip
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from shim.bootstrap import Shim
 from shim.driverhost import DriverHost
 from shim.kubelet import FakeKubelet, PluginSession
-from shim.kubelet.records import DeviceState
+from shim.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
 from shim.model import Capabilities
 from shim.settings import Settings
 
@@ -39,13 +39,34 @@ HOOK_TIMEOUT_S = 10.0
 
 @dataclass(frozen=True)
 class DriverUnderTest:
-    """What `devshim compat --driver` was given."""
+    """What `devshim compat --driver` was given. By default the driver runs as `devshim run`
+    would run it: with exactly ``env`` as its environment and its grants held to the policy in
+    ``entry`` (its drivers[] entry from --config: policy, resource_policies, timeouts, ...; empty:
+    the defaults). ``relaxed``: any grant, and the caller's environment under ``env``."""
 
     command: Sequence[str]
-    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    env: Mapping[str, str] = field(default_factory=dict)
+    entry: Mapping[str, Any] = field(default_factory=dict)
+    relaxed: bool = False
     # A shell command that makes the driver report DEVSHIM_COMPAT_DEVICE of DEVSHIM_COMPAT_RESOURCE
     # Unhealthy (its pid is DEVSHIM_COMPAT_DRIVER_PID); without it the health row is skipped.
     health_hook: str | None = None
+    # What every Allocate answer must contain, "[RESOURCE:]KIND=VALUE" (driver_scenarios.expectation).
+    expect: Sequence[str] = ()
+    # How long the health_watch row waits for a health change the driver makes on its own.
+    health_watch_s: float = 0.0
+
+    def describe(self) -> str:
+        """How the driver is run, for the report's header."""
+        if self.relaxed:
+            return "relaxed (--relaxed): any grant allowed; the driver gets this shell's environment"
+        keys = ", ".join(sorted(self.env)) or "none: no PATH either"
+        policy = (
+            f"drivers[{self.entry['name']}]'s grant policy"
+            if "name" in self.entry
+            else "the default grant policy"
+        )
+        return f"as `devshim run` runs it: {policy}; environment variables {keys}"
 
 
 @dataclass
@@ -103,6 +124,7 @@ class DevshimSide:
         hook = self.driver.health_hook
         assert hook is not None
         env = {
+            **os.environ,  # the hook is the caller's command, with what the driver is given
             **self.driver.env,
             "DEVSHIM_COMPAT_RESOURCE": resource,
             "DEVSHIM_COMPAT_DEVICE": device,
@@ -123,6 +145,12 @@ class DevshimSide:
             text = output.decode(errors="replace").strip()[-500:]
             raise Failed(f"the health hook exited with {process.returncode}: {text}")
 
+    async def driver_health(self, resource: str) -> list[tuple[str, str]]:
+        """What the driver itself lists now (asked directly: devshim's copy is what it was told)."""
+        answer = await self.host.call("list_devices", {"resource": resource})
+        shown = {"HEALTHY": HEALTHY, "UNHEALTHY": UNHEALTHY}
+        return sorted((d["id"], shown.get(d.get("health"), str(d.get("health")))) for d in answer["devices"])
+
     def kill_driver(self) -> None:
         os.kill(self.driver_pid(), signal.SIGKILL)
 
@@ -134,6 +162,9 @@ class DevshimSide:
         while self.host.status != "up" or not self.resources:
             if self.host.gave_up.is_set():
                 raise Failed(f"the driver did not start: {self.host.status}")
+            if self.host.status == "up" and not self.resources and self.host.refused:
+                refused = "; ".join(f"{name!r}: {why}" for name, why in self.host.refused.items())
+                raise Failed(f"devshim refused every resource the driver declared: {refused}")
             if loop.time() > deadline:
                 if self.host.status == "up":
                     raise Failed(f"the driver declared no resources within {START_TIMEOUT_S:g} s")
@@ -185,9 +216,8 @@ class DriverWorld(DevshimSide):
         return session
 
 
-# compat judges how a driver speaks the protocol, not what a node lets it grant: that is the
-# operator's grant policy (docs/configuration.md), which would fail the allocate rows of a
-# driver granting, say, nodes in a temp dir.
+# `devshim compat --relaxed`: judge how a driver speaks the protocol only, not what a node lets it
+# grant (the operator's grant policy, docs/configuration.md).
 ALLOW_ANY_GRANT: dict[str, Any] = {
     "device_path_prefixes": ["/"],
     "device_node_types": None,
@@ -216,11 +246,12 @@ def settings_for(
         drivers=[
             {
                 "name": DRIVER_NAME,
+                **driver.entry,
                 "command": list(driver.command),
-                "env": dict(driver.env),
+                "env": {**os.environ, **driver.env} if driver.relaxed else dict(driver.env),
                 # Restart a crashed driver at once (the crash row times its recovery).
                 "restart": {"backoff_initial_s": restart_backoff_s, "backoff_max_s": 1.0},
-                "policy": ALLOW_ANY_GRANT,
+                **({"policy": ALLOW_ANY_GRANT, "resource_policies": {}} if driver.relaxed else {}),
             }
         ],
         deallocation={

@@ -2,8 +2,9 @@
 
 The table has a row per scenario and a column per mode; a column id's "/"-separated parts
 (profile, API versions, registration path) are stacked as header lines, each written once over
-the columns that share it. A failed or skipped cell
-carries a note number; the notes below the table give each distinct reason once. A cell that was
+the columns that share it. A failed or skipped cell, or a passed one with something to show
+(the grant the allocate row got), carries a note number; the notes below the table give each
+distinct reason once. A cell that was
 not selected for this run is a dot.
 """
 
@@ -27,6 +28,9 @@ def summary(results: Sequence[Result]) -> str:
     )
 
 
+_MARKS = {Status.PASS: "ok", Status.FAIL: "FAIL", Status.SKIP: "skip"}
+
+
 def table(
     results: Sequence[Result], rows: Sequence[str], columns: Sequence[str], row_label: str = "scenario"
 ) -> str:
@@ -35,11 +39,11 @@ def table(
     notes: dict[tuple[Status, str], int] = {}
     cells: dict[tuple[str, str], str] = {}
     for key, result in by_cell.items():
-        if result.status is Status.PASS:
+        if result.status is Status.PASS and not result.reason:
             cells[key] = "ok"
             continue
         number = notes.setdefault((result.status, result.reason), len(notes) + 1)
-        cells[key] = f"{'FAIL' if result.status is Status.FAIL else 'skip'} {number}"
+        cells[key] = f"{_MARKS[result.status]} {number}"
     used = [c for c in columns if any((row, c) in by_cell for row in rows)]
     depth = max((len(c.split("/")) for c in used), default=1)
     headers = [c.split("/") + [""] * (depth - len(c.split("/"))) for c in used]
@@ -62,7 +66,7 @@ def table(
     if notes:
         lines.append("")
         for (status, reason), number in notes.items():
-            lines.append(f"{number:>3}. {status.value}: {reason}")
+            lines.append(f"{number:>3}. {status.value if status is not Status.PASS else 'saw'}: {reason}")
     lines.append("")
     lines.append(summary(results))
     return "\n".join(lines)
@@ -103,5 +107,7 @@ def write_junit(results: Sequence[Result], path: Path, suite: str) -> None:
             ET.SubElement(case, "failure", message=r.reason).text = r.reason
         elif r.status is Status.SKIP:
             ET.SubElement(case, "skipped", message=r.reason)
+        elif r.reason:  # what a passing cell saw
+            ET.SubElement(case, "system-out").text = r.reason
     ET.indent(root)
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)

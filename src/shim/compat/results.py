@@ -1,6 +1,7 @@
 """What a cell of the matrix came to: passed, failed with a reason, or skipped with a reason.
 
-A check is an async function of one cell's world. It passes by returning, fails by raising
+A check is an async function of one cell's world. It passes by returning (a string it returns
+is shown with the pass: what it saw, such as the grant Allocate gave), fails by raising
 (`Failed` with a message meant for the person reading the report; any other exception is
 reported with its type), and skips by raising `Skip` when the cell cannot apply to what is being
 tested (a driver without pre-start has nothing to check in the pre-start row).
@@ -46,7 +47,9 @@ class Result:
     seconds: float = 0.0
 
 
-async def run_cell(row: str, column: str, check: Callable[[], Awaitable[None]], timeout_s: float) -> Result:
+async def run_cell(
+    row: str, column: str, check: Callable[[], Awaitable[str | None]], timeout_s: float
+) -> Result:
     """Run one check under a deadline; every outcome becomes a Result, nothing escapes but a cancel."""
     started = time.monotonic()
 
@@ -55,7 +58,7 @@ async def run_cell(row: str, column: str, check: Callable[[], Awaitable[None]], 
 
     try:
         async with asyncio.timeout(timeout_s):
-            await check()
+            seen = await check()
     except Skip as skip:
         return result(Status.SKIP, str(skip))
     except Failed as failure:
@@ -66,10 +69,10 @@ async def run_cell(row: str, column: str, check: Callable[[], Awaitable[None]], 
         return result(Status.FAIL, f"timed out: {detail}")
     except Exception as err:
         return result(Status.FAIL, f"{type(err).__name__}: {err}")
-    return result(Status.PASS)
+    return result(Status.PASS, seen or "")
 
 
-Check = Callable[[], Awaitable[None]]
+Check = Callable[[], Awaitable[str | None]]
 
 
 async def run_cells(

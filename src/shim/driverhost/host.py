@@ -80,6 +80,8 @@ class DriverHost:
         self.failures = 0  # runs that failed after starting (each one restarted, unless given up)
         self.last_failure = ""
         self.calls: dict[str, CallTally] = {}
+        # The resources the driver declared last and may not serve, with why (the first few).
+        self.refused: dict[str, str] = {}
         self._run: DriverProcess | None = None
         self._ready = asyncio.Event()
         self.gave_up = asyncio.Event()  # set once the driver stays down for good
@@ -247,11 +249,13 @@ class DriverHost:
                 await self._registry.remove_resource(name)
                 self._store.forget(name)  # after: closing the source saves its devices once more
             refused = 0
+            self.refused = {}
             for info in wanted.values():
                 if info.name not in self.sources and (why := self._admit(info.name)) is not None:
                     refused += 1
                     if refused <= _REFUSALS_LOGGED:
                         logger.warning("driver {!r}: refused a resource it may not serve: {}", self.name, why)
+                        self.refused[_cut(info.name)] = why
                     continue
                 source = self._source_for(info)
                 await source.refresh()

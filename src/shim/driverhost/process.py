@@ -259,6 +259,9 @@ class DriverProcess:
             reason = f"it was killed by {signal.Signals(-code).name}"
         else:
             reason = f"it exited with code {code}"
+        if self.last_log and reason != self.last_log:
+            # Usually why (a missing variable, module or file): where status and compat show it.
+            reason += f"; its last stderr line: {self.last_log[:300]}"
         self.fail(reason)
 
     def _rate_limited(self, method: str, handler: NotificationHandler) -> NotificationHandler:

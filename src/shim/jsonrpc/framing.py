@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 from typing import Protocol
 
 from shim.jsonrpc.errors import ProtocolError
@@ -62,19 +61,3 @@ class StreamTransport:
         self._writer.close()
         with contextlib.suppress(ConnectionError, BrokenPipeError):
             await self._writer.wait_closed()
-
-
-async def stdio_transport() -> StreamTransport:
-    """This process's stdin/stdout as a transport (a driver's side of the pipe).
-
-    The writer gets a StreamReaderProtocol, not FlowControlMixin: only the former
-    has the close waiter that StreamWriter.wait_closed needs (CPython 3.11), so
-    close() returns once the last answer (shutdown's) is written.
-    """
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
-    transport, protocol = await loop.connect_write_pipe(
-        lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), sys.stdout.buffer
-    )
-    return StreamTransport(reader, asyncio.StreamWriter(transport, protocol, reader, loop))

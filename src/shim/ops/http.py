@@ -116,7 +116,7 @@ class OpsServer:
         self._listening = socket.create_server((self._host, self._port), family=family, backlog=BACKLOG)
         self._listening.setblocking(False)
         self._accepting = asyncio.create_task(self._accept(self._listening))
-        logger.info("ops: serving /metrics, /healthz, /readyz and /status on {}:{}", self._host, self.port)
+        # Not logged here: the process that starts the server says where it listens, once.
 
     async def stop(self) -> None:
         listening, self._listening = self._listening, None

@@ -1,4 +1,4 @@
-"""The Python driver SDK: write a devshim driver as one class (docs/driver-protocol.md).
+"""The Python driver SDK: write a devshim driver as one class (the guide: docs/sdk.md).
 
     from shim.sdk import Driver, run, types
 

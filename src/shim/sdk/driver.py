@@ -2,9 +2,12 @@
 
 Required: ``resources`` and ``list_devices``; ``allocate`` too unless every
 device of the driver declares its grant (devshim then never calls it). The
-other methods are optional: one the subclass leaves alone answers -32601,
-which devshim reads as "capability absent", so a Resource that declares it
-by mistake degrades instead of failing pods.
+other methods are optional, and devshim calls one only for a resource whose
+flag of the same name is set (``types.Resource(name=..., prestart=True)``).
+One the subclass leaves alone answers -32601, which devshim reads as
+"capability absent", so a Resource that declares it by mistake degrades
+instead of failing pods. Either mismatch is warned about on stderr at
+initialize (server.capability_mismatches).
 """
 
 from __future__ import annotations

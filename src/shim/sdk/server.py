@@ -37,6 +37,27 @@ def check_protocol_version(theirs: str) -> None:
         )
 
 
+def capability_mismatches(driver: Driver, resources: list[types.Resource]) -> list[str]:
+    """What the optional methods and the resources' flags say that cannot both be meant.
+
+    devshim calls an optional method only for a resource whose flag says so, so an override no
+    resource declares is dead code nobody would notice. A driver serving nothing yet (it finds
+    its resources later) is not judged: its flags are not known."""
+    problems: list[str] = []
+    for method in OPTIONAL_METHODS:
+        declaring = [r.name for r in resources if getattr(r, method)]
+        if declaring and not driver.implements(method):
+            problems.extend(
+                f"{name} declares {method} but the driver does not implement it" for name in declaring
+            )
+        elif resources and not declaring and driver.implements(method):
+            problems.append(
+                f"{type(driver).__name__} overrides {method} but no resource in resources() sets "
+                f"{method}=True: devshim will never call it"
+            )
+    return problems
+
+
 class _Dispatcher:
     """One handler per method: params in, the driver called, its answer checked and encoded."""
 
@@ -73,12 +94,8 @@ class _Dispatcher:
         check_protocol_version(request.protocol_version)
         await self._driver.on_initialize(request)
         resources = self._driver.resources()
-        for resource in resources:
-            for method in OPTIONAL_METHODS:
-                if getattr(resource, method) and not self._driver.implements(method):
-                    logger.warning(
-                        "{} declares {} but the driver does not implement it", resource.name, method
-                    )
+        for problem in capability_mismatches(self._driver, resources):
+            logger.warning("{}", problem)
         info = types.DriverInfo(name=self._driver.display_name, version=self._driver.version)
         return message_json(
             types.InitializeResult(protocol_version=PROTOCOL_VERSION, driver=info, resources=resources)
