@@ -94,6 +94,7 @@ class Shim:
         # Resource name -> owner (a driver's name or STATIC_CONFIG), from a claim until removal.
         self.owners: dict[str, str] = {}
         self.deallocation = DeallocationEmulator(settings.deallocation, lambda: self.services)
+        self._deallocating: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -101,11 +102,7 @@ class Shim:
         if self.watcher_mode:
             self.settings.plugins_registry_dir.mkdir(parents=True, exist_ok=True)
         self._tasks.append(asyncio.create_task(self.watcher.run(), name="dirwatch"))
-        if self.settings.deallocation.enabled and self.drivers:
-            # Only drivers can act on deallocate; static devices need no release.
-            self._tasks.append(asyncio.create_task(self.deallocation.run(), name="deallocation"))
-        elif self.settings.deallocation.enabled:
-            self.deallocation.status = "not running: no drivers to tell (static devices need no release)"
+        self._start_deallocation()
         for name, socket_name, source, policy in self._static:
             await self.add_resource(name, source, socket_name, policy=policy)
         for driver in self.drivers:
@@ -252,7 +249,19 @@ class Shim:
                 self.drivers.append(host)
                 with logger.contextualize(driver=name):
                     await host.start()
+        self._start_deallocation()
         logger.info("reload: {} drivers, {} static resources", len(self.drivers), len(new.resources))
+
+    def _start_deallocation(self) -> None:
+        """Only drivers can act on deallocate (static devices need no release): the emulation
+        runs once there is one, at start or when a reload adds the first."""
+        if not self.settings.deallocation.enabled or self._deallocating is not None:
+            return
+        if not self.drivers:
+            self.deallocation.status = "not running: no drivers to tell (static devices need no release)"
+            return
+        self._deallocating = asyncio.create_task(self.deallocation.run(), name="deallocation")
+        self._tasks.append(self._deallocating)
 
     def _driver_host(self, driver: DriverSettings) -> DriverHost:
         store = InventoryStore(self.settings.state_dir / "drivers" / driver.name)

@@ -34,17 +34,13 @@ def resource_status(endpoint: PluginEndpoint, devices: Sequence[Device]) -> dict
 
 def driver_status(driver: DriverHost) -> dict[str, Any]:
     process = driver.process
-    failures, last_failure = driver.failures, driver.last_failure
-    if driver.gave_up.is_set():  # its last starts failed too: count them, and say why the last did
-        failures += driver.settings.restart.max_start_failures
-        last_failure = driver.status.removeprefix("down: ")
     return {
         "status": driver.status,
         # Only a running process's: a driver that is down has none.
         "pid": process.pid if process is not None and process.returncode is None else None,
         "resources": sorted(driver.sources),
-        "failures": failures,
-        "last_failure": last_failure or None,
+        "failures": driver.failures + driver.start_failures,  # failed runs and failed starts
+        "last_failure": driver.last_failure or None,
         "calls": {
             m: {"ok": t.ok, "failed": t.failed, "last_error": t.last_error or None}
             for m, t in sorted(driver.calls.items())

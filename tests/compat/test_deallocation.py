@@ -151,3 +151,28 @@ async def test_without_a_pod_resources_socket_the_emulation_is_off_and_says_so(
             await asyncio.sleep(0.05)
     assert "no PodResources socket" in shim.deallocation.status
     assert sum("deallocate emulation is off" in w for w in warnings) == 1
+
+
+async def test_a_driver_added_by_reload_to_a_static_only_config_gets_the_emulation(
+    plugin_dir: Path, state_dir: Path, pod_resources_dir: Path, kubelet: FakeKubelet
+) -> None:
+    """Static devices need no release, so a static-only devshim runs no emulation; a reload that
+    adds a driver starts it (it used to start only with devshim)."""
+    common: dict[str, Any] = {
+        "device_plugins_dir": plugin_dir,
+        "state_dir": state_dir,
+        "resources": [{"name": "example.com/static", "static": {"count": 1}}],
+        "deallocation": {
+            "pod_resources_socket": str(pod_resources_dir / "absent.sock"),
+            "poll_interval_s": POLL_S,
+        },
+    }
+    async with Shim(Settings.load(**common)) as shim:
+        assert shim.deallocation.status.startswith("not running: no drivers to tell")
+        await shim.reload(
+            Settings.load(**common, drivers=[{"name": "rec", "command": [sys.executable, str(DRIVER)]}])
+        )
+        await kubelet.wait_for_plugin(RESOURCE, timeout=20)
+        async with asyncio.timeout(10):  # the emulation's first poll finds no socket: off, says why
+            while not shim.deallocation.status.startswith("off"):
+                await asyncio.sleep(0.02)

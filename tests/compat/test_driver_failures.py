@@ -587,3 +587,25 @@ async def test_declared_grants_are_answered_while_the_driver_restarts(
         assert time.perf_counter() - started < 1.5
         assert grant.envs == {"FLAKY": "f-0,f-1"}
         assert listed(DEVICES, UNHEALTHY)(flaky.latest), "answered before the driver was back"
+
+
+async def test_failed_starts_are_counted_and_explained_while_devshim_still_retries(
+    plugin_dir: Path, state_dir: Path
+) -> None:
+    """A driver that cannot start shows its failures and why in status at once, not only once
+    devshim has given up on it."""
+    settings = Settings.load(
+        device_plugins_dir=plugin_dir,
+        state_dir=state_dir,
+        drivers=[{
+            "name": "absent", "command": [str(state_dir / "no-such-driver")],
+            "restart": {"max_start_failures": 1000, "backoff_initial_s": 0.01, "backoff_max_s": 0.05},
+        }],
+    )  # fmt: skip
+    async with Shim(settings) as shim:
+        async with asyncio.timeout(20):
+            while shim.status()["drivers"]["absent"]["failures"] < 2:
+                await asyncio.sleep(0.02)
+        shown = shim.status()["drivers"]["absent"]
+        assert not shim.drivers[0].gave_up.is_set()
+        assert "no-such-driver" in shown["last_failure"], shown

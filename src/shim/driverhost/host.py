@@ -78,6 +78,7 @@ class DriverHost:
         self.sources: dict[str, DriverSource] = {}
         self.status = "not started"
         self.failures = 0  # runs that failed after starting (each one restarted, unless given up)
+        self.start_failures = 0  # starts that failed (retried up to max_start_failures in a row)
         self.last_failure = ""
         self.calls: dict[str, CallTally] = {}
         # The resources the driver declared last and may not serve, with why (the first few).
@@ -174,6 +175,8 @@ class DriverHost:
         except Exception as exc:
             self._ready.clear()
             reason = run.failed.result() if run.failed.done() else str(exc)
+            self.start_failures += 1
+            self.last_failure = reason
             await run.stop(graceful=False)
             raise DriverFailed(reason) from None
         self.status = "up"
