@@ -15,8 +15,8 @@ from typing import Annotated
 import typer
 from loguru import logger
 
-from shim import __version__, logs
-from shim.configfile import ConfigError
+from shim import __version__, configcheck, logs
+from shim.configfile import ConfigError, read_config_file
 from shim.errors import ShimError
 from shim.runtime import run as run_shim
 from shim.settings import Settings
@@ -165,15 +165,43 @@ def run(
 @app.command("check-config", short_help="Check a settings file without serving anything.")
 def check_config(
     config: Annotated[Path, typer.Argument(metavar="FILE", help="The YAML settings file to check.")],
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 2 on warnings too (a driver program not found here, ...).")
+    ] = False,
 ) -> None:
-    """Check a settings file without serving anything: exit 0 and a summary if it is valid, else
-    one line per problem with its location and exit 2."""
-    settings = _settings_or_exit(functools.partial(Settings.load, config))
+    """Check a settings file without serving anything: exit 0 and a summary if it is valid (with a
+    warning line for each likely mistake), else one line per problem with its location and exit 2."""
+    try:
+        settings = Settings.load(config)
+    except ConfigError as exc:
+        why = _driver_config(config)
+        if why is not None:
+            typer.echo(
+                f"devshim: {config} is not devshim's settings but, it seems, a driver's own configuration "
+                f"({why}): name it in a driver's command, e.g. drivers: [{{name: sim, command: [devshim-sim, "
+                f"--config, {config}]}}] (docs/configuration.md)",
+                err=True,
+            )
+        else:
+            typer.echo(f"devshim: {exc}", err=True)
+        raise typer.Exit(2) from None
     served = [r.name for r in settings.resources] + [f"driver {d.name}" for d in settings.drivers]
     typer.echo(
         f"{config}: valid; serves {', '.join(served) or 'nothing'}; {settings.registration} registration; "
         f"API {', '.join(settings.api_versions)}"
     )
+    found = configcheck.warnings(settings)
+    for warning in found:
+        typer.echo(f"{config}: warning: {warning}", err=True)
+    if found and strict:
+        raise typer.Exit(2)
+
+
+def _driver_config(path: Path) -> str | None:
+    try:
+        return configcheck.foreign(read_config_file(path))
+    except ConfigError:
+        return None
 
 
 @app.command(short_help="Show what a running devshim is doing.")

@@ -8,6 +8,7 @@ ignored option, and each problem names its field the way a YAML path reads.
 from __future__ import annotations
 
 import errno
+import io
 import os
 import stat
 from pathlib import Path
@@ -69,8 +70,10 @@ def read_config_file(path: Path) -> dict[str, Any]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {path} is not UTF-8 (byte {exc.start} is not)") from None
+    stream = io.StringIO(text)
+    stream.name = str(path)  # what YAML's error marks name, instead of "<unicode string>"
     try:
-        data = yaml.safe_load(text)
+        data = yaml.safe_load(stream)
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
     except RecursionError:
