@@ -28,9 +28,13 @@ KUBELET_DIRS = (
     "/var/lib/kubelet/plugins_registry",
     "/var/lib/kubelet/pod-resources",
 )
-# Every deployable kustomization: the base and each overlay (a new overlay is tested unasked).
+# Every deployable kustomization: the base, each overlay and each example (a new one is tested
+# unasked).
 TARGETS = ["base"] + sorted(
-    f"overlays/{d.name}" for d in (DEPLOY / "overlays").iterdir() if (d / "kustomization.yaml").exists()
+    f"{kind}/{d.name}"
+    for kind in ("overlays", "examples")
+    for d in (DEPLOY / kind).iterdir()
+    if (d / "kustomization.yaml").exists()
 )
 
 
@@ -141,7 +145,14 @@ def test_daemonset_runs_on_every_node_and_hands_over_by_surge(target: str) -> No
     assert not pod.get("hostNetwork")
     assert all("hostPort" not in p for c in pod["containers"] for p in c.get("ports", []))
     assert pod["terminationGracePeriodSeconds"] >= 30
-    assert devshim_container(daemonset)["image"] == f"devshim:{PROJECT['version']}"
+    image = devshim_container(daemonset)["image"]
+    # An example sets the image of its own (FROM devshim's, adding a driver); the rest run devshim's.
+    own = (
+        f"registry.example/devshim-vendor:{PROJECT['version']}"
+        if target == "examples/vendor-driver"
+        else None
+    )
+    assert image == (own or f"devshim:{PROJECT['version']}")
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -203,6 +214,9 @@ def test_shipped_config_loads_and_lies_on_the_host_paths(
     for driver in settings.drivers:
         # The shipped configs name the image's absolute paths, which must exist in the image.
         program = driver.command[0]
+        if target == "examples/vendor-driver":  # its own image's interpreter (test_image_flow.py)
+            assert program == "/usr/bin/node"
+            continue
         assert program.startswith(IMAGE_VENV_BIN) and program[len(IMAGE_VENV_BIN) :] in PROJECT["scripts"]
         for arg in driver.command[1:]:
             if arg.startswith(config_mount["mountPath"] + "/"):
