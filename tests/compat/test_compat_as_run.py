@@ -22,6 +22,7 @@ import yaml
 
 from shim.kubelet import FakeKubelet
 from tests.support import DRIVERS
+from tests.support.compat_cell import run_cell
 from tests.support.devshim_process import DEVSHIM, devshim
 
 PRELOAD = "example.com/preload"
@@ -30,16 +31,6 @@ PRELOADING = [sys.executable, "-m", "devshim_adapters.sim", "--config-json",
               json.dumps({"resources": [{"name": PRELOAD, "count": 1,
                                          "grant": {"envs": {"LD_PRELOAD": "/opt/x.so"}}}]})]  # fmt: skip
 NEEDS_ENV = [sys.executable, str(DRIVERS / "needs_env.py")]
-ONE_CELL = [
-    "--scenario",
-    "allocate",
-    "--profile",
-    "next",
-    "--kubelet",
-    "v1beta1",
-    "--registration",
-    "classic",
-]
 
 
 def config(tmp_path: Path, command: list[str], env: dict[str, str] | None = None) -> Path:
@@ -50,48 +41,31 @@ def config(tmp_path: Path, command: list[str], env: dict[str, str] | None = None
     return path
 
 
-def compat(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any], str]:
-    """`devshim compat ARGS` on one allocate cell: exit code, the cell, stderr."""
-    report = tmp_path / "compat.json"
-    result = subprocess.run(
-        [*DEVSHIM, "compat", *args, *ONE_CELL, "--json", str(report)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert "Traceback" not in result.stderr, result.stderr
-    (cell,) = json.loads(report.read_text())["cells"]
-    return result.returncode, cell, result.stderr
-
-
 def test_compat_applies_the_default_grant_policy_as_run_does_unless_relaxed(tmp_path: Path) -> None:
-    code, cell, stderr = compat(tmp_path, "--driver", subprocess.list2cmdline(PRELOADING))
-    assert (code, cell["status"]) == (1, "fail")
-    assert "grant policy refuses envs['LD_PRELOAD']" in cell["reason"]
-    assert "as `devshim run` runs it: the default grant policy; environment variables none" in stderr
-    code, cell, stderr = compat(tmp_path, "--driver", subprocess.list2cmdline(PRELOADING), "--relaxed")
-    assert (code, cell["status"]) == (0, "pass")
-    assert cell["reason"] == f"{PRELOAD} {PRELOAD.split('/')[1]}-0: env LD_PRELOAD=/opt/x.so"
-    assert "relaxed (--relaxed)" in stderr
+    cell = run_cell(tmp_path, "allocate", "--driver", subprocess.list2cmdline(PRELOADING))
+    assert (cell.code, cell.status) == (1, "fail")
+    assert "grant policy refuses envs['LD_PRELOAD']" in cell.reason
+    assert "as `devshim run` runs it: the default grant policy; environment variables none" in cell.stderr
+    cell = run_cell(tmp_path, "allocate", "--driver", subprocess.list2cmdline(PRELOADING), "--relaxed")
+    assert (cell.code, cell.status) == (0, "pass")
+    assert cell.reason == f"{PRELOAD} {PRELOAD.split('/')[1]}-0: env LD_PRELOAD=/opt/x.so"
+    assert "relaxed (--relaxed)" in cell.stderr
 
 
 def test_compat_gives_the_driver_only_the_configured_environment(tmp_path: Path) -> None:
     """Without VENDOR_HOME in the config the driver cannot start, even though this shell has it;
     with it, the allocate row shows the grant and --expect checks it."""
-    shell_env = {"VENDOR_HOME": "/from/the/shell"}
-    without = subprocess.run(
-        [*DEVSHIM, "compat", "--config", str(config(tmp_path, NEEDS_ENV)), *ONE_CELL],
-        capture_output=True, text=True, timeout=120, env={**os.environ, **shell_env},
-    )  # fmt: skip
-    assert without.returncode == 1 and "VENDOR_HOME is not set" in without.stdout + without.stderr
+    shell_env = {**os.environ, "VENDOR_HOME": "/from/the/shell"}
+    without = run_cell(tmp_path, "allocate", "--config", str(config(tmp_path, NEEDS_ENV)), env=shell_env)
+    assert (without.code, without.status) == (1, "fail") and "VENDOR_HOME is not set" in without.reason
     configured = str(config(tmp_path, NEEDS_ENV, {"VENDOR_HOME": "/opt/vendor"}))
-    code, cell, stderr = compat(tmp_path, "--config", configured, "--expect", f"{VENDOR}:env=VENDOR_HOME")
-    assert (code, cell["status"]) == (0, "pass"), cell
-    assert cell["reason"] == f"{VENDOR} v-0: env VENDOR_HOME=/opt/vendor"
-    assert "drivers[vendor]'s grant policy; environment variables VENDOR_HOME" in stderr
-    code, cell, _ = compat(tmp_path, "--config", configured, "--expect", "env=OTHER_HOME")
-    assert (code, cell["status"]) == (1, "fail")
-    assert cell["reason"].startswith(f"{VENDOR}: the grant lacks env=OTHER_HOME (--expect)")
+    cell = run_cell(tmp_path, "allocate", "--config", configured, "--expect", f"{VENDOR}:env=VENDOR_HOME")
+    assert (cell.code, cell.status) == (0, "pass"), cell
+    assert cell.reason == f"{VENDOR} v-0: env VENDOR_HOME=/opt/vendor"
+    assert "drivers[vendor]'s grant policy; environment variables VENDOR_HOME" in cell.stderr
+    cell = run_cell(tmp_path, "allocate", "--config", configured, "--expect", "env=OTHER_HOME")
+    assert (cell.code, cell.status) == (1, "fail")
+    assert cell.reason.startswith(f"{VENDOR}: the grant lacks env=OTHER_HOME (--expect)")
 
 
 def test_a_malformed_expectation_is_a_usage_error(tmp_path: Path) -> None:
@@ -140,19 +114,13 @@ def test_a_driver_declaring_only_names_devshim_refuses_fails_at_once_saying_why(
     claiming = config(
         tmp_path, [sys.executable, str(DRIVERS / "claiming.py")], {"CLAIM_RESOURCES": '["fpga"]'}
     )
-    report = tmp_path / "compat.json"
-    result = subprocess.run(
-        [*DEVSHIM, "compat", "--config", str(claiming), "--scenario", "register", "--profile", "next",
-         "--kubelet", "v1beta1", "--registration", "classic", "--json", str(report)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    (cell,) = json.loads(report.read_text())["cells"]
-    assert (result.returncode, cell["status"]) == (1, "fail")
-    assert cell["reason"].startswith("devshim refused every resource the driver declared: 'fpga': ")
-    assert cell["seconds"] < 15, cell  # not the 30 s start timeout
+    cell = run_cell(tmp_path, "register", "--config", str(claiming))
+    assert (cell.code, cell.status) == (1, "fail")
+    assert cell.reason.startswith("devshim refused every resource the driver declared: 'fpga': ")
+    assert cell.seconds < 15, cell  # not the 30 s start timeout
 
 
-def test_the_shipped_example_config_runs_as_its_comments_say() -> None:
+def test_the_shipped_example_config_runs_as_its_comments_say(tmp_path: Path) -> None:
     """examples/devshim.yaml, from the repository root, as README and the file itself show it."""
     root = Path(__file__).parents[2]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -160,9 +128,6 @@ def test_the_shipped_example_config_runs_as_its_comments_say() -> None:
         [*DEVSHIM, "check-config", "examples/devshim.yaml"], cwd=root, env=env, capture_output=True, text=True
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    ran = subprocess.run(
-        [*DEVSHIM, "compat", "--config", "examples/devshim.yaml", *ONE_CELL],
-        cwd=root, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert ran.returncode == 0, ran.stdout + ran.stderr
+    ran = run_cell(tmp_path, "allocate", "--config", "examples/devshim.yaml", cwd=root, env=env)
+    assert (ran.code, ran.status) == (0, "pass"), ran
     assert "env SIM_DEVICES=" in ran.stdout  # the allocate row shows the grant

@@ -7,53 +7,32 @@ driver itself lists: a change the driver made but never told devshim of fails it
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from tests.support import DRIVERS
-from tests.support.devshim_process import DEVSHIM
-
-CELL = [
-    "--scenario",
-    "health_watch",
-    "--profile",
-    "next",
-    "--kubelet",
-    "v1beta1",
-    "--registration",
-    "classic",
-]
+from tests.support.compat_cell import Cell, run_cell
 
 
-def health_watch(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+def health_watch(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Cell:
     settings = tmp_path / "devshim.yaml"
     entry = {"name": "flipping", "command": [sys.executable, str(DRIVERS / "flipping.py")], "env": env or {}}
     settings.write_text(yaml.safe_dump({"drivers": [entry]}))
-    report = tmp_path / "compat.json"
-    result = subprocess.run(
-        [*DEVSHIM, "compat", "--config", str(settings), *CELL, *args, "--json", str(report)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert "Traceback" not in result.stderr, result.stderr
-    (cell,) = json.loads(report.read_text())["cells"]
-    return {**cell, "code": result.returncode}
+    return run_cell(tmp_path, "health_watch", "--config", str(settings), *args)
 
 
 def test_a_change_the_driver_makes_and_notifies_passes_showing_it(tmp_path: Path) -> None:
     cell = health_watch(tmp_path, "--health-watch", "20")
-    assert (cell["code"], cell["status"]) == (0, "pass"), cell
-    assert cell["reason"].startswith("example.com/flip: [('f-1', 'Unhealthy')] after ")
+    assert (cell.code, cell.status) == (0, "pass"), cell
+    assert cell.reason.startswith("example.com/flip: [('f-1', 'Unhealthy')] after ")
 
 
 def test_a_change_the_driver_never_notifies_fails_naming_both_views(tmp_path: Path) -> None:
     cell = health_watch(tmp_path, "--health-watch", "3", env={"FLIP_SILENTLY": "1"})
-    assert (cell["code"], cell["status"]) == (1, "fail"), cell
-    assert cell["reason"].startswith(
+    assert (cell.code, cell.status) == (1, "fail"), cell
+    assert cell.reason.startswith(
         "example.com/flip: the driver lists [('f-0', 'Healthy'), ('f-1', 'Unhealthy')], "
         "the kubelet still has [('f-0', 'Healthy'), ('f-1', 'Healthy')]"
     )
@@ -61,7 +40,5 @@ def test_a_change_the_driver_never_notifies_fails_naming_both_views(tmp_path: Pa
 
 def test_without_a_watch_time_the_row_is_skipped_saying_how_to_ask_for_it(tmp_path: Path) -> None:
     cell = health_watch(tmp_path)
-    assert (cell["code"], cell["status"]) == (0, "skip")
-    assert (
-        cell["reason"] == "give --health-watch SECONDS to wait for health changes the driver makes on its own"
-    )
+    assert (cell.code, cell.status) == (0, "skip")
+    assert cell.reason == "give --health-watch SECONDS to wait for health changes the driver makes on its own"

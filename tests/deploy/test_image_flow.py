@@ -5,7 +5,6 @@ offline validation, hadolint, and the vendor's driver behind devshim with the ex
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -17,6 +16,7 @@ import yaml
 
 from tests.deploy.test_manifests import devshim_container, one, render, validate_strictly
 from tests.deploy.tools import DEPLOY, ROOT, require_tool
+from tests.support.compat_cell import run_cell
 from tests.support.devshim_process import DEVSHIM
 from tests.support.toolchains import toolchain
 
@@ -94,24 +94,9 @@ def test_the_vendor_driver_passes_compat_with_the_examples_config(tmp_path: Path
     driver["command"] = [node, str(ROOT / "adapters" / "examples" / "node" / "driver.js")]
     mapped = tmp_path / "config.yaml"
     mapped.write_text(yaml.safe_dump({"drivers": [driver]}))
-    report = tmp_path / "compat.json"
-    cell = [
-        "--scenario",
-        "allocate",
-        "--profile",
-        "next",
-        "--kubelet",
-        "v1beta1",
-        "--registration",
-        "classic",
-    ]
-    result = subprocess.run(
-        [*DEVSHIM, "compat", "--config", str(mapped), *cell, "--json", str(report)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    (outcome,) = json.loads(report.read_text())["cells"]
-    assert (result.returncode, outcome["status"]) == (0, "pass"), result.stdout + result.stderr
-    assert outcome["reason"].startswith("example.com/node node-0: ")
+    outcome = run_cell(tmp_path, "allocate", "--config", str(mapped))
+    assert (outcome.code, outcome.status) == (0, "pass"), outcome
+    assert outcome.reason.startswith("example.com/node node-0: ")
 
 
 def test_the_examples_config_loads() -> None:
