@@ -1,4 +1,4 @@
-"""The deployment checks' external tools (hadolint, kubectl) and project facts they compare with."""
+"""The deployment checks' external tools (hadolint, kubectl, helm) and project facts they compare with."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+from scripts import build_helm
 from tests.support.toolchains import unavailable
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -21,3 +22,14 @@ def require_tool(name: str) -> str:
     if found is None:
         unavailable(f"{name} is not installed (pip install -e '.[test]' installs it)")
     return found
+
+
+def require_helm() -> str:
+    """The pinned helm (scripts/build_helm.py), which `.ci/run` builds before the tests; by hand:
+    `python -m scripts.build_helm`. Not built: a skip, or a failure under CI."""
+    if not build_helm.built():
+        unavailable(
+            f"helm {build_helm.HELM_VERSION} is not built at {build_helm.helm_path()}: "
+            "`python -m scripts.build_helm` builds it (about 3 minutes with cold Go caches)"
+        )
+    return str(build_helm.helm_path())

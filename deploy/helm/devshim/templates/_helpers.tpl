@@ -1,0 +1,105 @@
+{{/* The chart's names and labels, and the facts several templates share (kubelet paths, config). */}}
+
+{{- define "devshim.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The objects' name: the release's, with the chart's name added unless it already holds it. */}}
+{{- define "devshim.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "devshim.configMapName" -}}
+{{- printf "%s-config" (include "devshim.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Selector labels: they must never change for an installed release (a DaemonSet's selector
+is immutable). */}}
+{{- define "devshim.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "devshim.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Every object's labels, and the pods': the kustomize base's, with Helm's own. */}}
+{{- define "devshim.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "devshim.selectorLabels" . }}
+app.kubernetes.io/component: device-plugin
+app.kubernetes.io/part-of: devshim
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+
+{{- define "devshim.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/* kubeletRootDir without a trailing slash; an absolute path or the render fails. */}}
+{{- define "devshim.kubeletRootDir" -}}
+{{- $root := .Values.kubeletRootDir | trimSuffix "/" }}
+{{- if not (hasPrefix "/" $root) }}
+{{- fail (printf "kubeletRootDir must be an absolute directory, not %q" .Values.kubeletRootDir) }}
+{{- end }}
+{{- $root }}
+{{- end }}
+
+{{/* The three kubelet directories devshim mounts: volume name and host (= container) path. */}}
+{{- define "devshim.kubeletDirs" -}}
+{{- $root := include "devshim.kubeletRootDir" . }}
+device-plugins: {{ printf "%s/device-plugins" $root | quote }}
+plugins-registry: {{ printf "%s/plugins_registry" $root | quote }}
+pod-resources: {{ printf "%s/pod-resources" $root | quote }}
+{{- end }}
+
+{{/* The legacy sidecar's shared directory, as devshim's container sees it. */}}
+{{- define "devshim.legacyDir" -}}/legacy{{- end }}
+
+{{- define "devshim.opsPort" -}}
+{{- dig "http" "port" 9477 .Values.config | int }}
+{{- end }}
+
+{{- define "devshim.stateDir" -}}
+{{- .Values.config.state_dir | default "/var/lib/devshim" }}
+{{- end }}
+
+{{/* config.yaml: the config value with its kubelet paths set from kubeletRootDir and its
+drivers followed by `drivers` and, in the sidecar form, the legacy adapter. */}}
+{{- define "devshim.config" -}}
+{{- $dirs := include "devshim.kubeletDirs" . | fromYaml }}
+{{- $config := deepCopy .Values.config }}
+{{- $deallocation := deepCopy ($config.deallocation | default dict) }}
+{{- range $key := list "device_plugins_dir" "plugins_registry_dir" }}
+{{- if hasKey $config $key }}
+{{- fail (printf "config.%s is set from kubeletRootDir: remove it from config" $key) }}
+{{- end }}
+{{- end }}
+{{- if hasKey $deallocation "pod_resources_socket" }}
+{{- fail "config.deallocation.pod_resources_socket is set from kubeletRootDir: remove it from config" }}
+{{- end }}
+{{- $_ := set $config "device_plugins_dir" (get $dirs "device-plugins") }}
+{{- $_ = set $config "plugins_registry_dir" (get $dirs "plugins-registry") }}
+{{- $_ = set $deallocation "pod_resources_socket" (printf "%s/kubelet.sock" (get $dirs "pod-resources")) }}
+{{- $_ = set $config "deallocation" $deallocation }}
+{{- $drivers := concat ($config.drivers | default list) .Values.drivers }}
+{{- with .Values.legacySidecar }}
+{{- if .enabled }}
+{{- $command := concat (list "/opt/devshim/bin/devshim-legacy" "--kubelet-dir" (include "devshim.legacyDir" $)) .adapterArgs }}
+{{- $legacy := dict "name" "legacy" "command" $command }}
+{{- with .policy }}
+{{- $_ = set $legacy "policy" . }}
+{{- end }}
+{{- $drivers = append $drivers $legacy }}
+{{- end }}
+{{- end }}
+{{- $_ = set $config "drivers" ($drivers | default list) }}{{/* concat of nothing is nil, not [] */}}
+{{- toYaml $config }}
+{{- end }}
