@@ -26,6 +26,7 @@ from tests.deploy.test_manifests import (
     IMAGE_VENV_BIN,
     NAMESPACE,
     Doc,
+    assert_paths_on_host_volumes,
     config_files,
     devshim_container,
     mount_for,
@@ -193,15 +194,7 @@ def test_rendered_config_loads_and_lies_on_the_host_paths(
     docs = render_file(values)
     daemonset = one(docs, "DaemonSet")
     settings, folder, config_mount = loaded_settings(docs, tmp_path)
-    for path, writes in [
-        (settings.device_plugins_dir, True),
-        (settings.plugins_registry_dir, True),
-        (settings.state_dir, True),
-        (settings.deallocation.pod_resources_socket, False),
-    ]:
-        mount, volume = mount_for(daemonset, path)
-        assert volume["hostPath"]["path"] == mount["mountPath"], path
-        assert not (writes and mount.get("readOnly", False)), path
+    assert_paths_on_host_volumes(daemonset, settings)
     (port,) = devshim_container(daemonset)["ports"]
     assert (port["name"], port["containerPort"]) == ("ops", settings.http.port)
     for driver in settings.drivers:

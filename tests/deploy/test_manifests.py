@@ -71,6 +71,20 @@ def mount_for(daemonset: Doc, path: Path) -> tuple[Doc, Doc]:
     return mount, volumes(daemonset)[mount["name"]]
 
 
+def assert_paths_on_host_volumes(daemonset: Doc, settings: Settings) -> None:
+    """Every node path of ``settings`` is on a hostPath volume mounted at that same path,
+    read-write where devshim writes."""
+    for path, writes in [
+        (settings.device_plugins_dir, True),
+        (settings.plugins_registry_dir, True),
+        (settings.state_dir, True),
+        (settings.deallocation.pod_resources_socket, False),
+    ]:
+        mount, volume = mount_for(daemonset, path)
+        assert volume["hostPath"]["path"] == mount["mountPath"], path
+        assert not (writes and mount.get("readOnly", False)), path
+
+
 def config_files(docs: tuple[Doc, ...], tmp_path: Path) -> tuple[Path, Doc]:
     """The DaemonSet's ConfigMap written out as files; returns the config's directory and the
     mount, so the paths the container sees can be mapped to the files."""
@@ -202,15 +216,7 @@ def test_shipped_config_loads_and_lies_on_the_host_paths(
     daemonset = one(docs, "DaemonSet")
     folder, config_mount = config_files(docs, tmp_path)
     settings = Settings.load(folder / "config.yaml")
-    for path, writes in [
-        (settings.device_plugins_dir, True),
-        (settings.plugins_registry_dir, True),
-        (settings.state_dir, True),
-        (settings.deallocation.pod_resources_socket, False),
-    ]:
-        mount, volume = mount_for(daemonset, path)
-        assert volume["hostPath"]["path"] == mount["mountPath"], path
-        assert not (writes and mount.get("readOnly", False)), path
+    assert_paths_on_host_volumes(daemonset, settings)
     for driver in settings.drivers:
         # The shipped configs name the image's absolute paths, which must exist in the image.
         program = driver.command[0]

@@ -6,6 +6,7 @@ shim.cli parses the flags and calls `run`; everything about the matrix itself li
 from __future__ import annotations
 
 import asyncio
+import functools
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -99,7 +100,7 @@ def run(request: Request) -> int:
         and request.plugin is None
         and request.socket is None
     ):
-        request.driver = shlex.join(_configured_driver(request)["command"])
+        request.driver = shlex.join(_configured_driver(request.config, request.driver_name)["command"])
     given = [flag for flag, value in (("--driver", request.driver), ("--plugin", request.plugin),
                                       ("--socket", request.socket)) if value is not None]  # fmt: skip
     if len(given) != 1 and not (request.prebuild and not given):  # --prebuild alone tests nothing
@@ -261,7 +262,7 @@ def driver_under_test(request: Request, argv: list[str]) -> DriverUnderTest:
             expectation(expected)
         except ValueError as err:
             raise UsageError(str(err)) from None
-    entry = _configured_driver(request) if request.config is not None else {}
+    entry = dict(_configured_driver(request.config, request.driver_name)) if request.config else {}
     env = entry.pop("env", {})
     entry.pop("command", None)
     return DriverUnderTest(
@@ -275,24 +276,24 @@ def driver_under_test(request: Request, argv: list[str]) -> DriverUnderTest:
     )
 
 
-def _configured_driver(request: Request) -> dict[str, Any]:
+@functools.cache  # read once per run: the command and the entry both come from it
+def _configured_driver(config: Path, driver_name: str | None) -> dict[str, Any]:
     """The drivers[] entry of --config that --driver-name names (or the only one), as a dict."""
     from shim.configfile import ConfigError
     from shim.settings import Settings
 
-    assert request.config is not None
     try:
-        drivers = Settings.load(config_file=request.config).drivers
+        drivers = Settings.load(config_file=config).drivers
     except ConfigError as err:
-        raise UsageError(f"--config {request.config}: {err}") from None
+        raise UsageError(f"--config {config}: {err}") from None
     names = [d.name for d in drivers]
-    if request.driver_name is not None:
-        chosen = [d for d in drivers if d.name == request.driver_name]
+    if driver_name is not None:
+        chosen = [d for d in drivers if d.name == driver_name]
     else:
         chosen = drivers if len(drivers) == 1 else []
     if not chosen:
-        which = f"no driver {request.driver_name!r}" if request.driver_name else f"{len(drivers)} drivers"
-        raise UsageError(f"--config {request.config} has {which} (drivers: {', '.join(names) or 'none'}); "
+        which = f"no driver {driver_name!r}" if driver_name else f"{len(drivers)} drivers"
+        raise UsageError(f"--config {config} has {which} (drivers: {', '.join(names) or 'none'}); "
                          "name one with --driver-name")  # fmt: skip
     return chosen[0].model_dump(mode="json", exclude_unset=False)
 

@@ -22,7 +22,7 @@ from typing import Any
 from shim.bootstrap import Shim
 from shim.driverhost import DriverHost
 from shim.kubelet import FakeKubelet, PluginSession
-from shim.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
+from shim.kubelet.records import DeviceState
 from shim.model import Capabilities
 from shim.settings import Settings
 
@@ -144,12 +144,6 @@ class DevshimSide:
         if process.returncode != 0:
             text = output.decode(errors="replace").strip()[-500:]
             raise Failed(f"the health hook exited with {process.returncode}: {text}")
-
-    async def driver_health(self, resource: str) -> list[tuple[str, str]]:
-        """What the driver itself lists now (asked directly: devshim's copy is what it was told)."""
-        answer = await self.host.call("list_devices", {"resource": resource})
-        shown = {"HEALTHY": HEALTHY, "UNHEALTHY": UNHEALTHY}
-        return sorted((d["id"], shown.get(d.get("health"), str(d.get("health")))) for d in answer["devices"])
 
     def kill_driver(self) -> None:
         os.kill(self.driver_pid(), signal.SIGKILL)

@@ -86,8 +86,16 @@ class DriverSource(DeviceSource):
         await self._publish()
 
     async def refresh(self) -> None:
+        await self.set_devices(await self._listed())
+
+    async def ask(self) -> tuple[Device, ...]:
+        """What the driver lists now, asked directly and not published (refresh publishes):
+        to compare with what it notified."""
+        return tuple(device for device, _ in await self._listed())
+
+    async def _listed(self) -> list[tuple[Device, ContainerGrant | None]]:
         result = await self._call("list_devices", protocol.list_devices_params(self.name))
-        await self.set_devices(protocol.devices_from_json(result))
+        return protocol.devices_from_json(result)
 
     async def set_devices(self, devices: Sequence[tuple[Device, ContainerGrant | None]]) -> None:
         self._declared = {d.id: g for d, g in devices if g is not None}
