@@ -19,11 +19,20 @@ from typing import Any
 
 from loguru import logger
 
+from shim.driverprotocol import MAX_ATTRIBUTE_VALUE_LENGTH
 from shim.sdk import DEVSHIM_VERSION, Driver, UnknownDevice, types
 
 from .config import DevfsConfig, GroupConfig
 from .scan import Node, scan, watched_directories
 from .watch import watch
+
+
+def dra_attributes(node: Node) -> dict[str, types.Attribute]:
+    """What DRA publishes of a node (docs/dra.md): its file name and, where sysfs says, NUMA node."""
+    attributes = {"node": types.Attribute(string=node.name[:MAX_ATTRIBUTE_VALUE_LENGTH])}
+    if node.numa_node is not None:
+        attributes["numaNode"] = types.Attribute(int=node.numa_node)
+    return attributes
 
 
 def device_ids(node: Node, count: int) -> list[str]:
@@ -154,6 +163,7 @@ class DevfsDriver(Driver):
                 health=health,
                 numa_nodes=[node.numa_node] if node.numa_node is not None else [],
                 grant=declared_grant(group, i, node),
+                attributes=dra_attributes(node),
             )
             for i, node, health in listed
         ]

@@ -14,10 +14,13 @@ from typing import Annotated, Any, Literal, Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from shim.driverprotocol import attributes_from_json, capacity_from_json
 from shim.sdk.config import MAX_NUMA_NODE, check_extended_resource_name, format_validation_error
 from shim.sdk.grants import GrantSettings
 
 DeviceId = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[^\s,]+$")]
+# DRA's typed attributes, in the protocol's JSON form: {"model": {"string": "A100"}}.
+Attributes = dict[str, dict[str, int | bool | str]]
 Delay = Annotated[float, Field(ge=0, le=600)]
 
 
@@ -30,7 +33,20 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class DeviceConfig(_Strict):
+class _Published(_Strict):
+    """What DRA publishes of a device (protocol 1.1), checked as devshim checks it."""
+
+    attributes: Attributes = {}
+    capacity: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _dra_limits(self) -> Self:
+        attributes_from_json(self.attributes)
+        capacity_from_json(self.capacity)
+        return self
+
+
+class DeviceConfig(_Published):
     id: DeviceId
     # devshim's bound (Linux's MAX_NUMNODES is at most 1024): refused here, not as a list later.
     numa_nodes: list[Annotated[int, Field(ge=0, le=MAX_NUMA_NODE, strict=True)]] = []
@@ -45,8 +61,9 @@ class Delays(_Strict):
     prestart_s: Delay = 0.0
 
 
-class ResourceConfig(_Strict):
-    """Either ``count`` devices named ``<id_prefix><n>``, or an explicit ``devices`` list."""
+class ResourceConfig(_Published):
+    """Either ``count`` devices named ``<id_prefix><n>``, or an explicit ``devices`` list.
+    ``attributes`` and ``capacity`` here are every device's, under a device's own."""
 
     name: str
     # devshim refuses a driver's list of more than 50,000 devices (docs/driver-protocol.md, "Limits").
@@ -83,9 +100,16 @@ class ResourceConfig(_Strict):
         return self.id_prefix or self.name.partition("/")[2] + "-"
 
     def initial_devices(self) -> list[DeviceConfig]:
-        if self.devices is not None:
-            return self.devices
-        return [DeviceConfig(id=f"{self.prefix}{n}") for n in range(self.count or 0)]
+        devices = self.devices or [DeviceConfig(id=f"{self.prefix}{n}") for n in range(self.count or 0)]
+        return [self.with_defaults(d) for d in devices]
+
+    def with_defaults(self, device: DeviceConfig) -> DeviceConfig:
+        """``device`` with the resource's attributes and capacity under its own."""
+        if not (self.attributes or self.capacity):
+            return device
+        merged: dict[str, Any] = {"attributes": self.attributes | device.attributes}
+        merged["capacity"] = self.capacity | device.capacity
+        return device.model_copy(update=merged)
 
 
 class SimConfig(_Strict):

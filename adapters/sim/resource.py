@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shim.sdk import UnknownDevice, types
 from shim.sdk.grants import ContainerGrant, expand, merge
 
-from .config import ResourceConfig
+from .config import DeviceConfig, ResourceConfig
 
 
 @dataclass(slots=True)
@@ -16,6 +16,18 @@ class SimDevice:
     id: str
     numa_nodes: tuple[int, ...]
     health: types.Health
+    attributes: dict[str, types.Attribute] = field(default_factory=dict)
+    capacity: dict[str, str] = field(default_factory=dict)
+
+
+def _sim_device(config: DeviceConfig) -> SimDevice:
+    return SimDevice(
+        config.id,
+        tuple(config.numa_nodes),
+        types.Health.HEALTHY if config.healthy else types.Health.UNHEALTHY,
+        {name: types.Attribute(**value) for name, value in config.attributes.items()},  # type: ignore[arg-type]
+        dict(config.capacity),
+    )
 
 
 def grant_message(grant: ContainerGrant) -> types.Grant:
@@ -41,10 +53,7 @@ class SimResource:
         self.config = config
         self.name = config.name
         self.devices: dict[str, SimDevice] = {
-            d.id: SimDevice(
-                d.id, tuple(d.numa_nodes), types.Health.HEALTHY if d.healthy else types.Health.UNHEALTHY
-            )
-            for d in config.initial_devices()
+d.id: _sim_device(d) for d in config.initial_devices()
         }
         # A device's declared grant depends on its ID alone: build its message once, as
         # building 50,000 of them for every list would take about a second.
@@ -71,6 +80,8 @@ class SimResource:
                 health=d.health,
                 numa_nodes=list(d.numa_nodes),
                 grant=self._declared_grant(d.id) if declared else None,
+                attributes=d.attributes,
+                capacity=d.capacity,
             )
             for d in self.devices.values()
         ]
@@ -123,5 +134,5 @@ class SimResource:
         while len(self.devices) < count:
             device_id = f"{self.config.prefix}{n}"
             if device_id not in self.devices:
-                self.devices[device_id] = SimDevice(device_id, (), types.Health.HEALTHY)
+                self.devices[device_id] = _sim_device(self.config.with_defaults(DeviceConfig(id=device_id)))
             n += 1

@@ -7,5 +7,112 @@ tests/unit/test_one_truth.py.
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
+from shim.model import Attribute, AttributeKind
+
 # Semver; the majors of devshim and a driver must be equal (docs/driver-protocol.md, "Lifecycle").
-PROTOCOL_VERSION = "1.0.0"
+# 1.1 added device attributes and capacity (DRA); a 1.0 driver leaves them out.
+PROTOCOL_VERSION = "1.1.0"
+
+# --- protocol 1.1: what DRA publishes per device (resource.k8s.io's limits, every version) ----
+
+MAX_ATTRIBUTES_AND_CAPACITIES = 32  # ResourceSliceMaxAttributesAndCapacitiesPerDevice
+MAX_ATTRIBUTE_VALUE_LENGTH = 64  # DeviceAttributeMaxValueLength (strings and versions)
+MAX_NAME_DOMAIN_LENGTH = 63  # DeviceMaxDomainLength: the DNS subdomain before "/"
+MAX_NAME_ID_LENGTH = 32  # DeviceMaxIDLength: the C identifier
+MAX_QUANTITY_LENGTH = 64  # devshim's own bound on a capacity's text
+INT64 = (-(2**63), 2**63 - 1)
+
+_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# Kubernetes' quantity notation (apimachinery resource.Quantity), non-negative.
+_QUANTITY = re.compile(r"\+?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?\d+)?")
+# semver.org 2.0.0, as the API server checks a version attribute.
+_NUMERIC = r"(0|[1-9]\d*)"
+_PRERELEASE = r"(0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*)"
+_BUILD = r"[0-9A-Za-z-]+"
+_SEMVER = re.compile(
+    rf"{_NUMERIC}\.{_NUMERIC}\.{_NUMERIC}(-{_PRERELEASE}(\.{_PRERELEASE})*)?(\+{_BUILD}(\.{_BUILD})*)?"
+)
+
+
+def qualified_name_problem(name: str) -> str | None:
+    """Why `name` cannot name an attribute or capacity, or None: a C identifier of at most 32
+    characters, optionally after a DNS subdomain of at most 63 and "/"."""
+    domain, slash, ident = name.rpartition("/")
+    if slash and (not domain or len(domain) > MAX_NAME_DOMAIN_LENGTH or not _DNS_SUBDOMAIN.fullmatch(domain)):
+        return f"{name!r}: before '/' must be a DNS subdomain of at most {MAX_NAME_DOMAIN_LENGTH} characters"
+    if not _C_IDENTIFIER.fullmatch(ident) or len(ident) > MAX_NAME_ID_LENGTH:
+        return f"{name!r}: the name must be a C identifier of at most {MAX_NAME_ID_LENGTH} characters"
+    return None
+
+
+def quantity_problem(text: str) -> str | None:
+    """Why `text` is not a non-negative Kubernetes quantity ("80Gi", "1500m", "4"), or None."""
+    if len(text) > MAX_QUANTITY_LENGTH or not _QUANTITY.fullmatch(text):
+        return f"{text[:MAX_QUANTITY_LENGTH]!r} is not a quantity such as 80Gi, 1500m or 4"
+    return None
+
+
+def version_problem(text: str) -> str | None:
+    """Why `text` is not a semantic version of at most 64 characters, or None."""
+    if len(text) > MAX_ATTRIBUTE_VALUE_LENGTH or not _SEMVER.fullmatch(text):
+        shown = text[:MAX_ATTRIBUTE_VALUE_LENGTH]
+        return f"{shown!r} is not a semantic version (semver.org 2.0.0) of at most 64 characters"
+    return None
+
+
+def _attribute_from_json(name: str, value: Any) -> Attribute:
+    where = f"attribute {name!r}"
+    if not isinstance(value, dict) or len(value) != 1:
+        raise ValueError(f"{where} must be an object with exactly one of int, bool, string, version")
+    ((kind, item),) = value.items()
+    if kind == "int":
+        # proto3 JSON writes an int64 as a string of digits; a number is accepted too.
+        if type(item) is str and item.lstrip("-").isdigit() and len(item) <= 20:
+            item = int(item)
+        if type(item) is not int or not INT64[0] <= item <= INT64[1]:
+            raise ValueError(f"{where}: int must be a 64-bit integer, not {item!r}")
+        return Attribute(AttributeKind.INT, item)
+    if kind == "bool":
+        if type(item) is not bool:
+            raise ValueError(f"{where}: bool must be true or false, not {item!r}")
+        return Attribute(AttributeKind.BOOL, item)
+    if kind in ("string", "version"):
+        if type(item) is not str:
+            raise ValueError(f"{where}: {kind} must be a string")
+        problem = version_problem(item) if kind == "version" else None
+        if problem is None and len(item) > MAX_ATTRIBUTE_VALUE_LENGTH:
+            problem = f"at most {MAX_ATTRIBUTE_VALUE_LENGTH} characters, not {len(item)}"
+        if problem is not None:
+            raise ValueError(f"{where}: {problem}")
+        return Attribute(AttributeKind(kind), item)
+    raise ValueError(f"{where}: {kind!r} is not one of int, bool, string, version")
+
+
+def attributes_from_json(value: Any) -> tuple[tuple[str, Attribute], ...]:
+    """A device's attributes in their JSON form (the schema's), checked; ValueError says why not."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise ValueError("attributes must be an object")
+    for name in value:
+        if (problem := qualified_name_problem(name)) is not None:
+            raise ValueError(f"attribute {problem}")
+    return tuple(sorted((name, _attribute_from_json(name, v)) for name, v in value.items()))
+
+
+def capacity_from_json(value: Any) -> tuple[tuple[str, str], ...]:
+    """A device's capacities (name: quantity), checked; ValueError says why not."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise ValueError("capacity must be an object")
+    for name, quantity in value.items():
+        if (problem := qualified_name_problem(name)) is not None:
+            raise ValueError(f"capacity {problem}")
+        if type(quantity) is not str or (problem := quantity_problem(quantity)) is not None:
+            raise ValueError(f"capacity {name!r}: {problem or 'must be a string such as 80Gi'}")
+    return tuple(sorted(value.items()))

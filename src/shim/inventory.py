@@ -29,6 +29,7 @@ from typing import TypeVar
 from loguru import logger
 
 from shim.configfile import UnreadableFile, read_bounded
+from shim.driverprotocol import attributes_from_json, capacity_from_json
 from shim.incremental import EncodedList
 from shim.model import Device, Health
 
@@ -70,7 +71,14 @@ def _file_name(resource: str) -> str:
 
 
 def _device_json(device: Device) -> str:
-    return json.dumps({"id": device.id, "health": device.health.value, "numa_nodes": device.numa_nodes})
+    saved: dict[str, object] = {"id": device.id, "health": device.health.value}
+    saved["numa_nodes"] = device.numa_nodes
+    # What DRA publishes, kept so a restarted devshim whose driver is down publishes it unchanged.
+    if device.attributes:
+        saved["attributes"] = {name: {a.kind.value: a.value} for name, a in device.attributes}
+    if device.capacity:
+        saved["capacity"] = dict(device.capacity)
+    return json.dumps(saved)
 
 
 def _encode(resource: str, saved: SavedResource, devices: EncodedList[Device, str]) -> str:
@@ -117,7 +125,12 @@ def _device(raw: object, index: int) -> Device:
         raise _Invalid(f"{where}health {health!r} is neither Healthy nor Unhealthy")
     if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numa):
         raise _Invalid(f"{where}numa_nodes is not a list of non-negative integers")
-    return Device(device_id, Health(health), tuple(numa))
+    try:
+        attributes = attributes_from_json(raw.get("attributes"))
+        capacity = capacity_from_json(raw.get("capacity"))
+    except ValueError as exc:
+        raise _Invalid(f"{where}{exc}") from None
+    return Device(device_id, Health(health), tuple(numa), attributes, capacity)
 
 
 def _decode(text: str, resource: str) -> SavedResource:

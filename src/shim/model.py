@@ -33,11 +33,30 @@ KUBELET_PRESTART_DEADLINE_S = 30.0
 PRESTART_TIMEOUT_S = 25.0
 
 
+class AttributeKind(StrEnum):
+    # The JSON field names of a DRA DeviceAttribute (resource.k8s.io, every version).
+    INT = "int"
+    BOOL = "bool"
+    STRING = "string"
+    VERSION = "version"
+
+
+@dataclass(frozen=True, slots=True)
+class Attribute:
+    """One typed attribute value, as DRA publishes it (shim/dra/slices.py)."""
+
+    kind: AttributeKind
+    value: int | bool | str
+
+
 @dataclass(frozen=True, slots=True)
 class Device:
     id: str
     health: Health = Health.HEALTHY
     numa_nodes: tuple[int, ...] = ()
+    # Protocol 1.1, for DRA: (name, value) pairs sorted by name, so equal devices compare equal.
+    attributes: tuple[tuple[str, Attribute], ...] = ()
+    capacity: tuple[tuple[str, str], ...] = ()  # (name, quantity), sorted by name
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from shim.driverprotocol import PROTOCOL_VERSION
 from shim.sdk.errors import InvalidParams
 from shim.sdk.server import check_protocol_version
 from tests.support.driver_process import ROOT, SIM, DriverProcess, running_sim
@@ -114,12 +115,12 @@ async def test_only_the_same_protocol_major_is_accepted_at_initialize(
     async with running_sim({"resources": [SIM_RESOURCE]}, tmp_path) as sim:
         response = await sim.request(1, "initialize", {"protocol_version": version})
         if code is None:
-            assert response["result"]["protocol_version"] == "1.0.0"
+            assert response["result"]["protocol_version"] == PROTOCOL_VERSION
         else:
             assert response["error"]["code"] == code
             assert version in response["error"]["message"]
         if code == -32600:
-            assert "1.0.0" in response["error"]["message"]
+            assert PROTOCOL_VERSION in response["error"]["message"]
 
 
 @pytest.mark.parametrize("version", ["1.0.0\n", "1.0.0-rc1\n", "\n1.0.0"])

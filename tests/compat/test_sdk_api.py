@@ -14,6 +14,7 @@ import betterproto2
 import pytest
 from google.protobuf import json_format
 
+from shim.driverprotocol import PROTOCOL_VERSION
 from shim.jsonrpc import MAX_LINE_BYTES, ConnectionClosed, Peer, RemoteError, StreamTransport
 from shim.sdk import Driver, DriverError, ErrorCode, UnknownDevice, codec, serve, types
 from shim.sdk.codec import device_json
@@ -102,7 +103,7 @@ async def test_initialize_reports_the_driver_and_hands_allocations_to_on_initial
             {"protocol_version": "1.0.0", "allocations": [{"resource": TOY, "device_ids": ["t0"]}]},
         )
     assert result == {
-        "protocol_version": "1.0.0",
+        "protocol_version": PROTOCOL_VERSION,  # a devshim speaking 1.0 accepts a 1.1 driver
         "driver": {"name": "toy", "version": "9.9.9"},
         "resources": [{"name": TOY, "prestart": True}],
     }

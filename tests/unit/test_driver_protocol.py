@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import grpc
@@ -10,7 +11,7 @@ import pytest
 from shim.driverhost import protocol
 from shim.errors import grpc_status
 from shim.jsonrpc import ConnectionClosed, ErrorCode, RemoteError
-from shim.model import ContainerGrant, Device, DeviceNode, Health, Mount
+from shim.model import Attribute, AttributeKind, ContainerGrant, Device, DeviceNode, Health, Mount
 
 
 def test_a_device_with_a_declared_grant_translates_fully() -> None:
@@ -138,3 +139,70 @@ def test_allocate_must_answer_one_grant_per_container() -> None:
     """A short answer is a protocol error, never a silently misaligned grant."""
     with pytest.raises(protocol.DriverProtocolError, match="1 grants for 2 containers"):
         protocol.grants_from_json({"containers": [{}]}, 2)
+
+
+def _one(**extra: Any) -> dict[str, Any]:
+    return {"devices": [{"id": "GPU-1", "health": 1, **extra}]}
+
+
+def test_attributes_and_capacity_arrive_typed_and_sorted_by_name() -> None:
+    """Protocol 1.1: each attribute keeps its kind; an int64 written as digits (proto3 JSON) is an int."""
+    attributes = {
+        "model": {"string": "A100"},
+        "gpu.example.com/cores": {"int": "108"},
+        "ecc": {"bool": False},
+        "driverVersion": {"version": "550.54.15"},
+        "minus": {"int": -3},
+    }
+    [(device, _)] = protocol.devices_from_json(_one(attributes=attributes, capacity={"memory": "80Gi"}))
+    assert device.attributes == (
+        ("driverVersion", Attribute(AttributeKind.VERSION, "550.54.15")),
+        ("ecc", Attribute(AttributeKind.BOOL, False)),
+        ("gpu.example.com/cores", Attribute(AttributeKind.INT, 108)),
+        ("minus", Attribute(AttributeKind.INT, -3)),
+        ("model", Attribute(AttributeKind.STRING, "A100")),
+    )
+    assert device.capacity == (("memory", "80Gi"),)
+
+
+def test_a_device_from_a_1_0_driver_has_no_attributes() -> None:
+    [(device, _)] = protocol.devices_from_json(_one())
+    assert device == Device("GPU-1", Health.HEALTHY)
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        pytest.param({"attributes": {"1x": {"int": 1}}}, "'1x': the name must be a C identifier", id="name"),
+        pytest.param({"attributes": {"a" * 33: {"int": 1}}}, "at most 32", id="name-33"),
+        pytest.param({"attributes": {"A.com/x": {"int": 1}}}, "DNS subdomain", id="domain-upper"),
+        pytest.param({"attributes": {"a/b/c": {"int": 1}}}, "DNS subdomain", id="two-slashes"),
+        pytest.param({"attributes": {f"{'d' * 64}.com/x": {"int": 1}}}, "at most 63", id="domain-long"),
+        pytest.param({"attributes": {"x": {"int": 1, "bool": True}}}, "exactly one", id="two-kinds"),
+        pytest.param({"attributes": {"x": {}}}, "exactly one", id="no-kind"),
+        pytest.param({"attributes": {"x": {"float": 1.5}}}, "'float' is not one of", id="float"),
+        pytest.param({"attributes": {"x": {"int": True}}}, "64-bit integer", id="bool-as-int"),
+        pytest.param({"attributes": {"x": {"int": 2**63}}}, "64-bit integer", id="int-65-bits"),
+        pytest.param({"attributes": {"x": {"int": "9" * 400}}}, "64-bit integer", id="int-huge-text"),
+        pytest.param({"attributes": {"x": {"bool": "yes"}}}, "true or false", id="bool-text"),
+        pytest.param({"attributes": {"x": {"string": "s" * 65}}}, "at most 64", id="string-65"),
+        pytest.param({"attributes": {"x": {"version": "1.2"}}}, "semantic version", id="version"),
+        pytest.param({"attributes": ["x"]}, "attributes must be an object", id="attrs-list"),
+        pytest.param({"capacity": {"memory": "-1Gi"}}, "not a quantity", id="negative"),
+        pytest.param({"capacity": {"memory": "1Zi"}}, "not a quantity", id="suffix"),
+        pytest.param({"capacity": {"memory": 80}}, "must be a string", id="number"),
+        pytest.param({"capacity": {"memory": "1" * 65}}, "not a quantity", id="quantity-long"),
+        pytest.param(
+            {
+                "attributes": {f"a{i}": {"int": i} for i in range(20)},
+                "capacity": {f"c{i}": "1" for i in range(13)},
+            },
+            "33 attributes and capacities; DRA allows at most 32",
+            id="33",
+        ),
+    ],
+)
+def test_dra_limits_are_checked_where_the_driver_hands_them_in(extra: dict[str, Any], fragment: str) -> None:
+    """The API server's own rules, refused with the list and naming the device."""
+    with pytest.raises(protocol.DriverProtocolError, match=f"device 'GPU-1': .*{re.escape(fragment)}"):
+        protocol.devices_from_json(_one(**extra))

@@ -13,7 +13,7 @@ import pytest
 from loguru import logger
 
 from shim.inventory import InventoryStore, SavedResource
-from shim.model import Device, Health
+from shim.model import Attribute, AttributeKind, Device, Health
 
 RESOURCE = "example.com/gpu"
 SAVED = SavedResource(
@@ -21,6 +21,14 @@ SAVED = SavedResource(
         Device("gpu0", Health.HEALTHY, (0,)),
         Device("gpu1", Health.UNHEALTHY, (0, 1)),
         Device("gpu2"),
+        Device(
+            "gpu3",
+            attributes=(
+                ("cores", Attribute(AttributeKind.INT, 108)),
+                ("model", Attribute(AttributeKind.STRING, "A")),
+            ),
+            capacity=(("memory", "80Gi"),),
+        ),
     ),
     in_use=(("gpu1", "gpu0"), ("gpu2",)),
 )
@@ -42,7 +50,8 @@ def saved_json(store_dir: Path) -> dict[str, Any]:
 
 
 def test_a_saved_inventory_loads_back_unchanged(tmp_path: Path) -> None:
-    """Ids, health, NUMA nodes, allocation groups and their order all survive a save and load."""
+    """Ids, health, NUMA nodes, DRA attributes and capacity, allocation groups and their order all
+    survive a save and load."""
     store = InventoryStore(tmp_path)
     store.save(RESOURCE, SAVED)
     assert store.load(RESOURCE) == SAVED
@@ -57,6 +66,13 @@ def test_the_file_is_named_after_the_resource_and_holds_the_documented_fields(tm
         {"id": "gpu0", "health": "Healthy", "numa_nodes": [0]},
         {"id": "gpu1", "health": "Unhealthy", "numa_nodes": [0, 1]},
         {"id": "gpu2", "health": "Healthy", "numa_nodes": []},
+        {
+            "id": "gpu3",
+            "health": "Healthy",
+            "numa_nodes": [],
+            "attributes": {"cores": {"int": 108}, "model": {"string": "A"}},
+            "capacity": {"memory": "80Gi"},
+        },
     ]
     assert raw["in_use"] == [["gpu1", "gpu0"], ["gpu2"]]
     assert isinstance(raw["saved_at"], str) and raw["saved_at"].endswith("+00:00")

@@ -13,7 +13,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shim.driverprotocol import PROTOCOL_VERSION
+from shim.driverprotocol import (
+    MAX_ATTRIBUTES_AND_CAPACITIES,
+    PROTOCOL_VERSION,
+    attributes_from_json,
+    capacity_from_json,
+)
 from shim.errors import RequestError, ShimError, SourceFailed, SourceTimeout, SourceUnavailable
 from shim.jsonrpc import ConnectionClosed, ErrorCode, RemoteError
 from shim.model import (
@@ -125,10 +130,21 @@ def device_from_json(obj: Any) -> tuple[Device, ContainerGrant | None]:
             f"device {device_id!r}: numa_nodes must be integers from 0 to {MAX_NUMA_NODE}, not {bad}"
         )
     grant = field(obj, "grant")
-    return (
-        Device(device_id, health_from_json(field(obj, "health")), tuple(numa)),
-        grant_from_json(grant) if grant is not None else None,
-    )
+    attributes = field(obj, "attributes")
+    capacity = field(obj, "capacity")
+    device = Device(device_id, health_from_json(field(obj, "health")), tuple(numa))
+    if attributes or capacity:  # protocol 1.1; most lists have neither
+        try:
+            typed = attributes_from_json(attributes), capacity_from_json(capacity)
+        except ValueError as exc:
+            raise DriverProtocolError(f"device {device_id!r}: {exc}") from None
+        device = Device(device.id, device.health, device.numa_nodes, *typed)
+        if len(device.attributes) + len(device.capacity) > MAX_ATTRIBUTES_AND_CAPACITIES:
+            raise DriverProtocolError(
+                f"device {device_id!r}: {len(device.attributes) + len(device.capacity)} attributes and "
+                f"capacities; DRA allows at most {MAX_ATTRIBUTES_AND_CAPACITIES} together"
+            )
+    return device, grant_from_json(grant) if grant is not None else None
 
 
 def devices_from_json(result: Any) -> list[tuple[Device, ContainerGrant | None]]:

@@ -235,4 +235,18 @@ def device_json(device: types.Device) -> dict[str, Any]:
     # An optional field: present (even as {}) exactly when set.
     if device.grant is not None:
         out["grant"] = grant_json(device.grant)
+    if device.attributes:
+        out["attributes"] = {name: _attribute_json(a) for name, a in device.attributes.items()}
+    if device.capacity:
+        out["capacity"] = device.capacity
     return out
+
+
+def _attribute_json(attribute: types.Attribute) -> dict[str, Any]:
+    # The one member of the oneof that is set; an int64 as a string, as proto3 JSON writes it.
+    if attribute.int is not None:
+        return {"int": str(attribute.int)}
+    for kind in ("bool", "string", "version"):
+        if (value := getattr(attribute, kind)) is not None:
+            return {kind: value}
+    raise ValueError("an Attribute needs one of int, bool, string, version set")

@@ -8,6 +8,7 @@ __all__ = (
     "AllocateParams",
     "AllocateResult",
     "Allocation",
+    "Attribute",
     "ContainerRequest",
     "Device",
     "DeviceNode",
@@ -35,6 +36,7 @@ __all__ = (
     "ShutdownParams",
 )
 
+import builtins
 from dataclasses import dataclass
 
 import betterproto2
@@ -101,6 +103,33 @@ default_message_pool.register_message("devshim.driver.v1", "Allocation", Allocat
 
 
 @dataclass(eq=False, repr=False)
+class Attribute(betterproto2.Message):
+    """
+    One typed attribute value: exactly one of these is set.
+
+    Oneofs:
+        - value:
+    """
+
+    int: "builtins.int | None" = betterproto2.field(1, betterproto2.TYPE_INT64, optional=True, group="value")
+
+    bool: "builtins.bool | None" = betterproto2.field(2, betterproto2.TYPE_BOOL, optional=True, group="value")
+
+    string: "str | None" = betterproto2.field(3, betterproto2.TYPE_STRING, optional=True, group="value")
+    """
+    At most 64 characters.
+    """
+
+    version: "str | None" = betterproto2.field(4, betterproto2.TYPE_STRING, optional=True, group="value")
+    """
+    A semantic version (semver.org 2.0.0), at most 64 characters.
+    """
+
+
+default_message_pool.register_message("devshim.driver.v1", "Attribute", Attribute)
+
+
+@dataclass(eq=False, repr=False)
 class ContainerRequest(betterproto2.Message):
     device_ids: "list[str]" = betterproto2.field(1, betterproto2.TYPE_STRING, repeated=True)
 
@@ -123,6 +152,27 @@ class Device(betterproto2.Message):
     """
     A declared grant: set it and devshim answers Allocate for this device
     without calling the driver (grants of several devices are merged).
+    """
+
+    attributes: "dict[str, Attribute]" = betterproto2.field(
+        5,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_MESSAGE),
+    )
+    """
+    Protocol 1.1, published through DRA (docs/dra.md): typed attributes and
+    capacities, at most 32 together. Names are C identifiers of at most 32
+    characters, optionally after a DNS-subdomain prefix and "/"
+    ("memory", "gpu.example.com/model").
+    """
+
+    capacity: "dict[str, str]" = betterproto2.field(
+        6,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+    """
+    Quantities in Kubernetes' notation ("80Gi", "1500m", "4").
     """
 
 
@@ -255,7 +305,7 @@ class InitializeParams(betterproto2.Message):
 
     protocol_version: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
     """
-    The protocol version devshim speaks, semver ("1.0.0").
+    The protocol version devshim speaks, semver ("1.1.0").
     """
 
     devshim_version: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)

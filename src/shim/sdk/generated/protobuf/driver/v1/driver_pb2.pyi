@@ -79,16 +79,46 @@ class DeviceNode(_message.Message):
     def __init__(self, container_path: _Optional[str] = ..., host_path: _Optional[str] = ..., permissions: _Optional[str] = ...) -> None: ...
 
 class Device(_message.Message):
-    __slots__ = ("id", "health", "numa_nodes", "grant")
+    __slots__ = ("id", "health", "numa_nodes", "grant", "attributes", "capacity")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Attribute
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Attribute, _Mapping]] = ...) -> None: ...
+    class CapacityEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ID_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
     NUMA_NODES_FIELD_NUMBER: _ClassVar[int]
     GRANT_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
     id: str
     health: Health
     numa_nodes: _containers.RepeatedScalarFieldContainer[int]
     grant: Grant
-    def __init__(self, id: _Optional[str] = ..., health: _Optional[_Union[Health, str]] = ..., numa_nodes: _Optional[_Iterable[int]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ...) -> None: ...
+    attributes: _containers.MessageMap[str, Attribute]
+    capacity: _containers.ScalarMap[str, str]
+    def __init__(self, id: _Optional[str] = ..., health: _Optional[_Union[Health, str]] = ..., numa_nodes: _Optional[_Iterable[int]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., attributes: _Optional[_Mapping[str, Attribute]] = ..., capacity: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class Attribute(_message.Message):
+    __slots__ = ("int", "bool", "string", "version")
+    INT_FIELD_NUMBER: _ClassVar[int]
+    BOOL_FIELD_NUMBER: _ClassVar[int]
+    STRING_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    int: int
+    bool: bool
+    string: str
+    version: str
+    def __init__(self, int: _Optional[int] = ..., bool: _Optional[bool] = ..., string: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
 
 class Resource(_message.Message):
     __slots__ = ("name", "preferred_allocation", "prestart", "deallocate", "post_stop")
