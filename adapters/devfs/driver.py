@@ -19,8 +19,8 @@ from typing import Any
 
 from loguru import logger
 
-from shim.driverprotocol import MAX_ATTRIBUTE_VALUE_LENGTH
 from shim.sdk import DEVSHIM_VERSION, Driver, UnknownDevice, types
+from shim.sdk.config import MAX_ATTRIBUTE_VALUE_LENGTH
 
 from .config import DevfsConfig, GroupConfig
 from .scan import Node, scan, watched_directories

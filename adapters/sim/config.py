@@ -14,8 +14,13 @@ from typing import Annotated, Any, Literal, Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from shim.driverprotocol import attributes_from_json, capacity_from_json
-from shim.sdk.config import MAX_NUMA_NODE, check_extended_resource_name, format_validation_error
+from shim.sdk.config import (
+    MAX_NUMA_NODE,
+    attributes_from_json,
+    capacity_from_json,
+    check_extended_resource_name,
+    format_validation_error,
+)
 from shim.sdk.grants import GrantSettings
 
 DeviceId = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[^\s,]+$")]

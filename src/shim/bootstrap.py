@@ -7,7 +7,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
@@ -29,10 +29,13 @@ from shim.settings import INSTANCE_ID_DIGITS, DriverSettings, Settings, socket_p
 from shim.sources import DeviceSource, StaticSource
 from shim.status import driver_status, resource_status
 
+if TYPE_CHECKING:
+    from shim.dra.node import DraPublishers
+
 # Settings a running devshim cannot change: a reload warns and keeps them until a restart.
 _RESTART_ONLY = (
     "device_plugins_dir", "state_dir", "deallocation", "registration", "api_versions", "plugins_registry_dir",
-    "watch_mode", "poll_interval_s", "register_backoff_max_s", "prestart_timeout_s", "http", "socket",
+    "watch_mode", "poll_interval_s", "register_backoff_max_s", "prestart_timeout_s", "http", "socket", "dra",
 )  # fmt: skip
 
 
@@ -96,6 +99,11 @@ class Shim:
         self.deallocation = DeallocationEmulator(settings.deallocation, lambda: self.services)
         self._deallocating: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self.dra: DraPublishers | None = None
+        if settings.dra.drivers:
+            from shim.dra.node import DraPublishers  # brings the Kubernetes client: only for DRA
+
+            self.dra = DraPublishers(settings.dra, lambda: self.services)
 
     async def start(self) -> None:
         self.settings.device_plugins_dir.mkdir(parents=True, exist_ok=True)
@@ -108,6 +116,8 @@ class Shim:
         for driver in self.drivers:
             with logger.contextualize(driver=driver.name):
                 await driver.start()
+        if self.dra is not None:  # after every source's first list, so the first pool is whole
+            self.dra.start()
 
     async def add_resource(
         self,
@@ -162,6 +172,8 @@ class Shim:
             task = asyncio.create_task(endpoint.run(), name=f"endpoint:{name}")
         self.watcher.subscribe(endpoint.check_files)
         self.served[name] = Served(service, endpoint, task)
+        if self.dra is not None:
+            self.dra.follow(name, service)
 
     def claim(self, name: str, driver: DriverSettings) -> None:
         """Make ``driver`` the owner of ``name``, or raise ClaimRefused naming who has it."""
@@ -194,6 +206,8 @@ class Shim:
         served = self.served.pop(name, None)
         if served is None:
             return
+        if self.dra is not None:
+            self.dra.unfollow(name)
         self.watcher.unsubscribe(served.endpoint.check_files)
         served.task.cancel()
         await asyncio.gather(served.task, return_exceptions=True)
@@ -206,6 +220,8 @@ class Shim:
             await driver.stop()
         for name in list(self.served):
             await self.remove_resource(name)
+        if self.dra is not None:
+            await self.dra.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -298,6 +314,7 @@ class Shim:
             },
             "drivers": {driver.name: driver_status(driver) for driver in self.drivers},
             "deallocation": self.deallocation.status if self.settings.deallocation.enabled else "disabled",
+            "dra": self.dra.status() if self.dra is not None else "not configured",
         }
 
     @property

@@ -33,3 +33,27 @@ def check_extended_resource_name(name: str) -> str:
             f"{name!r}: {short!r} must be 1-63 characters [A-Za-z0-9-_.], alphanumeric at both ends"
         )
     return name
+
+
+# --- DRA (resource.k8s.io): driver names, and node names (a node's pool is named after it) ---
+
+DRA_DRIVER_NAME_MAX = 63  # DriverNameMaxLength
+
+
+def driver_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a DRA driver name (a lowercase DNS subdomain of at most 63
+    characters, as the API server requires), or None."""
+    if len(name) > DRA_DRIVER_NAME_MAX or not _DNS_SUBDOMAIN.fullmatch(name):
+        return (
+            f"{name!r} is not a DRA driver name: a lowercase DNS subdomain (gpu.example.com) "
+            f"of at most {DRA_DRIVER_NAME_MAX} characters"
+        )
+    return None
+
+
+def node_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a node's (and so its pool's) name, or None: a DNS subdomain of at
+    most 253 characters."""
+    if not name or len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+        return f"{name!r} is not a node name: a lowercase DNS subdomain of at most 253 characters"
+    return None

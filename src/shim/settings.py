@@ -11,6 +11,7 @@ check (shim/names.py) and config-file reading (shim/configfile.py).
 from __future__ import annotations
 
 import grp
+import os
 import pwd
 from contextvars import ContextVar
 from pathlib import Path
@@ -31,7 +32,7 @@ from shim.configfile import ConfigError, StrictModel, format_validation_error, r
 from shim.errors import GrantRefused
 from shim.grants import GrantSettings, expand
 from shim.model import KUBELET_PRESTART_DEADLINE_S, MAX_NUMA_NODE, PRESTART_TIMEOUT_S
-from shim.names import check_extended_resource_name
+from shim.names import check_extended_resource_name, driver_name_problem, node_name_problem
 from shim.policy import GrantPolicy, GrantPolicySettings
 
 # Upstream constants (deviceplugin/v1beta1/constants.go).
@@ -311,6 +312,53 @@ class HttpSettings(StrictModel):
     status_from_anywhere: bool = False
 
 
+class DraDriverSettings(StrictModel):
+    """One DRA driver: the resources whose devices make up its pool on this node."""
+
+    # The DRA driver name (a lowercase DNS subdomain of at most 63 characters): spec.driver of
+    # its ResourceSlices, and what DeviceClasses select.
+    name: str
+    resources: Annotated[list[ResourceName], Field(min_length=1)]
+
+    @field_validator("name")
+    @classmethod
+    def _dra_driver_name(cls, value: str) -> str:
+        if (problem := driver_name_problem(value)) is not None:
+            raise ValueError(problem)
+        return value
+
+
+class DraSettings(StrictModel):
+    """Dynamic Resource Allocation (docs/dra.md): each driver's devices published as ResourceSlices."""
+
+    drivers: list[DraDriverSettings] = []
+    # This node's name: by default $NODE_NAME (the downward API's spec.nodeName).
+    node_name: str | None = None
+    # The API server's credentials: by default in-cluster (the pod's service account), else
+    # $KUBECONFIG or ~/.kube/config.
+    kubeconfig: Path | None = None
+
+    @model_validator(mode="after")
+    def _one_pool_per_driver_and_node(self) -> Self:
+        names = [d.name for d in self.drivers]
+        if len(set(names)) != len(names):
+            raise ValueError("a DRA driver is named twice in dra.drivers")
+        resources = [r for d in self.drivers for r in d.resources]
+        if len(set(resources)) != len(resources):
+            raise ValueError("a resource is in two DRA drivers' pools")
+        if self.drivers:
+            node = self.node_name or os.environ.get("NODE_NAME")
+            if not node:
+                raise ValueError(
+                    "dra.node_name is not set and NODE_NAME is not in the environment: give the pod "
+                    "NODE_NAME from the downward API (fieldRef spec.nodeName)"
+                )
+            if (problem := node_name_problem(node)) is not None:
+                raise ValueError(problem)
+            object.__setattr__(self, "node_name", node)
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="DEVSHIM_", env_nested_delimiter="__", extra="forbid", frozen=True
@@ -346,6 +394,7 @@ class Settings(BaseSettings):
     http: HttpSettings = HttpSettings()
     # The plugin sockets' permissions (and group), set before the kubelet can see them.
     socket: SocketSettings = SocketSettings()
+    dra: DraSettings = DraSettings()
 
     @model_validator(mode="after")
     def _resources_fit(self) -> Self:

@@ -7,16 +7,22 @@ message that says why it cannot; ``format_validation_error`` turns pydantic's Va
 one line per problem, each naming its field as a YAML path reads (``groups[0].resource``). The
 bounds devshim applies to what a driver declares are here too, so a driver refuses a bad value in
 its configuration, where it is written, instead of devshim refusing the driver's answers later:
-``check_extended_resource_name`` (the kubelet's rule for resource names) and ``MAX_NUMA_NODE``.
+``check_extended_resource_name`` (the kubelet's rule for resource names), ``MAX_NUMA_NODE``, and
+DRA's rules for attributes and capacity (``attributes_from_json`` and ``capacity_from_json`` raise
+ValueError naming what breaks them; ``MAX_ATTRIBUTE_VALUE_LENGTH``).
 """
 
 from shim.configfile import ConfigError, format_validation_error, read_config_file
+from shim.driverprotocol import MAX_ATTRIBUTE_VALUE_LENGTH, attributes_from_json, capacity_from_json
 from shim.model import MAX_NUMA_NODE
 from shim.names import check_extended_resource_name
 
 __all__ = [
+    "MAX_ATTRIBUTE_VALUE_LENGTH",
     "MAX_NUMA_NODE",
     "ConfigError",
+    "attributes_from_json",
+    "capacity_from_json",
     "check_extended_resource_name",
     "format_validation_error",
     "read_config_file",

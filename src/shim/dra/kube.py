@@ -1,0 +1,169 @@
+"""The Kubernetes API, as the DRA publisher needs it: the one module that imports kr8s.
+
+kr8s (chosen over lightkube and kubernetes_asyncio: docs/dra.md, "The API client") loads the
+credentials (in-cluster service account, or a kubeconfig), keeps one HTTP/1.1 session, refreshes
+expiring tokens and speaks TLS; the publisher's calls go through its ``call_api``, one path per
+resource.k8s.io version, so that a version is a string here rather than a class per version.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import kr8s
+import kr8s.asyncio
+
+from shim.dra.slices import GROUP, VERSIONS
+
+PAGE = 100  # slices per list page: 100 full slices of 128 devices are a few MB
+WATCH_TIMEOUT_S = 240  # the API server ends a watch after this; the publisher starts another
+MAX_EVENT_BYTES = 16 * 1024 * 1024  # a slice is at most ~1.5 MB (etcd's request limit)
+
+
+class ApiError(RuntimeError):
+    """The API server refused or failed a request; ``status`` is its HTTP status, 0 if none."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class VersionGone(ApiError):
+    """The API server no longer serves this resource.k8s.io version (it was upgraded)."""
+
+
+class Conflict(ApiError):
+    """The object changed since it was read (409)."""
+
+
+class ApiServer:
+    """Calls on one API server. Every method raises ApiError (or a subclass) and nothing else."""
+
+    def __init__(self, api: kr8s.asyncio.Api) -> None:
+        self._api = api
+
+    @classmethod
+    async def connect(cls, kubeconfig: Path | None) -> ApiServer:
+        """In-cluster credentials when kubeconfig is None and devshim runs in a pod, else the
+        kubeconfig (None: $KUBECONFIG or ~/.kube/config)."""
+        try:
+            with warnings.catch_warnings():  # kr8s warns of releases newer than it knows; devshim
+                warnings.simplefilter("ignore")  # speaks to them through its own version checks
+                api = await kr8s.asyncio.api(kubeconfig=str(kubeconfig) if kubeconfig else None)
+        except Exception as exc:  # kr8s raises plain exceptions for missing or broken config
+            raise ApiError(f"cannot load Kubernetes credentials: {exc}") from exc
+        return cls(api)
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        base, _, rest = path.partition("/" + GROUP)
+        call = self._api.call_api(method, version="", base=f"{base}/{GROUP}", url=rest.lstrip("/"), **kwargs)
+        try:
+            async with call as response:
+                return response.json() if response.content else None
+        except kr8s.ServerError as exc:
+            raise _error(exc, path) from None
+        except (httpx.HTTPError, kr8s.APITimeoutError, OSError, json.JSONDecodeError) as exc:
+            raise ApiError(f"{method} {path}: {exc or type(exc).__name__}") from None
+
+    async def slice_versions(self) -> list[str]:
+        """The versions of resource.k8s.io that serve ResourceSlices, newest first (discovery)."""
+        group = await self._call("GET", f"/apis/{GROUP}")
+        served = {v.get("version") for v in (group or {}).get("versions", ()) if isinstance(v, dict)}
+        found = []
+        for version in VERSIONS:
+            if version not in served:
+                continue
+            resources = await self._call("GET", f"/apis/{GROUP}/{version}")
+            if any(r.get("name") == "resourceslices" for r in (resources or {}).get("resources", ())):
+                found.append(version)
+        return found
+
+    async def list_slices(self, version: str, selector: str) -> tuple[list[dict[str, Any]], str]:
+        """Every slice the field selector matches, and the list's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            params = {"fieldSelector": selector, "limit": str(PAGE)} | ({"continue": token} if token else {})
+            page = await self._call("GET", f"/apis/{GROUP}/{version}/resourceslices", params=params)
+            items += page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return items, (page.get("metadata") or {}).get("resourceVersion", "")
+
+    async def create_slice(self, version: str, body: dict[str, Any]) -> dict[str, Any]:
+        path = f"/apis/{GROUP}/{version}/resourceslices"
+        created: dict[str, Any] = await self._call("POST", path, json=body)
+        return created
+
+    async def replace_slice(self, version: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """PUT, holding body's metadata.resourceVersion: a 409 (Conflict) if it changed since."""
+        path = f"/apis/{GROUP}/{version}/resourceslices/{name}"
+        replaced: dict[str, Any] = await self._call("PUT", path, json=body)
+        return replaced
+
+    async def delete_slice(self, version: str, name: str, uid: str) -> None:
+        """Deletes this very object (its uid), not one created since under the same name."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
+        try:
+            await self._call("DELETE", f"/apis/{GROUP}/{version}/resourceslices/{name}", json=body)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+
+    async def node_uid(self, node: str) -> str | None:
+        """The Node's uid, for the slices' owner reference; None where it cannot be read."""
+        try:
+            async with self._api.call_api("GET", version="v1", url=f"nodes/{node}") as response:
+                uid = response.json().get("metadata", {}).get("uid")
+        except Exception:  # an owner reference is a courtesy, not a need
+            return None
+        return uid if isinstance(uid, str) else None
+
+    async def watch_slices(
+        self, version: str, selector: str, since: str
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """(type, object) events from resourceVersion ``since`` until the API server ends the
+        watch; ApiError on a failure (410 Gone: list again)."""
+        params = {
+            "watch": "true",
+            "fieldSelector": selector,
+            "resourceVersion": since,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(WATCH_TIMEOUT_S),
+        }
+        path = f"/apis/{GROUP}/{version}/resourceslices"
+        try:
+            async with self._api.call_api(
+                "GET", version="", base=f"/apis/{GROUP}", url=f"{version}/resourceslices",
+                params=params, stream=True, timeout=WATCH_TIMEOUT_S + 30,
+            ) as response:  # fmt: skip
+                async for line in response.aiter_lines():
+                    if len(line) > MAX_EVENT_BYTES:
+                        raise ApiError(f"watch {path}: an event of {len(line)} bytes")
+                    if not line:
+                        continue
+                    event = json.loads(line)
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        raise ApiError(f"watch {path}: {obj.get('message')}", int(obj.get("code") or 0))
+                    yield kind, obj
+        except kr8s.ServerError as exc:
+            raise _error(exc, path) from None
+        except (httpx.HTTPError, kr8s.APITimeoutError, OSError, json.JSONDecodeError) as exc:
+            raise ApiError(f"watch {path}: {exc or type(exc).__name__}") from None
+
+
+def _error(exc: kr8s.ServerError, path: str) -> ApiError:
+    response = exc.response
+    status = response.status_code if response is not None else 0
+    message = f"{path}: {status} {exc}"
+    if status == 404 and path.rstrip("/").endswith("resourceslices"):
+        return VersionGone(message, status)  # the collection itself is gone: not one object
+    if status == 409:
+        return Conflict(message, status)
+    return ApiError(message, status)

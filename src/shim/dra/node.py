@@ -1,0 +1,91 @@
+"""Every DRA driver's pool on this node: which served resources feed which publisher."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from shim.core.resource import ResourceService
+from shim.dra.publisher import PoolPublisher
+from shim.model import Device
+from shim.settings import DraDriverSettings, DraSettings
+
+# A pool is first published once every resource it names is served (each driver has listed its
+# devices, or devshim's inventory has them), or after this long with what is served by then.
+FIRST_POOL_WAIT_S = 30.0
+
+
+class DraPublishers:
+    """One PoolPublisher per configured DRA driver, fed by the resources it names while they
+    are served (bootstrap.Shim calls ``follow``/``unfollow`` as it adds and removes them)."""
+
+    def __init__(self, settings: DraSettings, services: Callable[[], Mapping[str, ResourceService]]) -> None:
+        assert settings.node_name is not None  # DraSettings fills it in, or refuses to load
+        self._services = services
+        self._publishers = {
+            driver.name: PoolPublisher(
+                driver.name, settings.node_name, self._devices_of(driver), kubeconfig=settings.kubeconfig
+            )
+            for driver in settings.drivers
+        }
+        self._pool_of = {r: self._publishers[d.name] for d in settings.drivers for r in d.resources}
+        self._following: dict[str, asyncio.Task[None]] = {}
+        self._running: list[asyncio.Task[None]] = []
+        self._waited = False
+        self._complete: set[str] = set()  # DRA drivers whose pool has been whole once
+
+    def _devices_of(self, driver: DraDriverSettings) -> Callable[[], list[Device] | None]:
+        def devices() -> list[Device] | None:
+            served = self._services()
+            if driver.name not in self._complete:
+                if not self._waited and any(r not in served for r in driver.resources):
+                    return None  # a driver still starting: publishing now would drop its devices
+                self._complete.add(driver.name)  # from now on, what is served is the pool
+            return [d for r in driver.resources if r in served for d in served[r].devices]
+
+        return devices
+
+    def start(self) -> None:
+        self._running = [
+            asyncio.create_task(p.run(), name=f"dra:{name}") for name, p in self._publishers.items()
+        ]
+        asyncio.get_running_loop().call_later(FIRST_POOL_WAIT_S, self._stop_waiting)
+
+    def _stop_waiting(self) -> None:
+        self._waited = True
+        for publisher in self._publishers.values():
+            publisher.changed()
+
+    def follow(self, resource: str, service: ResourceService) -> None:
+        publisher = self._pool_of.get(resource)
+        if publisher is None:
+            return
+
+        async def follow() -> None:
+            async for _ in service.watch():
+                publisher.changed()
+
+        self._following[resource] = asyncio.create_task(follow(), name=f"dra-follow:{resource}")
+
+    def unfollow(self, resource: str) -> None:
+        task = self._following.pop(resource, None)
+        if task is not None:
+            task.cancel()
+            self._pool_of[resource].changed()  # its devices leave the pool
+
+    async def stop(self) -> None:
+        """The published slices stay: the devices are still on the node, and a restarted devshim
+        takes the pool up where it was (the kubelet removes a node's slices when it needs to)."""
+        tasks = [*self._following.values(), *self._running]
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._following.clear()
+        self._running = []
+
+    def status(self) -> dict[str, Any]:
+        return {name: dataclasses.asdict(p.status) for name, p in sorted(self._publishers.items())}

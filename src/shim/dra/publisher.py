@@ -1,0 +1,211 @@
+"""One DRA driver's pool on this node, kept published as ResourceSlices.
+
+Level-triggered: whatever happened (a device list changed, the kubelet deleted the node's slices,
+the API server restarted or was upgraded), the publisher lists its own slices, compares them
+with the pool it should publish and writes the difference, again until they agree:
+
+- a slice's content is compared through the hash of what devshim meant it to be (an annotation;
+  slices.py), the same in every version, so an API server upgrade that renames the version finds
+  the slices already right and writes nothing: no device leaves the pool at any moment;
+- a change of the pool's content writes every slice with the generation after the highest seen
+  (the scheduler ignores slices of older generations) and ``resourceSliceCount`` slices, updating
+  the existing ones in place, creating what is missing, and only then deleting what is extra;
+- health is not content: an Unhealthy device stays published (docs/dra.md).
+
+The version is the newest resource.k8s.io version serving ResourceSlices (discovery), found
+again whenever a request says it is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from shim.dra.kube import ApiError, ApiServer, VersionGone
+from shim.dra.slices import SPEC_HASH, NameCollision, Pool, slice_object, spec_hash
+from shim.model import Device
+
+BACKOFF_S = (0.5, 30.0)  # after a failed round: first wait, longest wait
+COALESCE_S = 0.05  # changes arriving this close together are written once
+
+
+@dataclass
+class PublisherStatus:
+    driver: str
+    node: str
+    version: str | None = None
+    generation: int = 0
+    slices: int = 0
+    devices: int = 0
+    writes: int = 0  # slices created, replaced or deleted
+    rounds: int = 0  # comparisons of the pool with what is published that succeeded
+    last_error: str | None = None
+    published_at: float | None = None
+
+
+class PoolPublisher:
+    """Publishes the devices that ``devices()`` returns (every resource of this DRA driver; None
+    while they are not all known yet), waking whenever ``changed()`` is called."""
+
+    def __init__(
+        self,
+        driver: str,
+        node: str,
+        devices: Callable[[], list[Device] | None],
+        *,
+        kubeconfig: Path | None = None,
+        connect: Callable[[Path | None], Any] = ApiServer.connect,
+    ) -> None:
+        self.status = PublisherStatus(driver, node)
+        self._driver, self._node = driver, node
+        self._devices = devices
+        self._kubeconfig = kubeconfig
+        self._connect = connect
+        self._dirty = asyncio.Event()
+        self._generation = 0  # never goes back, even when every slice was deleted
+        self._observed: dict[str, dict[str, Any]] = {}
+        self._selector = f"spec.driver={driver},spec.nodeName={node}"
+        self._collision: str | None = None
+
+    def changed(self) -> None:
+        self._dirty.set()
+
+    async def run(self) -> None:
+        """Until cancelled; failures are logged and retried with backoff, never raised."""
+        wait = BACKOFF_S[0]
+        api: ApiServer | None = None
+        while True:
+            rounds = self.status.rounds
+            try:
+                api = api or await self._connect(self._kubeconfig)
+                await self._serve(api)
+            except VersionGone as exc:
+                logger.info("DRA {}: {}; finding the version again", self._driver, exc)
+                self.status.version = None
+                continue
+            except ApiError as exc:
+                self.status.last_error = str(exc)
+                if self.status.rounds != rounds:  # it worked for a while: start the backoff over
+                    wait = BACKOFF_S[0]
+                logger.warning("DRA {}: {}; trying again in {:.1f}s", self._driver, exc, wait)
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, BACKOFF_S[1])
+
+    async def _serve(self, api: ApiServer) -> None:
+        versions = await api.slice_versions()
+        if not versions:
+            raise ApiError("the API server serves no resource.k8s.io version with ResourceSlices")
+        version = versions[0]
+        if version != self.status.version:
+            logger.info("DRA {}: publishing ResourceSlices as resource.k8s.io/{}", self._driver, version)
+        self.status.version = version
+        owner = await api.node_uid(self._node)
+        items, since = await api.list_slices(version, self._selector)
+        self._observed = {o["metadata"]["name"]: o for o in items}
+        watching = asyncio.create_task(self._watch(api, version, since))
+        try:
+            self._dirty.set()
+            while True:
+                await self._wait_for_change(watching)
+                await self._reconcile(api, version, owner)
+                self.status.rounds += 1
+                self.status.last_error = None
+        finally:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ApiError):
+                await watching
+
+    async def _wait_for_change(self, watching: asyncio.Task[None]) -> None:
+        waiting = asyncio.create_task(self._dirty.wait())
+        try:
+            await asyncio.wait({waiting, watching}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+        if watching.done():
+            watching.result()  # its ApiError ends this round: list again
+            raise ApiError("the watch of the node's slices ended")
+        await asyncio.sleep(COALESCE_S)
+        self._dirty.clear()
+
+    async def _watch(self, api: ApiServer, version: str, since: str) -> None:
+        """Keeps _observed current; every change by anyone marks the pool for a look."""
+        while True:
+            async for kind, obj in api.watch_slices(version, self._selector, since):
+                since = obj.get("metadata", {}).get("resourceVersion", since)
+                name = obj.get("metadata", {}).get("name")
+                if kind == "BOOKMARK" or not name:
+                    continue
+                if kind == "DELETED":
+                    self._observed.pop(name, None)
+                else:
+                    self._observed[name] = obj
+                self._dirty.set()
+
+    async def _reconcile(self, api: ApiServer, version: str, owner: str | None) -> None:
+        devices = self._devices()
+        if devices is None:  # not every resource of the pool is known yet: wait, write nothing
+            return
+        try:
+            pool = Pool.of(self._driver, self._node, devices)
+        except NameCollision as exc:
+            if str(exc) != self._collision:
+                logger.error("DRA {}: {}; the published pool is left as it was", self._driver, exc)
+            self._collision = self.status.last_error = str(exc)
+            return
+        self._collision = None
+        chunks = pool.chunks()
+        observed = sorted(self._observed.values(), key=lambda o: o["metadata"]["name"])
+        seen = max((_generation(o) for o in observed), default=0)
+        self._generation = max(self._generation, seen)
+        wanted = sorted(spec_hash(pool, c, self._generation, len(chunks)) for c in chunks)
+        if sorted(_hash(o) for o in observed) == wanted:
+            self._published(pool, len(chunks))
+            return
+        self._generation += 1
+        generation, count = self._generation, len(chunks)
+        for index, chunk in enumerate(chunks):
+            body = slice_object(pool, chunk, generation, count, version)
+            if owner:
+                body["metadata"]["ownerReferences"] = [
+                    {"apiVersion": "v1", "kind": "Node", "name": self._node, "uid": owner, "controller": True}
+                ]
+            if index < len(observed):
+                old = observed[index]["metadata"]
+                body["metadata"] |= {"name": old["name"], "resourceVersion": old["resourceVersion"]}
+                del body["metadata"]["generateName"]
+                written = await api.replace_slice(version, old["name"], body)
+            else:
+                written = await api.create_slice(version, body)
+            self._observed[written["metadata"]["name"]] = written
+            self.status.writes += 1
+        for extra in observed[len(chunks) :]:
+            await api.delete_slice(version, extra["metadata"]["name"], extra["metadata"]["uid"])
+            self._observed.pop(extra["metadata"]["name"], None)
+            self.status.writes += 1
+        logger.info(
+            "DRA {}: pool {} generation {}: {} devices in {} slices",
+            self._driver, self._node, generation, len(pool.devices), count,
+        )  # fmt: skip
+        self._published(pool, count)
+
+    def _published(self, pool: Pool, count: int) -> None:
+        self.status.generation = self._generation
+        self.status.slices = count
+        self.status.devices = len(pool.devices)
+        self.status.published_at = time.time()
+
+
+def _generation(obj: dict[str, Any]) -> int:
+    value = obj.get("spec", {}).get("pool", {}).get("generation", 0)
+    return value if isinstance(value, int) else 0
+
+
+def _hash(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata", {}).get("annotations") or {}).get(SPEC_HASH, ""))
