@@ -130,6 +130,16 @@ def render_status(report: dict[str, Any]) -> str:
             lines.append(f"    last error: {resource['last_error']}")
     for name, driver in report.get("drivers", {}).items():
         lines += _driver_lines(name, driver)
+    dra = report.get("dra")
+    for name, pool in (dra if isinstance(dra, dict) else {}).items():
+        where = f"resource.k8s.io/{pool.get('version')}" if pool.get("version") else "no version found yet"
+        lines.append(
+            f"  DRA {name}: pool {pool.get('node')} generation {pool.get('generation')}, "
+            f"{pool.get('devices')} devices in {pool.get('slices')} slices ({where}), "
+            f"{pool.get('writes')} writes"
+        )
+        if pool.get("last_error"):
+            lines.append(f"    last error: {pool['last_error']}")
     return "\n".join(lines)
 
 

@@ -76,10 +76,17 @@ def full(descriptor: Descriptor) -> dict[str, Any]:
     return {f.name: _value(f) for f in descriptor.fields}
 
 
+def _held(f: FieldDescriptor) -> Descriptor | None:
+    """The message type a map holds as values, or None for a map of scalars."""
+    assert f.message_type is not None
+    held: Descriptor | None = f.message_type.fields_by_name["value"].message_type
+    return held
+
+
 def _value(f: FieldDescriptor) -> Any:
     key = _key(f)
     if _is_map(f):
-        held = f.message_type.fields_by_name["value"].message_type
+        held = _held(f)
         if held is not None:  # one entry per field, each of its own (a oneof holds one at a time)
             return {f"{m.name}_entry": {m.name: _value(m)} for m in held.fields}
         return ACCEPTED_MAPS.get(key, {f"{key}.key": f"{key}.value"})
@@ -125,9 +132,10 @@ def fields(
         if f.message_type is None or _key(f) in HOST_IGNORES:
             continue
         if _is_map(f):
-            held = f.message_type.fields_by_name["value"].message_type
-            for entry, item in value[f.name].items() if held is not None else ():
-                yield from fields(held, item, (*here, entry))
+            held = _held(f)
+            if held is not None:
+                for entry, item in value[f.name].items():
+                    yield from fields(held, item, (*here, entry))
             continue
         items = enumerate(value[f.name]) if f.is_repeated else [(None, value[f.name])]
         for i, item in items:

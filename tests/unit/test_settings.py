@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -345,3 +346,43 @@ def test_a_driver_may_be_given_the_resources_it_serves() -> None:
 def test_a_resource_has_one_source_in_the_settings(settings: dict[str, Any], fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment):
         Settings.load(**settings)
+
+
+DRA_POOL = {"name": "gpu.example.com", "resources": ["example.com/gpu"]}
+
+
+def test_dra_takes_the_node_name_from_the_downward_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NODE_NAME (fieldRef spec.nodeName) unless dra.node_name says otherwise."""
+    monkeypatch.setenv("NODE_NAME", "node-7")
+    assert Settings.load(dra={"drivers": [DRA_POOL]}).dra.node_name == "node-7"
+    assert Settings.load(dra={"drivers": [DRA_POOL], "node_name": "node-8"}).dra.node_name == "node-8"
+    monkeypatch.delenv("NODE_NAME")
+    assert Settings.load().dra.node_name is None  # no DRA, no node name needed
+
+
+@pytest.mark.parametrize(
+    ("dra", "fragment"),
+    [
+        ({"drivers": [DRA_POOL]}, "NODE_NAME is not in the environment"),
+        ({"drivers": [DRA_POOL], "node_name": "Node_1"}, "'Node_1' is not a node name"),
+        ({"drivers": [{**DRA_POOL, "name": "GPU.example.com"}], "node_name": "n"}, "not a DRA driver name"),
+        ({"drivers": [{**DRA_POOL, "name": "g" * 64}], "node_name": "n"}, "at most 63 characters"),
+        ({"drivers": [{**DRA_POOL, "resources": []}], "node_name": "n"}, "dra.drivers[0].resources"),
+        (
+            {"drivers": [{**DRA_POOL, "resources": ["gpu"]}], "node_name": "n"},
+            "not an extended resource name",
+        ),
+        ({"drivers": [DRA_POOL, DRA_POOL], "node_name": "n"}, "named twice"),
+        (
+            {"drivers": [DRA_POOL, {**DRA_POOL, "name": "other.example.com"}], "node_name": "n"},
+            "a resource is in two DRA drivers' pools",
+        ),
+        ({"drivers": [DRA_POOL], "node_name": "n", "kubconfig": "/x"}, "kubconfig"),
+    ],
+)
+def test_bad_dra_settings_are_refused_naming_the_problem(
+    dra: dict[str, Any], fragment: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    with pytest.raises(ConfigError, match=re.escape(fragment)):
+        Settings.load(dra=dra)

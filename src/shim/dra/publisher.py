@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,9 @@ from shim.model import Device
 
 BACKOFF_S = (0.5, 30.0)  # after a failed round: first wait, longest wait
 COALESCE_S = 0.05  # changes arriving this close together are written once
+# Slices written at once: a change rewrites every slice of the pool (79 for 10,000 devices), and
+# one at a time waits on the API server's round trips (docs/benchmarks.md, row dra).
+PARALLEL_WRITES = 4
 
 
 @dataclass
@@ -170,22 +173,27 @@ class PoolPublisher:
             return
         self._generation += 1
         generation, count = self._generation, len(chunks)
-        for index, chunk in enumerate(chunks):
-            body = slice_object(pool, chunk, generation, count, version)
+        writing = asyncio.Semaphore(PARALLEL_WRITES)
+
+        async def write(index: int) -> None:
+            body = slice_object(pool, chunks[index], generation, count, version)
             if owner:
                 body["metadata"]["ownerReferences"] = [
                     {"apiVersion": "v1", "kind": "Node", "name": self._node, "uid": owner, "controller": True}
                 ]
-            if index < len(observed):
-                old = observed[index]["metadata"]
-                body["metadata"] |= {"name": old["name"], "resourceVersion": old["resourceVersion"]}
-                del body["metadata"]["generateName"]
-                written = await api.replace_slice(version, old["name"], body)
-            else:
-                written = await api.create_slice(version, body)
+            async with writing:
+                if index < len(observed):
+                    old = observed[index]["metadata"]
+                    body["metadata"] |= {"name": old["name"], "resourceVersion": old["resourceVersion"]}
+                    del body["metadata"]["generateName"]
+                    written = await api.replace_slice(version, old["name"], body)
+                else:
+                    written = await api.create_slice(version, body)
             self._observed[written["metadata"]["name"]] = written
             self.status.writes += 1
-        for extra in observed[len(chunks) :]:
+
+        await _all(write(i) for i in range(count))
+        for extra in observed[count:]:  # only once the new generation is whole
             await api.delete_slice(version, extra["metadata"]["name"], extra["metadata"]["uid"])
             self._observed.pop(extra["metadata"]["name"], None)
             self.status.writes += 1
@@ -200,6 +208,14 @@ class PoolPublisher:
         self.status.slices = count
         self.status.devices = len(pool.devices)
         self.status.published_at = time.time()
+
+
+async def _all(writes: Iterable[Coroutine[Any, Any, None]]) -> None:
+    """Every write, or the first failure once all have ended (none is left running)."""
+    results = await asyncio.gather(*writes, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
 
 
 def _generation(obj: dict[str, Any]) -> int:
