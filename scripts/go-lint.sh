@@ -5,8 +5,9 @@
 #
 # The upstream judge has a module per Kubernetes release, and vetting one compiles that release
 # of k8s.io/kubernetes (minutes with a cold Go cache, docs/toolchains.md): by default only the
-# oldest and the newest release are vetted, as by default only they are tested; --all vets
-# every one (with the full matrix: tests/README.md). gofmt covers every module always.
+# oldest and the newest release are vetted, as by default only they are tested (likewise the etcd
+# wrappers); --all vets every one (with the full matrix: tests/README.md). gofmt covers every
+# module always.
 #
 #   scripts/go-lint.sh [--all]   exits 1 when a file is unformatted or vet finds anything
 set -euo pipefail
@@ -22,12 +23,15 @@ if [ "${#modules[@]}" -eq 0 ]; then
     exit 1
 fi
 
-# The judge's release modules, oldest first by version: all but the first and last skip vet.
-mapfile -t releases < <(printf '%s\n' "${modules[@]}" | grep '/judges/k8s-1\.' | sort -V)
+# The judge's release modules, and the etcd wrappers of the control plane (docs/real-node.md),
+# oldest first by version: all but the first and last of each skip vet.
 skip_vet=()
-if [ "$all" -eq 0 ] && [ "${#releases[@]}" -gt 2 ]; then
-    skip_vet=("${releases[@]:1:${#releases[@]}-2}")
-fi
+for family in '/judges/k8s-1\.' '/judges/etcd-'; do
+    mapfile -t versions < <(printf '%s\n' "${modules[@]}" | grep "$family" | sort -V)
+    if [ "$all" -eq 0 ] && [ "${#versions[@]}" -gt 2 ]; then
+        skip_vet+=("${versions[@]:1:${#versions[@]}-2}")
+    fi
+done
 
 status=0
 for module in "${modules[@]}"; do

@@ -240,7 +240,7 @@ def test_a_failed_cells_repeat_command_runs_just_that_cell(tmp_path: Path) -> No
         pytest.param(
             ["--driver", "true", "--judge", "upstream-1.99"],
             "unknown judge 'upstream-1.99'; choose from upstream, upstream-1.30, upstream-1.32, "
-            "upstream-1.33, upstream-1.36, upstream-1.37",
+            "upstream-1.33, upstream-1.34, upstream-1.36, upstream-1.37",
             id="unknown-judge",
         ),
         pytest.param(

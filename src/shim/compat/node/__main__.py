@@ -3,6 +3,9 @@
 sudo python -m shim.compat.node --release 1.37 --dir /tmp/node
 # another shell: devshim run with device_plugins_dir /tmp/node/device-plugins, then
 cp pod.json /tmp/node/manifests/   # a static pod; its status: curl <read-only API>/pods
+
+python -m shim.compat.node --control-plane --release 1.33 --dir /tmp/cp   # etcd and kube-apiserver
+kubectl --kubeconfig /tmp/cp/admin.kubeconfig get --raw /apis/resource.k8s.io
 """
 
 from __future__ import annotations
@@ -16,22 +19,28 @@ from pathlib import Path
 
 from shim.compat.upstream import releases as upstream
 
+from .controlplane import ControlPlane, apiserver_releases
 from .host import NodeUnavailable
 from .kubelet import kubelet_releases
 from .node import Node, NodeError
 
 
 def main(argv: list[str] | None = None) -> int:
-    carried = kubelet_releases()
     parser = argparse.ArgumentParser(prog="python -m shim.compat.node", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--release", choices=[f"1.{r.minor}" for r in carried], default=f"1.{carried[-1].minor}",
-        help="the kubelet release (default: the newest carried)",
-    )  # fmt: skip
+    parser.add_argument("--release", help="the release (default: the newest carried)")
     parser.add_argument("--dir", type=Path, help="the node's folder (default: a new one under /tmp)")
+    parser.add_argument(
+        "--control-plane", action="store_true", help="start etcd and kube-apiserver instead of a node"
+    )
     args = parser.parse_args(argv)
-    release = next(r for r in carried if f"1.{r.minor}" == args.release)
+    carried = apiserver_releases() if args.control_plane else kubelet_releases()
+    names = [f"1.{r.minor}" for r in carried]
+    if args.release is not None and args.release not in names:
+        parser.error(f"--release: choose from {', '.join(names)}")
+    release = carried[names.index(args.release)] if args.release else carried[-1]
     folder = args.dir or Path(tempfile.mkdtemp(prefix="devshim-node-"))
+    if args.control_plane:
+        return _control_plane(release, folder)
     try:
         binary = upstream.build(release, program=upstream.KUBELET_PROGRAM)
         with Node(folder, binary, release.minor) as node:
@@ -47,6 +56,26 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(KeyboardInterrupt):
                 signal.pause()
     except (NodeUnavailable, NodeError, upstream.JudgeUnavailable) as err:
+        print(f"python -m shim.compat.node: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _control_plane(release: upstream.Release, folder: Path) -> int:
+    try:
+        with ControlPlane(release.minor, folder, log=True) as plane:
+            took = plane.etcd_started_in_s + plane.apiserver_started_in_s
+            versions = f"kube-apiserver {release.version}, etcd {plane.etcd.version}"
+            print(f"control plane up in {took:.1f} s: {versions}, folder {folder}")
+            print(f"  API server:        {plane.url}")
+            print(f"  admin kubeconfig:  {plane.admin_kubeconfig}")
+            print(f"  CA:                {plane.ca_file}")
+            print(f"  logs:              {plane.apiserver_log}, {plane.etcd_log}")
+            print("Ctrl-C stops both.", flush=True)
+            signal.signal(signal.SIGTERM, signal.default_int_handler)
+            with contextlib.suppress(KeyboardInterrupt):
+                signal.pause()
+    except (NodeError, upstream.JudgeUnavailable, OSError) as err:
         print(f"python -m shim.compat.node: {err}", file=sys.stderr)
         return 2
     return 0

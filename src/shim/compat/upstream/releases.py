@@ -31,6 +31,14 @@ BUILD_GIB = 2.5
 BUILD_TIMEOUT_S = 1800.0
 HARNESS_PROGRAM = "devicemanager"
 KUBELET_PROGRAM = "kubelet"
+APISERVER_PROGRAM = "kube-apiserver"
+ETCD_PROGRAM = "etcd"
+# The version package the release's programs report (--version, /version): set at link time, as
+# the release's own build does; a -X naming a package a program does not link is ignored.
+_VERSION_PACKAGE = "k8s.io/component-base/version"
+_ETCD_REQUIRE = re.compile(
+    r"^\s*(?:require\s+)?go\.etcd\.io/etcd/(client|server)/v3 (v3\.\d+\.\d+)", re.MULTILINE
+)
 
 
 class JudgeUnavailable(RuntimeError):
@@ -50,12 +58,7 @@ class Release:
 
     def source_hash(self) -> str:
         """Changes when any Go source the harness builds from changes."""
-        digest = hashlib.sha256()
-        for folder in (HARNESS, self.folder):
-            for path in sorted(folder.rglob("*")):
-                if path.is_file() and (path.suffix == ".go" or path.name in ("go.mod", "go.sum")):
-                    digest.update(str(path.relative_to(JUDGES)).encode() + b"\0" + path.read_bytes())
-        return digest.hexdigest()[:16]
+        return _source_hash(HARNESS, self.folder)
 
     def binary(self, program: str = HARNESS_PROGRAM) -> Path:
         return cache_dir() / f"{self.version}-{self.source_hash()}" / program
@@ -70,6 +73,46 @@ class Release:
     def carries(self, program: str) -> bool:
         """Whether this release's module has `program` (every one has the harness)."""
         return (self.folder / program / "main.go").is_file()
+
+    def ldflags(self) -> str:
+        """The linker's -X flags that make the programs report this release (`v1.37.2`)."""
+        major, minor = self.version.removeprefix("v").split(".")[:2]
+        values = {"gitVersion": self.version, "gitMajor": major, "gitMinor": minor}
+        return " ".join(f"-X {_VERSION_PACKAGE}.{name}={value}" for name, value in values.items())
+
+    def etcd_version(self) -> str | None:
+        """The etcd client version this release's module links ("v3.6.4"), which names its etcd."""
+        found = dict(_ETCD_REQUIRE.findall((self.folder / "go.mod").read_text(encoding="utf-8")))
+        return found.get("client")
+
+
+@dataclass(frozen=True, order=True)
+class Etcd:
+    """etcd's server at one release, from the wrapper module judges/etcd-3.N."""
+
+    version: str  # "v3.6.4"
+    folder: Path
+
+    def source_hash(self) -> str:
+        return _source_hash(self.folder)
+
+    def binary(self) -> Path:
+        return cache_dir() / f"etcd-{self.version}-{self.source_hash()}" / ETCD_PROGRAM
+
+    def built(self) -> bool:
+        try:
+            return self.binary().is_file()
+        except OSError:
+            return False
+
+
+def _source_hash(*folders: Path) -> str:
+    digest = hashlib.sha256()
+    for folder in folders:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and (path.suffix == ".go" or path.name in ("go.mod", "go.sum")):
+                digest.update(str(path.relative_to(JUDGES)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def releases() -> list[Release]:
@@ -96,6 +139,26 @@ def choose(names: list[str]) -> list[Release]:
         else:
             raise ValueError(f"unknown judge {name!r}; choose from upstream, {', '.join(by_name)}")
     return sorted(chosen)
+
+
+def etcds() -> list[Etcd]:
+    """Every etcd wrapper module under judges/ (etcd-3.N), oldest first."""
+    found = []
+    for gomod in JUDGES.glob("etcd-*/go.mod"):
+        versions = dict(_ETCD_REQUIRE.findall(gomod.read_text(encoding="utf-8")))
+        if "server" not in versions:
+            raise RuntimeError(f"{gomod}: no 'require go.etcd.io/etcd/server/v3 v3.N.P' line")
+        found.append(Etcd(versions["server"], gomod.parent))
+    return sorted(found, key=lambda e: tuple(int(n) for n in e.version[1:].split(".")))
+
+
+def etcd_for(release: Release) -> Etcd:
+    """The etcd this release's kube-apiserver is built against (its go.mod's etcd client)."""
+    wanted = release.etcd_version()
+    for etcd in etcds():
+        if etcd.version == wanted:
+            return etcd
+    raise JudgeUnavailable(f"no judges/etcd-* module builds etcd {wanted}, the one {release.name} links")
 
 
 def cache_dir() -> Path:
@@ -138,29 +201,38 @@ def build(release: Release, *, log: bool = True, program: str = HARNESS_PROGRAM)
     """The release's `program` (by default the harness), built now unless the cache holds it."""
     if not release.carries(program):
         raise JudgeUnavailable(f"the {release.name} module carries no {program} program")
-    target = release.binary(program)
-    if release.built(program):
+    what = "judge" if program == HARNESS_PROGRAM else program
+    label = f"the {release.name} {what} ({release.version})"
+    return _build(release.folder, f"./{program}", release.binary(program), label, release.ldflags(), log)
+
+
+def build_etcd(etcd: Etcd, *, log: bool = True) -> Path:
+    """etcd's server at `etcd.version`, built now unless the cache holds it."""
+    return _build(etcd.folder, ".", etcd.binary(), f"etcd {etcd.version}", "", log)
+
+
+def _build(folder: Path, package: str, target: Path, label: str, ldflags: str, log: bool) -> Path:
+    if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with (target.parent / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another run building the same release: wait for it
-        if release.built(program):
+        if target.is_file():
             return target
-        what = "judge" if program == HARNESS_PROGRAM else program
         if log:
-            sys.stderr.write(f"devshim compat: building the {release.name} {what} ({release.version})\n")
+            sys.stderr.write(f"devshim compat: building {label}\n")
             sys.stderr.flush()
-        partial = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent)) / program
+        partial = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent)) / target.name
         env = {**os.environ, "GOWORK": "off", "GOFLAGS": "-mod=readonly -buildvcs=false"}
         try:
             done = subprocess.run(
-                ["go", "build", "-o", str(partial), f"./{program}"],
-                cwd=release.folder, env=env, capture_output=True, text=True,
+                ["go", "build", "-o", str(partial), f"-ldflags={ldflags}", package],
+                cwd=folder, env=env, capture_output=True, text=True,
                 timeout=BUILD_TIMEOUT_S, check=False,
             )  # fmt: skip
             if done.returncode != 0:
                 tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
-                raise JudgeUnavailable(f"building the {release.name} {what} failed: {' | '.join(tail)}")
+                raise JudgeUnavailable(f"building {label} failed: {' | '.join(tail)}")
             partial.rename(target)
         finally:
             shutil.rmtree(partial.parent, ignore_errors=True)

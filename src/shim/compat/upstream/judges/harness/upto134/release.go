@@ -1,6 +1,7 @@
-// Package upto134 is the harness.Release of k8s.io/kubernetes up to v1.34, whose
+// Package upto134 is the harness.Release of k8s.io/kubernetes up to v1.33, whose
 // device manager calls take neither a logger nor a context. The release modules
-// of 1.30 to 1.34 use it as it is; it compiles only against those releases.
+// of 1.30 to 1.33 use it as it is (1.34's PodResources server takes a context, so
+// its module has a release of its own); it compiles only against those releases.
 package upto134
 
 import (
