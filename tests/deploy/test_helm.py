@@ -23,9 +23,12 @@ from adapters.sim.config import load_config
 from scripts import build_helm
 from shim.settings import Settings
 from tests.deploy.test_manifests import (
+    DRA_KINDS,
     IMAGE_VENV_BIN,
     NAMESPACE,
+    NODE_NAME_ENV,
     Doc,
+    assert_dra_objects_fit_the_daemonset,
     assert_paths_on_host_volumes,
     config_files,
     devshim_container,
@@ -33,6 +36,7 @@ from tests.deploy.test_manifests import (
     one,
     validate_strictly,
     volumes,
+    with_component,
 )
 from tests.deploy.test_manifests import render as kustomize
 from tests.deploy.tools import DEPLOY, PROJECT, ROOT, require_helm
@@ -111,10 +115,12 @@ def loaded_settings(docs: tuple[Doc, ...], tmp_path: Path) -> tuple[Settings, Pa
 @pytest.fixture
 def no_devshim_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Settings read DEVSHIM_* variables too: check the rendered files alone. The tests' own two
-    stay: which helm, and whether a missing one fails (Settings has no such fields)."""
+    stay: which helm, and whether a missing one fails (Settings has no such fields). NODE_NAME is
+    the pod's (the downward API's, with dra.enabled), which a config with DRA drivers needs."""
     kept = {build_helm.OVERRIDE_ENV, REQUIRE_ENV}
     for key in [k for k in os.environ if k.startswith("DEVSHIM_") and k not in kept]:
         monkeypatch.delenv(key)
+    monkeypatch.setenv("NODE_NAME", "node-a")
     yield
 
 
@@ -141,7 +147,9 @@ def test_lint_is_clean_even_strict(values: str) -> None:
 def test_every_object_validates_strictly(values: str) -> None:
     docs = render_file(values)
     monitor = values_file(values).get("podMonitor", {}).get("enabled", False)
-    assert sorted(d["kind"] for d in docs) == sorted(["ConfigMap", "DaemonSet"] + ["PodMonitor"] * monitor)
+    dra = sorted(DRA_KINDS) if values_file(values).get("dra", {}).get("enabled", False) else []
+    expected = ["ConfigMap", "DaemonSet"] + ["PodMonitor"] * monitor + dra
+    assert sorted(d["kind"] for d in docs) == sorted(expected)
     validate_all(docs)
 
 
@@ -150,7 +158,9 @@ def test_objects_are_labelled_and_namespaced(values: str) -> None:
     docs = render_file(values)
     for doc in docs:
         labels = doc["metadata"]["labels"]
-        assert doc["metadata"]["namespace"] == NAMESPACE
+        # dra.enabled's RBAC and admission policy objects are cluster-scoped.
+        cluster_scoped = doc["kind"] in DRA_KINDS - {"ServiceAccount"}
+        assert doc["metadata"].get("namespace") == (None if cluster_scoped else NAMESPACE)
         assert labels["app.kubernetes.io/name"] == "devshim"
         assert labels["app.kubernetes.io/instance"] == RELEASE
         assert labels["app.kubernetes.io/version"] == PROJECT["version"]
@@ -423,10 +433,78 @@ def test_extras_values_reach_the_pod() -> None:
             "config.deallocation.pod_resources_socket is set from kubeletRootDir",
         ),
         (["--set-string", "configFiles.config\\.yaml=x"], "configFiles cannot hold config.yaml"),
+        (
+            [
+                "--set",
+                "config.dra.drivers[0].name=gpu.example.com",
+                "--set",
+                "config.dra.drivers[0].resources[0]=example.com/gpu",
+            ],
+            "config.dra.drivers publishes ResourceSlices through the API server: set dra.enabled",
+        ),  # fmt: skip
     ],
 )
 def test_values_the_pods_could_not_run_with_fail_the_render(flags: list[str], message: str) -> None:
     assert message in helm_fails("template", RELEASE, str(CHART), *flags)
+
+
+def _tool_neutral(doc: Doc) -> Doc:
+    """components/dra's or the chart's DRA object less its one tool-made label difference: the
+    chart's helm.sh/chart and managed-by Helm, the component's managed-by kustomize."""
+    doc = copy.deepcopy(doc)
+    labels = doc["metadata"]["labels"]
+    labels.pop("helm.sh/chart", None)
+    assert labels.pop("app.kubernetes.io/managed-by") in ("Helm", "kustomize")
+    return doc
+
+
+def test_dra_enabled_renders_the_dra_component(tmp_path: Path) -> None:
+    """`--set dra.enabled=true` and deploy/base with components/dra give the same objects: the
+    service account, the ClusterRole and its binding, the admission policy and its binding field
+    for field (their rules and CEL included), and the same DaemonSet (the service account, the
+    token, NODE_NAME), once each tool's own ways are set aside (test_default_values_render_the_
+    kustomize_base). Disabled, the chart renders none of it (the default comparison)."""
+    chart = render("--set", "dra.enabled=true")
+    base = kustomize(with_component(tmp_path, "base", "dra"))
+    assert {d["kind"] for d in base} - {d["kind"] for d in chart} == {"Namespace"}
+    differences = []
+    for kind in sorted(DRA_KINDS):
+        differences += _differences(_tool_neutral(one(chart, kind)), _tool_neutral(one(base, kind)), kind)
+    differences += _differences(_helm_side(one(chart, "DaemonSet")), _kustomize_side(one(base, "DaemonSet")))
+    assert not differences, "dra.enabled and components/dra differ:\n" + "\n".join(differences)
+
+
+def test_dra_values_publish_as_the_releases_account(tmp_path: Path, no_devshim_env: None) -> None:
+    """ci/dra-values.yaml: the config names the DRA driver, the pods get NODE_NAME and the
+    account's token, and every DRA object follows the release's name (another release, another
+    account, and the policy matches that one)."""
+    docs = render_file("dra-values.yaml")
+    settings, _, _ = loaded_settings(docs, tmp_path)
+    (driver,) = settings.dra.drivers
+    assert (driver.name, driver.resources) == ("sim.example.com", ["example.com/sim"])
+    assert settings.dra.node_name == "node-a"  # NODE_NAME, as the downward API gives it
+    assert_dra_objects_fit_the_daemonset(docs)
+    assert devshim_container(one(docs, "DaemonSet"))["env"] == [NODE_NAME_ENV]
+    values = str(CHART / "ci" / "dra-values.yaml")
+    out = helm("template", "gpu", str(CHART), "--namespace", "accel", "--values", values)
+    other = tuple(doc for doc in yaml.safe_load_all(out) if doc)
+    assert_dra_objects_fit_the_daemonset(other)
+    assert one(other, "ServiceAccount")["metadata"] == one(other, "ServiceAccount")["metadata"] | {
+        "name": "gpu-devshim", "namespace": "accel"}  # fmt: skip
+    assert one(other, "ClusterRole")["metadata"]["name"] == "gpu-devshim-dra"
+    assert one(other, "ValidatingAdmissionPolicy")["metadata"]["name"] == "gpu-devshim-dra-node-slices"
+
+
+def test_dra_drivers_with_a_kubeconfig_of_their_own_need_no_dra_enabled() -> None:
+    """config.dra.kubeconfig (e.g. a mounted Secret) is the other way to the API server: the
+    render then passes, without the service account and the token."""
+    docs = render(
+        "--set", "config.dra.drivers[0].name=gpu.example.com",
+        "--set", "config.dra.drivers[0].resources[0]=example.com/gpu",
+        "--set", "config.dra.kubeconfig=/etc/devshim-kube/kubeconfig",
+    )  # fmt: skip
+    assert not {d["kind"] for d in docs} & DRA_KINDS
+    assert pod_spec(docs)["automountServiceAccountToken"] is False
 
 
 def _doc_blocks(language: str) -> list[str]:

@@ -259,23 +259,28 @@ def test_legacy_sidecar_shares_a_private_plugin_dir_with_the_vendor_container(
     assert vendor_mounts == {shared_mount["name"]: "/var/lib/kubelet/device-plugins"}
 
 
-def test_podmonitor_component_scrapes_the_ops_port(tmp_path: Path) -> None:
-    """components/podmonitor added to an overlay. PodMonitor is a CRD (Prometheus Operator):
-    kubernetes-validate ships only the built-in kinds' schemas, so it cannot be validated
-    offline; its fields are checked against the DaemonSet here instead."""
-    overlay = tmp_path / "with-podmonitor"
+def with_component(tmp_path: Path, target: str, component: str) -> Path:
+    """A kustomization in tmp_path: deploy/TARGET with deploy/components/COMPONENT added."""
+    overlay = tmp_path / f"with-{component}"
     overlay.mkdir()
     # kustomize refuses absolute paths to other kustomizations; relative ones may leave the root.
     (overlay / "kustomization.yaml").write_text(
         yaml.safe_dump(
             {
-                "resources": [os.path.relpath(DEPLOY / "overlays" / "sim-demo", overlay)],
-                "components": [os.path.relpath(DEPLOY / "components" / "podmonitor", overlay)],
+                "resources": [os.path.relpath(DEPLOY / target, overlay)],
+                "components": [os.path.relpath(DEPLOY / "components" / component, overlay)],
             }
         ),
         encoding="utf-8",
     )
-    docs = render(overlay)
+    return overlay
+
+
+def test_podmonitor_component_scrapes_the_ops_port(tmp_path: Path) -> None:
+    """components/podmonitor added to an overlay. PodMonitor is a CRD (Prometheus Operator):
+    kubernetes-validate ships only the built-in kinds' schemas, so it cannot be validated
+    offline; its fields are checked against the DaemonSet here instead."""
+    docs = render(with_component(tmp_path, "overlays/sim-demo", "podmonitor"))
     version = kubernetes_validate.latest_version()
     monitor = one(docs, "PodMonitor")
     with pytest.raises(kubernetes_validate.SchemaNotFoundError):
@@ -290,3 +295,61 @@ def test_podmonitor_component_scrapes_the_ops_port(tmp_path: Path) -> None:
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
     assert endpoint["port"] in {p["name"] for p in devshim_container(daemonset)["ports"]}
     assert endpoint["path"] == template["metadata"]["annotations"]["prometheus.io/path"]
+
+
+DRA_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+             "ValidatingAdmissionPolicyBinding"}  # fmt: skip
+NODE_NAME_ENV = {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+
+
+def assert_dra_objects_fit_the_daemonset(docs: tuple[Doc, ...]) -> None:
+    """components/dra's objects (or the chart's with dra.enabled) point at each other and at the
+    DaemonSet: its pods run as the account, mount its token and know their node; the binding
+    grants the account the role; the policy matches the account's username and is bound."""
+    daemonset = one(docs, "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    account = one(docs, "ServiceAccount")["metadata"]
+    assert account["namespace"] == daemonset["metadata"]["namespace"]
+    assert pod["serviceAccountName"] == account["name"] and pod["automountServiceAccountToken"] is True
+    assert NODE_NAME_ENV in devshim_container(daemonset)["env"]
+    role, binding = one(docs, "ClusterRole"), one(docs, "ClusterRoleBinding")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}  # fmt: skip
+    subject = {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
+    assert binding["subjects"] == [subject]
+    # What src/shim/dra/kube.py calls: never patch or deletecollection, nothing but these two.
+    verbs = {(tuple(r["apiGroups"]), tuple(r["resources"])): r["verbs"] for r in role["rules"]}
+    assert verbs == {
+        (("resource.k8s.io",), ("resourceslices",)): ["get", "list", "watch", "create", "update", "delete"],
+        (("",), ("nodes",)): ["get"],
+    }
+    policy = one(docs, "ValidatingAdmissionPolicy")
+    policy_binding = one(docs, "ValidatingAdmissionPolicyBinding")
+    username = f"system:serviceaccount:{account['namespace']}:{account['name']}"
+    (condition,) = policy["spec"]["matchConditions"]
+    assert condition["expression"] == f'request.userInfo.username == "{username}"'
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule == {"apiGroups": ["resource.k8s.io"], "apiVersions": ["*"], "resources": ["resourceslices"],
+                    "operations": ["CREATE", "UPDATE", "DELETE"]}  # fmt: skip
+    assert policy["spec"]["matchConstraints"]["matchPolicy"] == "Equivalent"
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert policy_binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+
+
+def test_dra_component_grants_the_publisher_its_calls_and_the_policy_its_account(tmp_path: Path) -> None:
+    """components/dra added to an overlay: every object strictly valid (the cluster-scoped ones
+    without a namespace), labelled as the base's, and fitting the DaemonSet; the base alone
+    still mounts no token. tests/compat/test_dra_rbac.py applies it to a real API server."""
+    docs = render(with_component(tmp_path, "overlays/sim-demo", "dra"))
+    version = kubernetes_validate.latest_version()
+    assert {d["kind"] for d in docs} == {"Namespace", "ConfigMap", "DaemonSet"} | DRA_KINDS
+    daemonset = one(docs, "DaemonSet")
+    for doc in docs:
+        validate_strictly(doc, version)
+        if doc["kind"] in DRA_KINDS:
+            assert doc["metadata"]["labels"] == daemonset["metadata"]["labels"], doc["kind"]
+            namespaced = doc["kind"] == "ServiceAccount"
+            assert doc["metadata"].get("namespace") == (NAMESPACE if namespaced else None), doc["kind"]
+    assert_dra_objects_fit_the_daemonset(docs)
+    base_pod = one(render(DEPLOY / "base"), "DaemonSet")["spec"]["template"]["spec"]
+    assert base_pod["automountServiceAccountToken"] is False and "serviceAccountName" not in base_pod

@@ -72,7 +72,8 @@ pod-resources: {{ printf "%s/pod-resources" $root | quote }}
 {{- end }}
 
 {{/* config.yaml: the config value with its kubelet paths set from kubeletRootDir and its
-drivers followed by `drivers` and, in the sidecar form, the legacy adapter. */}}
+drivers followed by `drivers` and, in the sidecar form, the legacy adapter. DRA drivers need the
+API server's credentials: dra.enabled's (the pods' token) or a kubeconfig of config.dra's own. */}}
 {{- define "devshim.config" -}}
 {{- $dirs := include "devshim.kubeletDirs" . | fromYaml }}
 {{- $config := deepCopy .Values.config }}
@@ -81,6 +82,10 @@ drivers followed by `drivers` and, in the sidecar form, the legacy adapter. */}}
 {{- if hasKey $config $key }}
 {{- fail (printf "config.%s is set from kubeletRootDir: remove it from config" $key) }}
 {{- end }}
+{{- end }}
+{{- $dra := $config.dra | default dict }}
+{{- if and $dra.drivers (not .Values.dra.enabled) (not $dra.kubeconfig) }}
+{{- fail "config.dra.drivers publishes ResourceSlices through the API server: set dra.enabled (the pods' service account, token and RBAC), or config.dra.kubeconfig" }}
 {{- end }}
 {{- if hasKey $deallocation "pod_resources_socket" }}
 {{- fail "config.deallocation.pod_resources_socket is set from kubeletRootDir: remove it from config" }}

@@ -1,0 +1,314 @@
+"""DRA, the RBAC that holds: deploy/components/dra's ServiceAccount, ClusterRole(Binding) and
+ValidatingAdmissionPolicy(Binding) applied to a real kube-apiserver (RBAC on), then used with a
+token of devshim's service account bound to a pod on node-a, as devshim's pod would hold it.
+
+RBAC grants ResourceSlices cluster-wide (it cannot limit them to a node); the policy lets the
+account write only the slices of the node its token names: node-a's are written, node-b's (and
+a slice of no node) refused on create, update and delete, a token of the account naming no node
+writes nothing, and other users are not matched. `devshim run` with that token and nothing else
+publishes node-a's pool, and is refused node-b's (docs/dra.md, "RBAC and the admission policy").
+The newest release by default; --full-matrix adds the others (1.33: the policy read in v1beta2
+and v1beta1).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from shim.compat.node import APIError, ControlPlane
+from shim.compat.upstream import releases as upstream
+from tests.support import control_plane
+from tests.support.control_plane import resource_slice
+from tests.support.dra import GPU_DRIVER, SIM_GPUS, Published, config, dra_status, running_devshim
+from tests.support.unix import short_temp_dir
+
+COMPONENT = Path(__file__).resolve().parents[2] / "deploy" / "components" / "dra"
+NAMESPACE, ACCOUNT = "devshim-system", "devshim"
+NODE_NAME_KEY = "authentication.kubernetes.io/node-name"
+RELEASES = [control_plane.param(r) for r in control_plane.APISERVERS]
+# Where each of the component's kinds is created.
+COLLECTIONS = {
+    "ServiceAccount": f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "ValidatingAdmissionPolicy": "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": (
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+    ),
+}
+ENFORCED_TIMEOUT_S = 60.0
+
+
+def component_objects() -> list[dict[str, Any]]:
+    """The objects of the component's resources, as its kustomization lists them."""
+    kustomization = yaml.safe_load((COMPONENT / "kustomization.yaml").read_text(encoding="utf-8"))
+    return [
+        doc
+        for name in kustomization["resources"]
+        for doc in yaml.safe_load_all((COMPONENT / name).read_text(encoding="utf-8"))
+        if doc
+    ]
+
+
+def refused_for(node: str, other: str) -> str:
+    """The policy's message when devshim on `node` writes a slice of `other` ("" for none)."""
+    of = f"one of node {other}" if other else "one without spec.nodeName"
+    return (
+        f"devshim on node {node} may create, update or delete only the ResourceSlices of node {node}, "
+        f"not {of}"
+    )
+
+
+NO_NODE = (
+    "devshim may create, update or delete ResourceSlices only with its pod's token, which names the "
+    "pod's node (authentication.kubernetes.io/node-name); this token names no node"
+)
+
+
+class Slices:
+    """The ResourceSlice collection of one resource.k8s.io version, written as one user."""
+
+    def __init__(self, plane: ControlPlane, version: str, token: str | None = None) -> None:
+        self.plane, self.version, self.token = plane, version, token
+        self.path = f"/apis/resource.k8s.io/{version}/resourceslices"
+
+    def create(self, name: str, node: str) -> dict[str, Any]:
+        return dict(
+            self.plane.request("POST", self.path, resource_slice(self.version, name, node), self.token)
+        )
+
+    def create_for_all_nodes(self, name: str) -> dict[str, Any]:
+        body = resource_slice(self.version, name, "unused")
+        del body["spec"]["nodeName"]
+        body["spec"]["allNodes"] = True
+        return dict(self.plane.request("POST", self.path, body, self.token))
+
+    def update(self, current: dict[str, Any]) -> dict[str, Any]:
+        """`current` written back (PUT, holding its resourceVersion) with one more label."""
+        body = {**current, "metadata": {**current["metadata"], "labels": {"touched": "yes"}}}
+        return dict(self.plane.request("PUT", f"{self.path}/{current['metadata']['name']}", body, self.token))
+
+    def delete(self, name: str) -> None:
+        self.plane.request("DELETE", f"{self.path}/{name}", None, self.token)
+
+    def get(self, name: str) -> dict[str, Any]:
+        return dict(self.plane.request("GET", f"{self.path}/{name}"))
+
+
+def refusal(write: Callable[..., object], *args: Any) -> APIError:
+    """The error `write(*args)` fails with; AssertionError if it succeeds."""
+    with pytest.raises(APIError) as refused:
+        write(*args)
+    return refused.value
+
+
+def assert_refused_by_policy(error: APIError, message: str) -> None:
+    assert error.status == 403, error
+    assert error.body["reason"] == "Forbidden"
+    policy = "ValidatingAdmissionPolicy 'devshim-dra-node-slices' with binding 'devshim-dra-node-slices'"
+    assert f"{policy} denied request: {message}" in error.body["message"], error.body["message"]
+
+
+def enforced(plane: ControlPlane, token: str) -> str:
+    """Once RBAC lets `token` (node-a's) write and the policy refuses it node-b's slice: the
+    message of that refusal. Until then a write is either forbidden by RBAC (not yet in the
+    authorizer's cache) or let through (the policy not yet loaded); what got through is removed."""
+    slices = Slices(plane, control_plane.NEWEST_DRA[plane.minor], token)
+    admin = Slices(plane, slices.version)
+    deadline = time.monotonic() + ENFORCED_TIMEOUT_S
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            slices.create("probe-node-b", "node-b")
+        except APIError as exc:
+            last = exc
+            if exc.status == 403 and "ValidatingAdmissionPolicy" in str(exc):
+                return str(exc)
+        else:
+            last = "the write went through"
+            admin.delete("probe-node-b")
+        time.sleep(0.1)
+    raise AssertionError(f"the policy was not enforced within {ENFORCED_TIMEOUT_S:g} s; last: {last}")
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """A control plane with the component's RBAC and policy applied, enforced for node-a's token."""
+    release: upstream.Release = request.param
+    with control_plane.running(release) as running:
+        running.ensure("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+        for obj in component_objects():
+            running.request("POST", COLLECTIONS[obj["kind"]], obj)
+        yield running
+
+
+@pytest.fixture(scope="module")
+def token(plane: ControlPlane) -> str:
+    """devshim's token on node-a, as its pod there holds it; the policy enforced for it."""
+    found = plane.node_bound_token(NAMESPACE, ACCOUNT, "node-a")
+    assert plane.user_info(found)["extra"][NODE_NAME_KEY] == ["node-a"]
+    enforced(plane, found)
+    return found
+
+
+def versions(plane: ControlPlane) -> list[str]:
+    """Every resource.k8s.io version the server serves, newest first (1.33: v1beta2 and v1beta1,
+    whose spec.nodeName is a plain string)."""
+    served = plane.served_versions("resource.k8s.io")
+    assert served[0] == control_plane.NEWEST_DRA[plane.minor] and (plane.minor != 33 or "v1beta1" in served)
+    return served
+
+
+def test_the_component_grants_what_the_publisher_calls_and_nothing_more() -> None:
+    """The verbs of src/shim/dra/kube.py: no patch, no deletecollection, nothing but slices and
+    the node; the binding's subject is the account the policy matches."""
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in component_objects()}
+    role = objects["ClusterRole", "devshim-dra"]
+    rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in role["rules"]}
+    assert rules == {
+        (("resource.k8s.io",), ("resourceslices",)): {"get", "list", "watch", "create", "update", "delete"},
+        (("",), ("nodes",)): {"get"},
+    }
+    binding = objects["ClusterRoleBinding", "devshim-dra"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}]
+    assert binding["roleRef"]["name"] == "devshim-dra"
+    policy = objects["ValidatingAdmissionPolicy", "devshim-dra-node-slices"]
+    (condition,) = policy["spec"]["matchConditions"]
+    assert (
+        condition["expression"]
+        == f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:{ACCOUNT}"'
+    )
+    assert objects["ValidatingAdmissionPolicyBinding", "devshim-dra-node-slices"]["spec"] == {
+        "policyName": "devshim-dra-node-slices",
+        "validationActions": ["Deny"],
+    }
+
+
+def test_the_node_bound_token_writes_its_own_nodes_slices(plane: ControlPlane, token: str) -> None:
+    """Create, update, delete of node-a's slice, in every version served; and the reads the
+    publisher makes (list by field selector, the Node)."""
+    for version in versions(plane):
+        slices = Slices(plane, version, token)
+        created = slices.create(f"own-{version}", "node-a")
+        assert created["spec"]["nodeName"] == "node-a"
+        updated = slices.update(created)
+        assert updated["metadata"]["labels"] == {"touched": "yes"}
+        listed = plane.request(
+            "GET", f"{slices.path}?fieldSelector=spec.driver={GPU_DRIVER},spec.nodeName=node-a", None, token
+        )
+        assert f"own-{version}" in [s["metadata"]["name"] for s in listed["items"]]
+        slices.delete(f"own-{version}")
+    assert plane.request("GET", "/api/v1/nodes/node-a", None, token)["metadata"]["name"] == "node-a"
+
+
+def test_another_nodes_slice_is_refused_on_create_update_and_delete(plane: ControlPlane, token: str) -> None:
+    """node-b's slice, created by the admin, cannot be created, updated or deleted with node-a's
+    token, in any version served; the message names both nodes. The admin's slice is intact."""
+    message = refused_for("node-a", "node-b")
+    for version in versions(plane):
+        admin, slices = Slices(plane, version), Slices(plane, version, token)
+        name = f"theirs-{version}"
+        theirs = admin.create(name, "node-b")
+        assert_refused_by_policy(refusal(slices.create, f"mine-{version}", "node-b"), message)
+        assert_refused_by_policy(refusal(slices.update, theirs), message)
+        assert_refused_by_policy(refusal(slices.delete, name), message)
+        assert admin.get(name)["metadata"]["resourceVersion"] == theirs["metadata"]["resourceVersion"]
+        admin.delete(name)
+
+
+def test_a_slice_of_no_node_is_refused(plane: ControlPlane, token: str) -> None:
+    """A slice for all nodes has no spec.nodeName (in any version): not the token's node."""
+    for version in versions(plane):
+        slices = Slices(plane, version, token)
+        error = refusal(slices.create_for_all_nodes, f"all-{version}")
+        assert_refused_by_policy(error, refused_for("node-a", ""))
+
+
+def test_a_token_of_the_account_naming_no_node_writes_nothing(plane: ControlPlane, token: str) -> None:
+    """A TokenRequest bound to no pod: the same account, the same RBAC, no node in its extra."""
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600},
+    }
+    found = plane.request("POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{ACCOUNT}/token", request)
+    unbound = str(found["status"]["token"])
+    user = plane.user_info(unbound)
+    assert user["username"] == f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
+    assert NODE_NAME_KEY not in user.get("extra", {})
+    slices = Slices(plane, control_plane.NEWEST_DRA[plane.minor], unbound)
+    assert_refused_by_policy(refusal(slices.create, "unbound-a", "node-a"), NO_NODE)
+    admin = Slices(plane, slices.version)
+    theirs = admin.create("unbound-theirs", "node-a")
+    assert_refused_by_policy(refusal(slices.update, theirs), NO_NODE)
+    assert_refused_by_policy(refusal(slices.delete, "unbound-theirs"), NO_NODE)
+    admin.delete("unbound-theirs")
+
+
+def test_other_users_are_not_matched(plane: ControlPlane, token: str) -> None:
+    """The admin writes any node's slice; so does another service account with the same
+    ClusterRole and a token bound to node-a: the policy matches devshim's account only."""
+    version = control_plane.NEWEST_DRA[plane.minor]
+    admin = Slices(plane, version)
+    created = admin.create("admin-b", "node-b")
+    admin.update(created)
+    admin.delete("admin-b")
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "other-dra"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "devshim-dra"},
+        "subjects": [{"kind": "ServiceAccount", "name": "other", "namespace": NAMESPACE}],
+    }
+    plane.ensure(COLLECTIONS["ClusterRoleBinding"], binding)
+    other = Slices(plane, version, plane.node_bound_token(NAMESPACE, "other", "node-a"))
+    deadline = time.monotonic() + ENFORCED_TIMEOUT_S
+    while True:  # until RBAC's cache has the new binding
+        try:
+            other.create("other-b", "node-b")
+            break
+        except APIError as exc:
+            if exc.status != 403 or "ValidatingAdmissionPolicy" in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    other.delete("other-b")
+
+
+async def test_devshim_publishes_its_nodes_pool_with_this_rbac_alone(plane: ControlPlane, token: str) -> None:
+    """`devshim run` with node-a's token (no admin rights) publishes node-a's pool: the verbs
+    suffice (discovery, list, watch, create, the Node's uid for the owner reference)."""
+    version = control_plane.NEWEST_DRA[plane.minor]
+    with short_temp_dir("ds-rbac-") as folder:
+        kubeconfig = plane.kubeconfig_for_token(token, folder / "devshim.kubeconfig")
+        published = Published(plane, version, "node-a")
+        configured = config(folder, plane, "node-a", SIM_GPUS, kubeconfig=kubeconfig)
+        async with running_devshim(configured) as (_, port):
+            await published.until(lambda p: len(p) == 4, "node-a's four GPUs are published")
+            status = await dra_status(port, lambda s: s[GPU_DRIVER]["slices"] == 1, "published")
+        [item] = published.slices()
+    assert status[GPU_DRIVER]["last_error"] is None
+    node = plane.request("GET", "/api/v1/nodes/node-a")
+    assert item["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
+
+
+async def test_devshim_configured_for_another_node_is_refused(plane: ControlPlane, token: str) -> None:
+    """The same token, devshim told it is node-b: every create is refused, /status says why,
+    and nothing of node-b's is published."""
+    version = control_plane.NEWEST_DRA[plane.minor]
+    with short_temp_dir("ds-rbac-") as folder:
+        kubeconfig = plane.kubeconfig_for_token(token, folder / "devshim.kubeconfig")
+        configured = config(folder, plane, "node-b", SIM_GPUS, kubeconfig=kubeconfig)
+        async with running_devshim(configured) as (_, port):
+            status = await dra_status(
+                port, lambda s: bool(s[GPU_DRIVER]["last_error"]), "the publisher reports a refusal"
+            )
+        assert not Published(plane, version, "node-b").slices()
+    error = status[GPU_DRIVER]["last_error"]
+    assert "403" in error and refused_for("node-a", "node-b") in error, error
+    assert status[GPU_DRIVER]["slices"] == 0 and status[GPU_DRIVER]["writes"] == 0
