@@ -2,7 +2,8 @@
 
 Usage: python -m bench [--quick] [--rows allocate,health,...] [--json FILE]
 Rows (docs/benchmarks.md): allocate, declared, preferred, health, listsize,
-reregister, failover, memory, concurrency, opsflood, listflood. Default settings
+reregister, failover, memory, concurrency, opsflood, listflood, dra (a real
+kube-apiserver, built on first use). Default settings
 take about 6 minutes on 2 cores; --quick about two.
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import grpc
 
-from bench import allocate, concurrency, failover, flood, health, listsize, memory, opsflood, reregister
+from bench import allocate, concurrency, dra, failover, flood, health, listsize, memory, opsflood, reregister
 from bench.common import Result, table
 
 Row = Callable[[bool], Awaitable[Result]]
@@ -37,6 +38,7 @@ ROWS: dict[str, Row] = {
     "concurrency": concurrency.concurrency,
     "opsflood": opsflood.ops_flood,
     "listflood": flood.flood,
+    "dra": dra.dra_publish,
 }
 
 

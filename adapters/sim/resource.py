@@ -52,9 +52,7 @@ class SimResource:
     def __init__(self, config: ResourceConfig) -> None:
         self.config = config
         self.name = config.name
-        self.devices: dict[str, SimDevice] = {
-d.id: _sim_device(d) for d in config.initial_devices()
-        }
+        self.devices: dict[str, SimDevice] = {d.id: _sim_device(d) for d in config.initial_devices()}
         # A device's declared grant depends on its ID alone: build its message once, as
         # building 50,000 of them for every list would take about a second.
         self._declared: dict[str, types.Grant] = {}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
@@ -98,7 +99,8 @@ class PoolPublisher:
                 if self.status.rounds != rounds:  # it worked for a while: start the backoff over
                     wait = BACKOFF_S[0]
                 logger.warning("DRA {}: {}; trying again in {:.1f}s", self._driver, exc, wait)
-            await asyncio.sleep(wait)
+            # Jittered: the nodes of a cluster whose API server comes back do not return at once.
+            await asyncio.sleep(wait * random.uniform(0.8, 1.2))
             wait = min(wait * 2, BACKOFF_S[1])
 
     async def _serve(self, api: ApiServer) -> None:
