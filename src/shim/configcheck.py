@@ -33,6 +33,29 @@ def warnings(settings: Settings) -> list[str]:
                 + ("an executable file" if "/" in program else "on this machine's PATH")
                 + " here (fine if the machine or image that runs devshim has it)"
             )
+    found += _dra_warnings(settings)
+    return found
+
+
+def _dra_warnings(settings: Settings) -> list[str]:
+    """A DRA pool naming a resource nothing is set to serve: a driver that declares resources
+    without a `resources` list may still serve it, so it is a warning; a static resource, never."""
+    static = {r.name for r in settings.resources}
+    listed = {name for d in settings.drivers for name in d.resources or ()}
+    open_drivers = any(d.resources is None for d in settings.drivers)
+    found = []
+    for i, pool in enumerate(settings.dra.drivers):
+        for name in pool.resources:
+            if name not in static and name not in listed:
+                maybe = (
+                    "unless a driver declares it (no driver lists it in its resources)"
+                    if open_drivers
+                    else ("and no driver may: each lists its resources, and none lists it")
+                )
+                found.append(
+                    f"dra.drivers[{i}] ({pool.name}): {name} is not a static resource, {maybe}; "
+                    "its pool stays empty without it"
+                )
     return found
 
 

@@ -41,6 +41,30 @@ def write(tmp_path: Path, settings: object) -> str:
             "warning: drivers[0] (vendor): '/opt/vendor/bin/driver' is not an executable file here",
             id="driver-path-missing",
         ),
+        pytest.param(
+            {
+                "drivers": [{"name": "sim", "command": [sys.executable], "resources": ["example.com/sim"]}],
+                "dra": {
+                    "node_name": "n1",
+                    "drivers": [{"name": "gpu.example.com", "resources": ["example.com/gpu"]}],
+                },
+            },
+            "warning: dra.drivers[0] (gpu.example.com): example.com/gpu is not a static resource, and no "
+            "driver may: each lists its resources, and none lists it; its pool stays empty without it",
+            id="dra-pool-of-nothing",
+        ),
+        pytest.param(
+            {
+                "drivers": [{"name": "sim", "command": [sys.executable]}],
+                "dra": {
+                    "node_name": "n1",
+                    "drivers": [{"name": "gpu.example.com", "resources": ["example.com/gpu"]}],
+                },
+            },
+            "warning: dra.drivers[0] (gpu.example.com): example.com/gpu is not a static resource, unless a "
+            "driver declares it",
+            id="dra-pool-maybe",
+        ),
     ],
 )
 def test_likely_mistakes_are_warned_about_and_fail_under_strict(
