@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -39,10 +40,11 @@ async def dra_publish(quick: bool) -> Result:
         config = _config(folder, plane)
         env = {"DEVSHIM_HTTP__PORT": str(port), "DEVSHIM_HTTP__HOST": "127.0.0.1"}
         began = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            "python", "-m", "shim", "run", "--config", str(config), "--log-level", "WARNING",
-            cwd=ROOT, env={**os.environ, **env}, stderr=(folder / "devshim.log").open("ab"),
-        )  # fmt: skip
+        with (folder / "devshim.log").open("ab") as log:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "shim", "run", "--config", str(config), "--log-level", "WARNING",
+                cwd=ROOT, env={**os.environ, **env}, stderr=log,
+            )  # fmt: skip
         try:
             first = await _status(port, lambda s: s["devices"] == DEVICES, 300)
             first_s = time.monotonic() - began
@@ -99,7 +101,13 @@ def _config(folder: Path, plane: ControlPlane) -> Path:
         "drivers": [
             {
                 "name": "sim",
-                "command": ["python", "-m", "devshim_adapters.sim", "--config", str(folder / "sim.yaml")],
+                "command": [
+                    sys.executable,
+                    "-m",
+                    "devshim_adapters.sim",
+                    "--config",
+                    str(folder / "sim.yaml"),
+                ],
             }
         ],
         "dra": {

@@ -8,9 +8,10 @@ resource.k8s.io version, so that a version is a string here rather than a class 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +38,6 @@ class VersionGone(ApiError):
     """The API server no longer serves this resource.k8s.io version (it was upgraded)."""
 
 
-class Conflict(ApiError):
-    """The object changed since it was read (409)."""
-
-
 class ApiServer:
     """Calls on one API server. Every method raises ApiError (or a subclass) and nothing else."""
 
@@ -62,13 +59,9 @@ class ApiServer:
     async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         base, _, rest = path.partition("/" + GROUP)
         call = self._api.call_api(method, version="", base=f"{base}/{GROUP}", url=rest.lstrip("/"), **kwargs)
-        try:
+        with _translated(f"{method} {path}"):
             async with call as response:
                 return response.json() if response.content else None
-        except kr8s.ServerError as exc:
-            raise _error(exc, path) from None
-        except (httpx.HTTPError, kr8s.APITimeoutError, OSError, json.JSONDecodeError) as exc:
-            raise ApiError(f"{method} {path}: {exc or type(exc).__name__}") from None
 
     async def slice_versions(self) -> list[str]:
         """The versions of resource.k8s.io that serve ResourceSlices, newest first (discovery)."""
@@ -137,7 +130,7 @@ class ApiServer:
             "timeoutSeconds": str(WATCH_TIMEOUT_S),
         }
         path = f"/apis/{GROUP}/{version}/resourceslices"
-        try:
+        with _translated(f"watch {path}"):
             async with self._api.call_api(
                 "GET", version="", base=f"/apis/{GROUP}", url=f"{version}/resourceslices",
                 params=params, stream=True, timeout=WATCH_TIMEOUT_S + 30,
@@ -152,18 +145,16 @@ class ApiServer:
                     if kind == "ERROR":
                         raise ApiError(f"watch {path}: {obj.get('message')}", int(obj.get("code") or 0))
                     yield kind, obj
-        except kr8s.ServerError as exc:
-            raise _error(exc, path) from None
-        except (httpx.HTTPError, kr8s.APITimeoutError, OSError, json.JSONDecodeError) as exc:
-            raise ApiError(f"watch {path}: {exc or type(exc).__name__}") from None
 
 
-def _error(exc: kr8s.ServerError, path: str) -> ApiError:
-    response = exc.response
-    status = response.status_code if response is not None else 0
-    message = f"{path}: {status} {exc}"
-    if status == 404 and path.rstrip("/").endswith("resourceslices"):
-        return VersionGone(message, status)  # the collection itself is gone: not one object
-    if status == 409:
-        return Conflict(message, status)
-    return ApiError(message, status)
+@contextlib.contextmanager
+def _translated(what: str) -> Iterator[None]:
+    """The client's errors, as ApiError (VersionGone where the slice collection itself is gone)."""
+    try:
+        yield
+    except kr8s.ServerError as exc:
+        status = exc.response.status_code if exc.response is not None else 0
+        gone = status == 404 and what.rstrip("/").endswith("resourceslices")
+        raise (VersionGone if gone else ApiError)(f"{what}: {status} {exc}", status) from None
+    except (httpx.HTTPError, kr8s.APITimeoutError, OSError, json.JSONDecodeError) as exc:
+        raise ApiError(f"{what}: {exc or type(exc).__name__}") from None
