@@ -8,6 +8,7 @@ resource.k8s.io version, so that a version is a string here rather than a class 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import warnings
@@ -21,6 +22,7 @@ import kr8s.asyncio
 
 from shim.dra.slices import GROUP, VERSIONS
 
+REQUEST_TIMEOUT_S = 30.0  # every call but the watch, which has its own (WATCH_TIMEOUT_S)
 PAGE = 100  # slices per list page: 100 full slices of 128 devices are a few MB
 WATCH_TIMEOUT_S = 240  # the API server ends a watch after this; the publisher starts another
 MAX_EVENT_BYTES = 16 * 1024 * 1024  # a slice is at most ~1.5 MB (etcd's request limit)
@@ -51,9 +53,13 @@ class ApiServer:
         try:
             with warnings.catch_warnings():  # kr8s warns of releases newer than it knows; devshim
                 warnings.simplefilter("ignore")  # speaks to them through its own version checks
-                api = await kr8s.asyncio.api(kubeconfig=str(kubeconfig) if kubeconfig else None)
+                async with asyncio.timeout(REQUEST_TIMEOUT_S):  # it asks the server's version
+                    api = await kr8s.asyncio.api(kubeconfig=str(kubeconfig) if kubeconfig else None)
+        except TimeoutError:
+            raise ApiError(f"the API server did not answer within {REQUEST_TIMEOUT_S:g} s") from None
         except Exception as exc:  # kr8s raises plain exceptions for missing or broken config
             raise ApiError(f"cannot load Kubernetes credentials: {exc}") from exc
+        api.timeout = REQUEST_TIMEOUT_S  # kr8s's default is none: a server that never answers
         return cls(api)
 
     async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
