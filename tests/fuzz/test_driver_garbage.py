@@ -551,10 +551,17 @@ async def assert_recovers(garbage: Garbage, data: bytes) -> None:
     what the protocol says."""
     failures, runs = garbage.host.failures, garbage.runs()
     seen = len(garbage.streams[GARBAGE].lists)
+    early_answer = b"{{NEXT_ID}}" in data
     await garbage.send(data)
     async with asyncio.timeout(2 * WAIT_S):
         while (answer := await garbage.allocate("g-0")) != (grpc.StatusCode.OK, "g-0"):
-            assert answer[0] in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED), answer
+            if answer[0] in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                continue
+            # An answer written before its request reaches devshim either first (an id it never
+            # used: a protocol error) or after devshim sent that request, our next Allocate: then
+            # it is that call's answer, an error or malformed, and the call fails as the driver
+            # said (docs/driver-protocol.md, "Errors"). The pipe's timing picks; both are right.
+            assert early_answer and answer[1].startswith("driver 'garbage': allocate: "), answer
     await until(
         lambda: garbage.healthy() and garbage.host.status == "up", "the driver is up and its devices Healthy"
     )
@@ -583,6 +590,7 @@ async def assert_recovers(garbage: Garbage, data: bytes) -> None:
 @examples(50)
 @given(data=driver_output(driver_ids))
 @example(data=b"{{OVERSIZED}}")
+@example(data=b'{{HOLD}}{"jsonrpc":"2.0","id":{{NEXT_ID}},"result":[1]}\n')  # meets its request
 @example(data=b"[" * 100_000 + b"]" * 100_000 + b"\n")
 @example(
     data=b'{"jsonrpc":"2.0","method":"health_changed","params":{"resource":"example.com/garbage","changes":5}}\n'

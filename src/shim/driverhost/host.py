@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -45,6 +46,10 @@ ADVISORY = frozenset({"preferred_allocation"})
 # may hold thousands of names, and each reason quotes one (cut to _SHOWN_CHARS).
 _REFUSALS_LOGGED = 10
 _SHOWN_CHARS = 300
+
+
+def _as_is(result: Any) -> Any:
+    return result
 
 
 class ResourceRegistry(Protocol):
@@ -272,11 +277,12 @@ class DriverHost:
 
     # --- calls -------------------------------------------------------------
 
-    async def call(self, method: str, params: Any) -> Any:
-        """One request to the driver, its failure mapped to what the kubelet should see."""
+    async def call(self, method: str, params: Any, parse: Callable[[Any], Any] = _as_is) -> Any:
+        """One request to the driver, its answer read by ``parse``; a failure, or an answer
+        ``parse`` refuses, mapped to what the kubelet should see, naming driver and method."""
         tally = self.calls.setdefault(method, CallTally())
         try:
-            result = await self._call(method, params)
+            result = await self._call(method, params, parse)
         except ShimError as exc:
             tally.failed += 1
             metrics.driver_call(self.name, method, ok=False)
@@ -286,14 +292,14 @@ class DriverHost:
         metrics.driver_call(self.name, method, ok=True)
         return result
 
-    async def _call(self, method: str, params: Any) -> Any:
+    async def _call(self, method: str, params: Any, parse: Callable[[Any], Any]) -> Any:
         if not self._ready.is_set():
             await self._wait_until_back(method)
         run = self._run
         assert run is not None
         timeout = getattr(self.settings.timeouts, f"{method}_s")
         try:
-            return await run.request(method, params, timeout, hang_is_failure=method not in ADVISORY)
+            return parse(await run.request(method, params, timeout, hang_is_failure=method not in ADVISORY))
         except Exception as exc:
             raise protocol.error_for(self.name, method, exc) from None
 

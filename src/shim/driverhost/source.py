@@ -30,8 +30,12 @@ from shim.model import (
 )
 from shim.sources.base import DeviceSource
 
-Call = Callable[[str, Any], Awaitable[Any]]
+Call = Callable[[str, Any, Callable[[Any], Any]], Awaitable[Any]]  # method, params, parse
 SAVE_DELAY_S = 0.2  # coalesce bursts of changes into one write
+
+
+def _ignored(result: Any) -> None:
+    """The answer of a call that only acknowledges: whatever it holds."""
 
 
 class DriverSource(DeviceSource):
@@ -94,8 +98,10 @@ class DriverSource(DeviceSource):
         return tuple(device for device, _ in await self._listed())
 
     async def _listed(self) -> list[tuple[Device, ContainerGrant | None]]:
-        result = await self._call("list_devices", protocol.list_devices_params(self.name))
-        return protocol.devices_from_json(result)
+        listed: list[tuple[Device, ContainerGrant | None]] = await self._call(
+            "list_devices", protocol.list_devices_params(self.name), protocol.devices_from_json
+        )
+        return listed
 
     async def set_devices(self, devices: Sequence[tuple[Device, ContainerGrant | None]]) -> None:
         self._declared = {d.id: g for d, g in devices if g is not None}
@@ -160,8 +166,10 @@ class DriverSource(DeviceSource):
             # Every device declared its grant at list time: no round trip, even mid-restart.
             answer = [self._merged.get(r.device_ids) for r in requests]
         else:
-            result = await self._call("allocate", protocol.allocate_params(self.name, requests))
-            answer = list(map(self._equal, protocol.grants_from_json(result, len(requests))))
+            count = len(requests)
+            params = protocol.allocate_params(self.name, requests)
+            granted = await self._call("allocate", params, lambda r: protocol.grants_from_json(r, count))
+            answer = list(map(self._equal, granted))
         self._mark_in_use(requests)
         return answer
 
@@ -175,8 +183,10 @@ class DriverSource(DeviceSource):
 
     async def preferred_allocation(self, request: PreferredAllocationRequest) -> Sequence[str]:
         try:
-            result = await self._call("preferred_allocation", protocol.preferred_params(self.name, request))
-            return protocol.preference_from_json(result)
+            params = protocol.preferred_params(self.name, request)
+            parse = protocol.preference_from_json
+            preferred: Sequence[str] = await self._call("preferred_allocation", params, parse)
+            return preferred
         except ShimError as exc:
             # Optional advice: without it the kubelet (and the core) choose themselves,
             # which beats failing pod admission because one driver is slow or down.
@@ -185,15 +195,15 @@ class DriverSource(DeviceSource):
 
     async def deallocate(self, device_ids: Sequence[str]) -> None:
         if self.info.capabilities.deallocate:
-            await self._call("deallocate", protocol.devices_params(self.name, device_ids))
+            await self._call("deallocate", protocol.devices_params(self.name, device_ids), _ignored)
 
     async def post_stop(self, device_ids: Sequence[str]) -> None:
         if self.info.capabilities.post_stop:
-            await self._call("post_stop", protocol.devices_params(self.name, device_ids))
+            await self._call("post_stop", protocol.devices_params(self.name, device_ids), _ignored)
 
     async def prestart(self, device_ids: Sequence[str]) -> None:
         try:
-            await self._call("prestart", protocol.devices_params(self.name, device_ids))
+            await self._call("prestart", protocol.devices_params(self.name, device_ids), _ignored)
         except protocol.CapabilityAbsent as exc:
             # Declared but not implemented: nothing to prepare, so the container may start.
             logger.warning("{}; treating pre-start as not needed", exc)

@@ -11,6 +11,8 @@ stdout exactly as they are, with two substitutions that need this run's state:
 ``{{NEXT_ID}}``  that id plus one (an answer before its request)
 
 and ``{{OVERSIZED}}``, replaced by a log notification just over the protocol's 32 MiB line limit.
+A payload starting with ``{{HOLD}}`` is written only when the next request arrives, just before
+its answer: so an answer to ``{{NEXT_ID}}`` surely meets the request it names.
 
 Each run appends ``start <pid>`` to ``RUN_FILE``; the test counts restarts with it.
 No SDK: the SDK would never write such bytes.
@@ -88,6 +90,7 @@ def main() -> None:
         runs.write(f"start {os.getpid()}\n")
     pending = b""
     last_id: Any = None
+    held = b""
     while True:
         readable, _, _ = select.select([0], [], [], POLL_S)
         if readable:
@@ -101,6 +104,8 @@ def main() -> None:
                 # devshim's answers to requests a payload made are not requests to answer.
                 if "id" in request and "method" in request:
                     last_id = request["id"]
+                    write(held)
+                    held = b""
                     write(json.dumps(answer(request)).encode() + b"\n")
                     if request.get("method") == "shutdown":
                         return
@@ -109,7 +114,10 @@ def main() -> None:
         if raw is not None:
             sys.stderr.write(f"garbage: writing a {len(raw)}-byte payload\n")
             sys.stderr.flush()
-            write(payload(raw, last_id))
+            if raw.startswith(b"{{HOLD}}"):
+                held = payload(raw.removeprefix(b"{{HOLD}}"), last_id)
+            else:
+                write(payload(raw, last_id))
 
 
 if __name__ == "__main__":
