@@ -30,7 +30,7 @@ from shim.sources import DeviceSource, StaticSource
 from shim.status import driver_status, resource_status
 
 if TYPE_CHECKING:
-    from shim.dra.node import DraPublishers
+    from shim.dra.node import DraDrivers
 
 # Settings a running devshim cannot change: a reload warns and keeps them until a restart.
 _RESTART_ONLY = (
@@ -99,11 +99,11 @@ class Shim:
         self.deallocation = DeallocationEmulator(settings.deallocation, lambda: self.services)
         self._deallocating: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self.dra: DraPublishers | None = None
+        self.dra: DraDrivers | None = None
         if settings.dra.drivers:
-            from shim.dra.node import DraPublishers  # brings the Kubernetes client: only for DRA
+            from shim.dra.node import DraDrivers  # brings the Kubernetes client: only for DRA
 
-            self.dra = DraPublishers(settings.dra, lambda: self.services)
+            self.dra = DraDrivers(settings, lambda: self.services)
 
     async def start(self) -> None:
         self.settings.device_plugins_dir.mkdir(parents=True, exist_ok=True)

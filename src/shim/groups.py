@@ -57,6 +57,9 @@ class DeviceGroups(Generic[V]):
             raise KeyError(group)  # only a held group's value changes; add() allocates
         self._groups[group] = value
 
+    def __contains__(self, group: object) -> bool:
+        return group in self._groups
+
     def __iter__(self) -> Iterator[Group]:
         return iter(self._groups)
 

@@ -325,6 +325,8 @@ class DraDriverSettings(StrictModel):
     def _dra_driver_name(cls, value: str) -> str:
         if (problem := driver_name_problem(value)) is not None:
             raise ValueError(problem)
+        if not value[0].isalpha():  # it names the CDI vendor of the claims' devices (dra/cdi.py)
+            raise ValueError(f"{value!r}: a DRA driver devshim serves starts with a letter")
         return value
 
 
@@ -337,6 +339,12 @@ class DraSettings(StrictModel):
     # The API server's credentials: by default in-cluster (the pod's service account), else
     # $KUBECONFIG or ~/.kube/config.
     kubeconfig: Path | None = None
+    # Each driver's DRA socket is <plugins_dir>/<driver>/dra.sock, where the kubelet dials it (it
+    # follows the kubelet's --root-dir); it registers through Settings.plugins_registry_dir.
+    plugins_dir: Path = Path("/var/lib/kubelet/plugins")
+    # Where each prepared claim's CDI spec is written, for the container runtime to read (a
+    # directory containerd and CRI-O read by default; generated specs belong in the /var/run one).
+    cdi_dir: Path = Path("/var/run/cdi")
 
     @model_validator(mode="after")
     def _one_pool_per_driver_and_node(self) -> Self:
@@ -432,6 +440,19 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"socket path {path} is longer than the {MAX_SOCKET_PATH} bytes a unix socket allows"
                 )
+        for dra_driver in self.dra.drivers:
+            # dra/plugin/server.py's paths, each bound in a private directory beside it first
+            for path in (
+                self.plugins_registry_dir / f"{dra_driver.name}-reg.sock",
+                self.dra.plugins_dir / dra_driver.name / "dra.sock",
+            ):
+                if len(str(path.parent).encode()) + PRIVATE_BIND_EXTRA > MAX_SOCKET_PATH or (
+                    len(str(path).encode()) > MAX_SOCKET_PATH
+                ):
+                    raise ValueError(
+                        f"DRA driver {dra_driver.name}'s socket {path} (or the private directory devshim "
+                        f"binds it in first) is longer than the {MAX_SOCKET_PATH} bytes a unix socket allows"
+                    )
         served = self.resources or self.drivers
         if served and len(str(socket_dir).encode()) + PRIVATE_BIND_EXTRA > MAX_SOCKET_PATH:
             raise ValueError(

@@ -97,9 +97,12 @@ def config(
         resources = resources or [sim["name"]]
     settings = {
         "device_plugins_dir": str(folder / "dp"),
+        "plugins_registry_dir": str(folder / "registry"),
         "state_dir": str(folder / "state"),
         "drivers": [driver],
         "dra": {
+            "plugins_dir": str(folder / "plugins"),
+            "cdi_dir": str(folder / "cdi"),
             "node_name": node,
             "kubeconfig": str(kubeconfig or plane.admin_kubeconfig),
             "drivers": [{"name": GPU_DRIVER, "resources": resources}],
@@ -162,3 +165,46 @@ async def control(folder: Path, line: str) -> None:
     """One command to the sim (adapters/sim/control.py)."""
     with (folder / "sim.ctl").open("a") as f:
         f.write(line + "\n")
+
+
+def make_claim(
+    plane: ControlPlane,
+    version: str,
+    name: str,
+    results: list[tuple[str, str]],
+    *,
+    node: str,
+    driver: str = GPU_DRIVER,
+    pods: list[tuple[str, str]] | None = None,
+    namespace: str = "default",
+) -> dict[str, Any]:
+    """A ResourceClaim allocated and reserved as the scheduler leaves it: ``results`` are
+    (request, device) pairs from ``driver``'s pool on ``node``, ``pods`` (name, uid) pairs
+    reserve it (default: one pod named after the claim). Returns the claim as stored."""
+    counts = {request: sum(r == request for r, _ in results) for request, _ in results}
+    spec: list[dict[str, Any]]
+    if version == "v1":
+        spec = [{"name": r, "exactly": {"deviceClassName": driver, "count": n}} for r, n in counts.items()]
+    else:
+        spec = [{"name": r, "deviceClassName": driver, "count": n} for r, n in counts.items()]
+    body = {
+        "apiVersion": f"resource.k8s.io/{version}",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": spec}},
+    }
+    path = f"/apis/resource.k8s.io/{version}/namespaces/{namespace}/resourceclaims"
+    claim = plane.request("POST", path, body)
+    claim["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [{"request": r, "driver": driver, "pool": node, "device": d} for r, d in results]
+            }
+        },
+        "reservedFor": [
+            {"resource": "pods", "name": pod, "uid": uid}
+            for pod, uid in (pods if pods is not None else [(f"{name}-pod", f"{name}-pod-uid")])
+        ],
+    }
+    updated: dict[str, Any] = plane.request("PUT", f"{path}/{name}/status", claim)
+    return updated

@@ -151,6 +151,29 @@ class ResourceService:
                 self._on_allocated(self.name, list(request.device_ids))
         return grants
 
+    async def prepare(self, device_ids: Sequence[str]) -> ContainerGrant:
+        """DRA's preparation of a claim's devices of this resource (docs/dra.md, "From the
+        device plugin to a claim"): the guard and the grant policy of Allocate, then the driver's
+        pre-start; not tracked for the v1beta1 Deallocate emulation, since the kubelet says
+        itself when a claim is done (``unprepare``)."""
+        request = ContainerAllocateRequest(tuple(device_ids))
+        self._check_usable(device_ids)
+        grants = list(await self.source.allocate([request]))
+        if len(grants) != 1:
+            raise SourceFailed(f"{self.name}: device source answered {len(grants)} grants for 1 claim")
+        try:
+            self.policy.check(grants[0])
+        except GrantRefused as refused:
+            self._refused(refused, [request])
+            raise
+        await self.prestart(device_ids)
+        return grants[0]
+
+    async def unprepare(self, device_ids: Sequence[str]) -> None:
+        """A prepared claim's devices are free again: the driver's deallocate; errors raise
+        (the kubelet retries unprepare)."""
+        await self.source.deallocate(device_ids)
+
     def _refused(self, refused: GrantRefused, requests: Sequence[ContainerAllocateRequest]) -> None:
         metrics.policy_refused(self.name, refused.kind)
         logger.warning(

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,10 @@ class ApiServer:
 
     async def slice_versions(self) -> list[str]:
         """The versions of resource.k8s.io that serve ResourceSlices, newest first (discovery)."""
+        return await self.served_versions("resourceslices")
+
+    async def served_versions(self, resource: str) -> list[str]:
+        """The versions of resource.k8s.io that serve ``resource``, newest first (discovery)."""
         group = await self._call("GET", f"/apis/{GROUP}")
         served = {v.get("version") for v in (group or {}).get("versions", ()) if isinstance(v, dict)}
         found = []
@@ -78,7 +82,7 @@ class ApiServer:
             if version not in served:
                 continue
             resources = await self._call("GET", f"/apis/{GROUP}/{version}")
-            if any(r.get("name") == "resourceslices" for r in (resources or {}).get("resources", ())):
+            if any(r.get("name") == resource for r in (resources or {}).get("resources", ())):
                 found.append(version)
         return found
 
@@ -113,6 +117,12 @@ class ApiServer:
         except ApiError as exc:
             if exc.status != 404:
                 raise
+
+    async def get_claim(self, version: str, namespace: str, name: str) -> dict[str, Any]:
+        """One ResourceClaim as the API server holds it (ApiError 404 if there is none)."""
+        path = f"/apis/{GROUP}/{version}/namespaces/{namespace}/resourceclaims/{name}"
+        claim: dict[str, Any] = await self._call("GET", path)
+        return claim
 
     async def node_uid(self, node: str) -> str | None:
         """The Node's uid, for the slices' owner reference; None where it cannot be read."""
@@ -164,3 +174,35 @@ def _translated(what: str) -> Iterator[None]:
         raise (VersionGone if gone else ApiError)(f"{what}: {status} {exc}", status) from None
     except (httpx.HTTPError, kr8s.APITimeoutError, OSError, json.JSONDecodeError) as exc:
         raise ApiError(f"{what}: {exc or type(exc).__name__}") from None
+
+
+class ClaimReader:
+    """Reads ResourceClaims in the newest resource.k8s.io version the API server serves, found
+    on first use and again when a read finds nothing (the API server may have been upgraded)."""
+
+    def __init__(
+        self,
+        kubeconfig: Path | None,
+        connect: Callable[[Path | None], Awaitable[ApiServer]] = ApiServer.connect,
+    ) -> None:
+        self._kubeconfig = kubeconfig
+        self._connect = connect
+        self._api: ApiServer | None = None
+        self._version: str | None = None
+
+    async def __call__(self, namespace: str, name: str) -> dict[str, Any]:
+        """The claim; ApiError if it cannot be read (404: there is no such claim)."""
+        self._api = self._api or await self._connect(self._kubeconfig)
+        for fresh in (self._version is None, True):
+            if fresh:
+                versions = await self._api.served_versions("resourceclaims")
+                if not versions:
+                    raise ApiError("the API server serves no resource.k8s.io version with ResourceClaims")
+                self._version = versions[0]
+            assert self._version is not None
+            try:
+                return await self._api.get_claim(self._version, namespace, name)
+            except ApiError as exc:
+                if exc.status != 404 or fresh:
+                    raise
+        raise AssertionError("unreachable: the second round is always fresh")

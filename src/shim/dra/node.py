@@ -1,4 +1,5 @@
-"""Every DRA driver's pool on this node: which served resources feed which publisher."""
+"""Every DRA driver on this node: its pool published (publisher.py) and its kubelet plugin
+(plugin/: registration, NodePrepareResources, health), fed by the served resources it names."""
 
 from __future__ import annotations
 
@@ -9,29 +10,56 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from shim.core.resource import ResourceService
+from shim.dra.cdi import SpecDir
+from shim.dra.checkpoint import Checkpoint
+from shim.dra.claims import ClaimRef
+from shim.dra.health import PoolHealth
+from shim.dra.kube import ClaimReader
+from shim.dra.plugin.common import DraService, PluginStatus
+from shim.dra.plugin.server import DraPluginServer, socket_paths
+from shim.dra.preparer import ClaimPreparer
 from shim.dra.publisher import PoolPublisher
 from shim.model import Device
-from shim.settings import DraDriverSettings, DraSettings
+from shim.settings import DraDriverSettings, Settings
 
 # A pool is first published once every resource it names is served (each driver has listed its
 # devices, or devshim's inventory has them), or after this long with what is served by then.
 FIRST_POOL_WAIT_S = 30.0
 
 
-class DraPublishers:
-    """One PoolPublisher per configured DRA driver, fed by the resources it names while they
-    are served (bootstrap.Shim calls ``follow``/``unfollow`` as it adds and removes them)."""
+class DraDrivers:
+    """Per configured DRA driver, a PoolPublisher and a DraPluginServer, fed by the resources it
+    names while they are served (bootstrap.Shim calls ``follow``/``unfollow`` as it adds and
+    removes them)."""
 
-    def __init__(self, settings: DraSettings, services: Callable[[], Mapping[str, ResourceService]]) -> None:
-        assert settings.node_name is not None  # DraSettings fills it in, or refuses to load
+    def __init__(self, settings: Settings, services: Callable[[], Mapping[str, ResourceService]]) -> None:
+        dra = settings.dra
+        node = dra.node_name
+        assert node is not None  # DraSettings fills it in, or refuses to load
         self._services = services
         self._publishers = {
-            driver.name: PoolPublisher(
-                driver.name, settings.node_name, self._devices_of(driver), kubeconfig=settings.kubeconfig
-            )
-            for driver in settings.drivers
+            driver.name: PoolPublisher(driver.name, node, self._devices_of(driver), kubeconfig=dra.kubeconfig)
+            for driver in dra.drivers
         }
-        self._pool_of = {r: self._publishers[d.name] for d in settings.drivers for r in d.resources}
+        specs = SpecDir(dra.cdi_dir)
+        self._plugins: dict[str, DraPluginServer] = {}
+        for driver in dra.drivers:
+            read = ClaimReader(dra.kubeconfig)
+
+            async def read_claim(ref: ClaimRef, read: ClaimReader = read) -> dict[str, Any]:
+                return await read(ref.namespace, ref.name)
+
+            registration, socket = socket_paths(driver.name, settings.plugins_registry_dir, dra.plugins_dir)
+            status = PluginStatus(driver.name, str(socket), str(registration))
+            preparer = ClaimPreparer(
+                driver.name, node, driver.resources, services, read_claim, specs,
+                Checkpoint(settings.state_dir, driver.name),
+            )  # fmt: skip
+            service = DraService(preparer, PoolHealth(driver.resources, services), status)
+            self._plugins[driver.name] = DraPluginServer(
+                service, settings.plugins_registry_dir, dra.plugins_dir, settings.socket
+            )
+        self._pool_of = {r: self._publishers[d.name] for d in dra.drivers for r in d.resources}
         self._following: dict[str, asyncio.Task[None]] = {}
         self._running: list[asyncio.Task[None]] = []
         self._waited = False
@@ -50,7 +78,8 @@ class DraPublishers:
 
     def start(self) -> None:
         self._running = [
-            asyncio.create_task(p.run(), name=f"dra:{name}") for name, p in self._publishers.items()
+            *(asyncio.create_task(p.run(), name=f"dra:{name}") for name, p in self._publishers.items()),
+            *(asyncio.create_task(p.run(), name=f"dra-plugin:{name}") for name, p in self._plugins.items()),
         ]
         asyncio.get_running_loop().call_later(FIRST_POOL_WAIT_S, self._stop_waiting)
 
@@ -88,4 +117,8 @@ class DraPublishers:
         self._running = []
 
     def status(self) -> dict[str, Any]:
-        return {name: dataclasses.asdict(p.status) for name, p in sorted(self._publishers.items())}
+        plugins = {name: dataclasses.asdict(p.service.status) for name, p in self._plugins.items()}
+        return {
+            name: dataclasses.asdict(p.status) | {"kubelet": plugins[name]}
+            for name, p in sorted(self._publishers.items())
+        }

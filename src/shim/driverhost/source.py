@@ -196,6 +196,11 @@ class DriverSource(DeviceSource):
     async def deallocate(self, device_ids: Sequence[str]) -> None:
         if self.info.capabilities.deallocate:
             await self._call("deallocate", protocol.devices_params(self.name, device_ids), _ignored)
+        # Free: a restarted driver is no longer told they are allocated (initialize).
+        group = tuple(device_ids)
+        if group in self._in_use:
+            self._in_use.drop(group)
+            self._save_soon()
 
     async def post_stop(self, device_ids: Sequence[str]) -> None:
         if self.info.capabilities.post_stop:

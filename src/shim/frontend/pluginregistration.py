@@ -18,18 +18,25 @@ from shim.generated.pluginregistration.v1 import api_pb2_grpc as pb_grpc
 
 SERVICE_NAME = "pluginregistration.Registration"
 DEVICE_PLUGIN_TYPE = "DevicePlugin"
+DRA_PLUGIN_TYPE = "DRAPlugin"
 
 
 class RegistrationServicer(pb_grpc.RegistrationServicer):
     def __init__(
-        self, resource: str, versions: tuple[str, ...], on_status: Callable[[bool, str], None]
+        self,
+        name: str,
+        versions: tuple[str, ...],
+        on_status: Callable[[bool, str], None],
+        *,
+        plugin_type: str = DEVICE_PLUGIN_TYPE,
+        endpoint: str = "",
     ) -> None:
-        # An empty endpoint tells the kubelet the DevicePlugin service is on this same socket,
-        # which lives in plugins_registry, out of reach of the device-plugins cleanup.
+        # An empty endpoint tells the kubelet the plugin's service is on this same socket (a
+        # device plugin's, in plugins_registry, out of reach of the device-plugins cleanup).
         self._info = pb.PluginInfo(
-            type=DEVICE_PLUGIN_TYPE, name=resource, endpoint="", supported_versions=versions
+            type=plugin_type, name=name, endpoint=endpoint, supported_versions=versions
         )
-        self._resource = resource
+        self._resource = name
         self._on_status = on_status
 
     async def GetInfo(
@@ -51,9 +58,17 @@ class RegistrationServicer(pb_grpc.RegistrationServicer):
 
 
 def add_registration_service(
-    server: grpc.aio.Server, resource: str, versions: tuple[str, ...], on_status: Callable[[bool, str], None]
+    server: grpc.aio.Server,
+    name: str,
+    versions: tuple[str, ...],
+    on_status: Callable[[bool, str], None],
+    *,
+    plugin_type: str = DEVICE_PLUGIN_TYPE,
+    endpoint: str = "",
 ) -> str:
+    """``name``: the resource (a device plugin) or the DRA driver; ``endpoint``: the plugin's
+    own socket, where it is not this one."""
     pb_grpc.add_RegistrationServicer_to_server(  # type: ignore[no-untyped-call]
-        RegistrationServicer(resource, versions, on_status), server
+        RegistrationServicer(name, versions, on_status, plugin_type=plugin_type, endpoint=endpoint), server
     )
     return SERVICE_NAME

@@ -102,6 +102,26 @@ DRIVER_REFUSED_CLAIMS = Counter(
     registry=REGISTRY,
 )
 
+DRA_CALLS = Counter(
+    "devshim_dra_calls_total",
+    "Kubelet calls on a DRA driver's socket, by the service version the kubelet chose; each "
+    "claim of a prepare or unprepare counted once, with its outcome.",
+    ["driver", "service", "method", "outcome"],
+    registry=REGISTRY,
+)
+DRA_SERVICE = Gauge(
+    "devshim_dra_service_info",
+    "1 for each DRA gRPC service version the kubelet last called on the driver's socket.",
+    ["driver", "kind", "service"],
+    registry=REGISTRY,
+)
+DRA_PREPARED = Gauge(
+    "devshim_dra_prepared_claims",
+    "Claims a DRA driver has prepared on this node and not yet unprepared.",
+    ["driver"],
+    registry=REGISTRY,
+)
+
 _HEALTH = ("Healthy", "Unhealthy")
 _negotiated: dict[str, str] = {}  # resource -> the version its gauge series is set for
 
@@ -168,3 +188,23 @@ def policy_refused(resource: str, field: str) -> None:
 
 def driver_claim_refused(driver: str, resource: str) -> None:
     DRIVER_REFUSED_CLAIMS.labels(driver, resource).inc()
+
+
+_dra_service: dict[tuple[str, str], str] = {}  # (driver, kind) -> the service its series is set for
+
+
+def dra_call(driver: str, service: str, method: str, ok: bool) -> None:
+    DRA_CALLS.labels(driver, service, method, _outcome(ok)).inc()
+
+
+def dra_service(driver: str, kind: Literal["plugin", "health"], service: str) -> None:
+    """The kubelet called ``service`` (a registration string, v1.DRAPlugin): it is the one in use."""
+    previous = _dra_service.get((driver, kind))
+    if previous is not None and previous != service:
+        DRA_SERVICE.remove(driver, kind, previous)
+    _dra_service[(driver, kind)] = service
+    DRA_SERVICE.labels(driver, kind, service).set(1)
+
+
+def dra_prepared(driver: str, claims: int) -> None:
+    DRA_PREPARED.labels(driver).set(claims)

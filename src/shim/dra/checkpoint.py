@@ -1,0 +1,147 @@
+"""The claims one DRA driver has prepared on this node, kept in devshim's state dir.
+
+A devshim restarted between NodePrepareResources and NodeUnprepareResources must answer a
+repeated prepare as before (without asking the driver again) and still undo the preparation
+at unprepare: the driver's deallocate, for the same device groups. A claim is recorded as
+``preparing`` (with the groups the driver is asked for) before the driver is called and as
+``prepared`` (with the answer) after, so a devshim killed in between deallocates on unprepare
+what it may have allocated, and prepares again on a repeated prepare.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from shim.dra.cdi import write_atomically
+
+FORMAT = 1
+MAX_BYTES = 64 * 1024 * 1024  # devshim's own file; bounded all the same
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedDevice:
+    """One device of a claim's answer to the kubelet."""
+
+    request_names: tuple[str, ...]
+    pool: str
+    device: str
+    cdi_device_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Devices of one resource the driver was asked to allocate together."""
+
+    resource: str
+    device_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    namespace: str
+    name: str
+    groups: tuple[Group, ...]
+    devices: tuple[PreparedDevice, ...] | None  # None: preparing, the driver's answer not in
+
+    @property
+    def prepared(self) -> bool:
+        return self.devices is not None
+
+
+class Checkpoint:
+    """The file ``<state_dir>/dra/<driver>.json``, read at start and rewritten on each change."""
+
+    def __init__(self, state_dir: Path, driver: str) -> None:
+        self.path = state_dir / "dra" / f"{driver}.json"
+        self.driver = driver
+        self._claims: dict[str, Entry] = self._load()
+
+    def __iter__(self) -> Iterator[tuple[str, Entry]]:
+        return iter(list(self._claims.items()))
+
+    def get(self, uid: str) -> Entry | None:
+        return self._claims.get(uid)
+
+    def put(self, uid: str, entry: Entry) -> None:
+        self._claims[uid] = entry
+        self._save()
+
+    def drop(self, uid: str) -> None:
+        if self._claims.pop(uid, None) is not None:
+            self._save()
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        claims = {uid: _to_json(entry) for uid, entry in self._claims.items()}
+        body = {"format": FORMAT, "driver": self.driver, "claims": claims}
+        write_atomically(self.path, json.dumps(body, indent=1).encode(), mode=0o600)
+
+    def _load(self) -> dict[str, Entry]:
+        try:
+            with self.path.open("rb") as f:
+                raw = f.read(MAX_BYTES + 1)
+        except FileNotFoundError:
+            return {}
+        try:
+            if len(raw) > MAX_BYTES:
+                raise ValueError(f"longer than {MAX_BYTES} bytes")
+            body = json.loads(raw)
+            if body.get("format") != FORMAT or body.get("driver") != self.driver:
+                raise ValueError(f"format {body.get('format')!r} of driver {body.get('driver')!r}")
+            return {uid: _from_json(entry) for uid, entry in body["claims"].items()}
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            # Kept aside for a person to read, never silently overwritten.
+            aside = self.path.with_suffix(".unreadable")
+            os.replace(self.path, aside)
+            logger.error(
+                "DRA driver {}: the prepared-claims checkpoint {} is unreadable ({}); moved to {}, "
+                "starting with none: claims prepared before are not undone at unprepare",
+                self.driver, self.path, exc, aside,
+            )  # fmt: skip
+            return {}
+
+
+def _to_json(entry: Entry) -> dict[str, Any]:
+    return {
+        "namespace": entry.namespace,
+        "name": entry.name,
+        "groups": [{"resource": g.resource, "device_ids": list(g.device_ids)} for g in entry.groups],
+        "devices": None
+        if entry.devices is None
+        else [
+            {
+                "request_names": list(d.request_names),
+                "pool": d.pool,
+                "device": d.device,
+                "cdi_device_ids": list(d.cdi_device_ids),
+            }
+            for d in entry.devices
+        ],
+    }
+
+
+def _from_json(raw: dict[str, Any]) -> Entry:
+    devices = raw["devices"]
+    return Entry(
+        namespace=str(raw["namespace"]),
+        name=str(raw["name"]),
+        groups=tuple(Group(str(g["resource"]), tuple(map(str, g["device_ids"]))) for g in raw["groups"]),
+        devices=None
+        if devices is None
+        else tuple(
+            PreparedDevice(
+                tuple(map(str, d["request_names"])),
+                str(d["pool"]),
+                str(d["device"]),
+                tuple(map(str, d["cdi_device_ids"])),
+            )
+            for d in devices
+        ),
+    )

@@ -1,0 +1,80 @@
+"""What a ResourceClaim, as the API server holds it, asks of one DRA driver on one node.
+
+Pure. ``status.allocation.devices.results`` and ``status.reservedFor`` have the same shape in
+every resource.k8s.io version devshim reads (v1alpha3 through v1: k8s.io/api resource/<version>
+types.go): each result names its request, driver, pool and device, and each consumer is an
+object reference (``resource: pods``, name, uid).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+class ClaimProblem(ValueError):
+    """The claim cannot be prepared here, and why (the kubelet shows it and retries)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRef:
+    """A claim as the kubelet names it in NodePrepareResources."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name} ({self.uid})"
+
+
+@dataclass(frozen=True, slots=True)
+class Allocated:
+    """One device the scheduler allocated to the claim from this driver's pool on this node."""
+
+    request: str
+    device: str  # the DRA device name (shim/dra/names.py)
+
+
+def allocated(claim: Any, ref: ClaimRef, driver: str, pool: str) -> list[Allocated]:
+    """This driver's results in ``claim``: refused unless the claim is this one, allocated, in
+    use by some pod, and every one of the driver's devices is in this node's pool."""
+    metadata = _object(claim, "metadata")
+    if metadata.get("uid") != ref.uid:
+        raise ClaimProblem(
+            f"claim {ref.namespace}/{ref.name} has uid {metadata.get('uid')!r}, not {ref.uid!r}: "
+            "it was deleted and created again"
+        )
+    status = _object(claim, "status")
+    allocation = status.get("allocation")
+    if not isinstance(allocation, dict):
+        raise ClaimProblem(f"claim {ref} is not allocated")
+    # The kubelet checks that its pod is a consumer; a claim nobody reserved is not to be
+    # prepared by anyone (the scheduler reserves before the pod reaches a node).
+    consumers = status.get("reservedFor")
+    if not isinstance(consumers, list) or not consumers:
+        raise ClaimProblem(f"claim {ref} is reserved for no pod")
+    results = _object(allocation, "devices").get("results") or []
+    if not isinstance(results, list):
+        raise ClaimProblem(f"claim {ref}: status.allocation.devices.results is not a list")
+    mine = []
+    for result in results:
+        if not isinstance(result, dict) or result.get("driver") != driver:
+            continue
+        request, device = result.get("request"), result.get("device")
+        if not isinstance(request, str) or not isinstance(device, str) or not device:
+            raise ClaimProblem(f"claim {ref}: an allocation result without request or device: {result}")
+        if result.get("pool") != pool:
+            raise ClaimProblem(
+                f"claim {ref}: device {device!r} is in pool {result.get('pool')!r}, not this node's "
+                f"({pool!r})"
+            )
+        mine.append(Allocated(request, device))
+    if not mine:
+        raise ClaimProblem(f"claim {ref} has no device of driver {driver}")
+    return mine
+
+
+def _object(parent: Any, key: str) -> dict[str, Any]:
+    value = parent.get(key) if isinstance(parent, dict) else None
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,71 @@
+"""The health of a DRA driver's pool, as the kubelet's DRAResourceHealth stream wants it.
+
+The kubelet (pkg/kubelet/cm/dra healthinfo.go, 1.37) takes each report as the state of the
+devices it names, stamped with the time it arrived, and reads a device it has not heard of for
+its timeout (the report's ``health_check_timeout_seconds``; 30 s when zero) as Unknown, then
+forgets it. So every report names every device of the pool, and one goes out at least every
+REPORT_EVERY_S even when nothing changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from shim.core.resource import ResourceService
+from shim.dra.names import device_name
+from shim.model import Health
+
+TIMEOUT_S = 30  # told to the kubelet with each device
+REPORT_EVERY_S = 10.0  # well inside it, so a busy node never lets a device go Unknown
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceHealth:
+    device: str  # the DRA device name
+    healthy: bool
+
+
+class PoolHealth:
+    def __init__(
+        self, resources: Sequence[str], services: Callable[[], Mapping[str, ResourceService]]
+    ) -> None:
+        self.resources = tuple(resources)
+        self._services = services
+
+    def report(self) -> list[DeviceHealth]:
+        served = self._services()
+        return [
+            DeviceHealth(device_name(d.id), d.health is Health.HEALTHY)
+            for r in self.resources
+            if r in served
+            for d in served[r].devices
+        ]
+
+    async def reports(self) -> AsyncIterator[list[DeviceHealth]]:
+        """The pool's health now, then again on every change and every REPORT_EVERY_S."""
+        changed = asyncio.Event()
+        following: dict[str, tuple[ResourceService, asyncio.Task[None]]] = {}
+        try:
+            while True:
+                for resource, service in self._services().items():
+                    held = following.get(resource)
+                    if resource in self.resources and (held is None or held[0] is not service):
+                        if held is not None:
+                            held[1].cancel()
+                        following[resource] = (service, asyncio.create_task(_follow(service, changed)))
+                changed.clear()
+                yield self.report()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(REPORT_EVERY_S):
+                        await changed.wait()
+        finally:
+            for _, task in following.values():
+                task.cancel()
+
+
+async def _follow(service: ResourceService, changed: asyncio.Event) -> None:
+    async for _ in service.watch():
+        changed.set()

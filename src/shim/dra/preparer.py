@@ -1,0 +1,200 @@
+"""NodePrepareResources and NodeUnprepareResources for one DRA driver, version-neutral.
+
+How a claim maps onto the device plugin's model (docs/dra.md, "From the device plugin to a
+claim"): a claim is prepared once on a node, however many containers and pods share it, and
+its devices of one resource are asked of the driver together, as one container's Allocate
+(so a grant such as ``VISIBLE_DEVICES=a,b`` comes out whole), then checked against the
+resource's grant policy; the driver's pre-start runs once per preparation, its deallocate at
+unprepare. Each grant becomes one CDI device, and every device of the claim answered to the
+kubelet carries the CDI IDs of its resource's grant (and any CDI names the grant itself gives).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from loguru import logger
+
+from shim.core.resource import ResourceService
+from shim.dra import cdi
+from shim.dra.checkpoint import Checkpoint, Entry, Group, PreparedDevice
+from shim.dra.claims import Allocated, ClaimProblem, ClaimRef, allocated
+from shim.dra.names import device_name
+from shim.errors import ShimError
+from shim.model import ContainerGrant, Device
+
+ReadClaim = Callable[[ClaimRef], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One claim's answer: its devices, or the error that fails it (the kubelet retries)."""
+
+    devices: tuple[PreparedDevice, ...] = ()
+    error: str = ""
+
+
+class ClaimPreparer:
+    def __init__(
+        self,
+        driver: str,
+        pool: str,
+        resources: Sequence[str],
+        services: Callable[[], Mapping[str, ResourceService]],
+        read_claim: ReadClaim,
+        specs: cdi.SpecDir,
+        checkpoint: Checkpoint,
+    ) -> None:
+        self.driver, self.pool, self.resources = driver, pool, tuple(resources)
+        self._services = services
+        self._read_claim = read_claim
+        self._specs = specs
+        self._checkpoint = checkpoint
+        self._locks: dict[str, asyncio.Lock] = {}
+        # The device lists last mapped (held, so compared by identity), and their mapping.
+        self._names: tuple[tuple[tuple[Device, ...], ...], dict[str, tuple[str, str]]] = ((), {})
+
+    async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, Outcome]:
+        """Each claim by uid: prepared (or found prepared: the same answer again) or failed."""
+        return await self._each(claims, self._prepare)
+
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, Outcome]:
+        """Each claim by uid: undone (a claim not prepared here is already undone) or failed."""
+        return await self._each(claims, self._unprepare)
+
+    async def _each(
+        self, claims: Sequence[ClaimRef], step: Callable[[ClaimRef], Awaitable[tuple[PreparedDevice, ...]]]
+    ) -> dict[str, Outcome]:
+        async def one(ref: ClaimRef) -> Outcome:
+            async with self._locks.setdefault(ref.uid, asyncio.Lock()):
+                try:
+                    return Outcome(devices=await step(ref))
+                except (ClaimProblem, ShimError, OSError) as exc:
+                    logger.warning("DRA driver {}: claim {}: {}", self.driver, ref, exc)
+                    return Outcome(error=str(exc))
+
+        outcomes = await asyncio.gather(*(one(ref) for ref in claims))
+        for ref in claims:
+            lock = self._locks.get(ref.uid)
+            if lock is not None and not lock.locked():
+                del self._locks[ref.uid]
+        return {ref.uid: outcome for ref, outcome in zip(claims, outcomes, strict=True)}
+
+    # --- prepare -------------------------------------------------------------
+
+    async def _prepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
+        entry = self._checkpoint.get(ref.uid)
+        if entry is not None and entry.devices is not None:
+            return entry.devices  # prepared before (this devshim, or one before a restart)
+        try:
+            claim = await self._read_claim(ref)
+        except Exception as exc:  # the API client's errors, said as they are
+            raise ClaimProblem(f"cannot read claim {ref}: {exc}") from None
+        results = allocated(claim, ref, self.driver, self.pool)
+        names = self._device_names()
+        groups = self._groups(ref, results, names)
+        if entry is not None:  # a preparation cut short (devshim stopped): undo it first
+            await self._undo(entry.groups)
+        self._checkpoint.put(ref.uid, Entry(ref.namespace, ref.name, groups, None))
+        grants: list[ContainerGrant] = []
+        try:
+            for group in groups:
+                grants.append(await self._service(group.resource).prepare(group.device_ids))
+            cdi_devices = [
+                cdi.CdiDevice(cdi.device_name(ref.uid, i), grant)
+                for i, grant in enumerate(grants)
+                if cdi.has_edits(grant)
+            ]
+            if cdi_devices:
+                self._specs.write(self.driver, ref.uid, cdi_devices)
+        except BaseException:
+            await self._undo(groups[: len(grants)])
+            self._specs.remove(self.driver, ref.uid)
+            self._checkpoint.drop(ref.uid)
+            raise
+        devices = self._answer(ref, results, names, groups, grants)
+        self._checkpoint.put(ref.uid, Entry(ref.namespace, ref.name, groups, devices))
+        logger.info(
+            "DRA driver {}: claim {} prepared: {}", self.driver, ref, ", ".join(d.device for d in devices)
+        )
+        return devices
+
+    def _groups(
+        self, ref: ClaimRef, results: Sequence[Allocated], names: Mapping[str, tuple[str, str]]
+    ) -> tuple[Group, ...]:
+        by_resource: dict[str, dict[str, None]] = {}
+        for result in results:
+            found = names.get(result.device)
+            if found is None:
+                raise ClaimProblem(
+                    f"claim {ref}: device {result.device!r} is not among the devices devshim serves in "
+                    f"pool {self.pool} of {self.driver} now (a driver still starting, or a device gone)"
+                )
+            resource, device_id = found
+            by_resource.setdefault(resource, {})[device_id] = None
+        return tuple(Group(r, tuple(ids)) for r, ids in sorted(by_resource.items()))
+
+    def _device_names(self) -> dict[str, tuple[str, str]]:
+        """DRA device name -> (resource, device ID) over the pool, redone when a list changes."""
+        served = self._services()
+        lists = tuple(served[r].devices if r in served else () for r in self.resources)
+        mapped = self._names[0]
+        if len(mapped) != len(lists) or any(a is not b for a, b in zip(mapped, lists, strict=True)):
+            pairs = zip(self.resources, lists, strict=True)
+            names = {device_name(d.id): (r, d.id) for r, devices in pairs for d in devices}
+            self._names = (lists, names)
+        return self._names[1]
+
+    def _answer(
+        self,
+        ref: ClaimRef,
+        results: Sequence[Allocated],
+        names: Mapping[str, tuple[str, str]],
+        groups: Sequence[Group],
+        grants: Sequence[ContainerGrant],
+    ) -> tuple[PreparedDevice, ...]:
+        index = {g.resource: i for i, g in enumerate(groups)}
+        answer = []
+        for result in results:
+            i = index[names[result.device][0]]
+            grant = grants[i]
+            ours = (cdi.CdiDevice(cdi.device_name(ref.uid, i), grant).qualified(self.driver),)
+            ids = (ours if cdi.has_edits(grant) else ()) + grant.cdi_devices
+            answer.append(PreparedDevice((result.request,), self.pool, result.device, ids))
+        return tuple(answer)
+
+    def _service(self, resource: str) -> ResourceService:
+        service = self._services().get(resource)
+        if service is None:
+            raise ClaimProblem(f"resource {resource} of DRA driver {self.driver} is not served now")
+        return service
+
+    async def _undo(self, groups: Sequence[Group]) -> None:
+        """Best effort, for a preparation that failed: the kubelet will prepare again."""
+        for group in groups:
+            try:
+                await self._service(group.resource).unprepare(group.device_ids)
+            except (ClaimProblem, ShimError) as exc:
+                logger.warning(
+                    "DRA driver {}: deallocate of {} after a failed prepare: {}",
+                    self.driver, ", ".join(group.device_ids), exc,
+                )  # fmt: skip
+
+    # --- unprepare -----------------------------------------------------------
+
+    async def _unprepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
+        entry = self._checkpoint.get(ref.uid)
+        if entry is None:
+            return ()  # never prepared here, or undone already: the kubelet retries until told so
+        for group in entry.groups:
+            await self._service(group.resource).unprepare(group.device_ids)
+        self._specs.remove(self.driver, ref.uid)
+        self._checkpoint.drop(ref.uid)
+        logger.info("DRA driver {}: claim {} unprepared", self.driver, ref)
+        return ()
+
+    def prepared(self) -> int:
+        return sum(1 for _, entry in self._checkpoint if entry.prepared)

@@ -1,0 +1,410 @@
+"""DRA, part 2: devshim as the kubelet's DRA plugin, called here as the kubelet calls it.
+
+`devshim run` with real driver subprocesses and a real kube-apiserver (the claims are read
+from it), its DRA socket dialled over the wire with each DRAPlugin and DRAResourceHealth
+version: registration, prepare (the CDI spec, the answer, idempotence), unprepare, claims
+that cannot be prepared, a grant outside the policy, a driver crashing mid-prepare, devshim
+killed between prepare and unprepare, health through both versions. The real kubelet's DRA
+manager judges the same socket in tests/compat/test_dra_manager.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import yaml
+
+from shim.compat.node import ControlPlane
+from shim.generated.dra.v1 import api_pb2 as dra_v1
+from shim.generated.dra.v1beta1 import api_pb2 as dra_v1beta1
+from shim.generated.drahealth.v1 import api_pb2 as health_v1
+from shim.generated.drahealth.v1alpha1 import api_pb2 as health_v1alpha1
+from shim.generated.pluginregistration.v1 import api_pb2 as registration
+from tests.support import DRIVERS, control_plane
+from tests.support.devshim_process import http_get
+from tests.support.dra import SIM, control, dra_status, make_claim, running_devshim
+from tests.support.unix import short_temp_dir
+from tests.support.waiting import until
+
+NODE = "node-prep"
+PREPARED, FAILED = "NodePrepareResources ok", "NodePrepareResources failed"
+UNPREPARED = "NodeUnprepareResources ok"
+GPU, FLAKY, GRANTING = "gpu.example.com", "flaky.example.com", "granting.example.com"
+SIM_GPUS: dict[str, Any] = {
+    "name": "example.com/gpu",
+    "devices": [{"id": f"gpu-{i}"} for i in range(4)],
+    "grant": {"envs": {"SIM_DEVICES": "{ids}"}},
+    "prestart": True,
+    "deallocate": True,
+}
+
+
+@pytest.fixture(scope="module")
+def plane() -> Iterator[ControlPlane]:
+    with control_plane.running(control_plane.DEFAULT[0]) as running:
+        yield running
+
+
+@dataclass
+class Devshim:
+    folder: Path
+    config: Path
+    port: int
+    proc: Any
+
+    @property
+    def socket(self) -> Path:
+        return self.folder / "plugins" / GPU / "dra.sock"
+
+    def registration(self, driver: str = GPU) -> Path:
+        return self.folder / "registry" / f"{driver}-reg.sock"
+
+    def channel(self, driver: str = GPU) -> grpc.aio.Channel:
+        return grpc.aio.insecure_channel(f"unix:{self.folder / 'plugins' / driver / 'dra.sock'}")
+
+    async def calls(self, after: dict[str, int], driver: str = GPU) -> dict[str, int]:
+        """Every devshim driver's call tallies (``{"sim allocate": 1, ...}``) in the first /status
+        whose DRA driver ``driver`` has answered the kubelet as ``after`` counts (its calls, e.g.
+        ``{"NodePrepareResources ok": 2}``): what the drivers were asked for those calls (/status
+        is a snapshot up to 0.2 s old, so a condition, not the next read, says it is current)."""
+        status = await status_when(
+            self.port,
+            lambda s: all(s["dra"][driver]["kubelet"]["calls"].get(k, 0) == n for k, n in after.items()),
+        )
+        return {
+            f"{name} {method}": tally["ok"]
+            for name, d in status["drivers"].items()
+            for method, tally in d["calls"].items()
+            if method != "list_devices"
+        }
+
+
+async def status_when(
+    port: int, holds: Callable[[dict[str, Any]], bool], timeout: float = 60
+) -> dict[str, Any]:
+    last: Any = None
+    async with asyncio.timeout(timeout):
+        while True:
+            code, body = await asyncio.to_thread(http_get, f"http://127.0.0.1:{port}/status")
+            if code == 200 and holds(last := json.loads(body)):
+                return dict(last)
+            await asyncio.sleep(0.05)
+
+
+def write_config(folder: Path, plane: ControlPlane, flaky_env: dict[str, str] | None = None) -> Path:
+    (folder / "sim.ctl").write_text("")
+    (folder / "sim.yaml").write_text(
+        yaml.safe_dump({"resources": [SIM_GPUS], "control_file": str(folder / "sim.ctl")})
+    )
+    drivers = [
+        {"name": "sim", "command": [*SIM, "--config", str(folder / "sim.yaml")]},
+        {
+            "name": "flaky",
+            "command": [sys.executable, str(DRIVERS / "flaky.py")],
+            "env": {"RUN_FILE": str(folder / "flaky.runs"), **(flaky_env or {})},
+            "restart": {"backoff_initial_s": 0.05, "backoff_max_s": 0.2},
+        },
+        {
+            "name": "granting",
+            "command": [sys.executable, str(DRIVERS / "granting.py")],
+            "env": {"DEALLOCATED": str(folder / "deallocated")},
+        },
+    ]
+    settings = {
+        "device_plugins_dir": str(folder / "dp"),
+        "plugins_registry_dir": str(folder / "registry"),
+        "state_dir": str(folder / "state"),
+        "drivers": drivers,
+        "dra": {
+            "node_name": NODE,
+            "kubeconfig": str(plane.admin_kubeconfig),
+            "plugins_dir": str(folder / "plugins"),
+            "cdi_dir": str(folder / "cdi"),
+            "drivers": [
+                {"name": GPU, "resources": ["example.com/gpu"]},
+                {"name": FLAKY, "resources": ["example.com/flaky"]},
+                {"name": GRANTING, "resources": ["example.com/granting"]},
+            ],
+        },
+    }
+    path = folder / "devshim.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    return path
+
+
+@asynccontextmanager
+async def devshim_in(folder: Path, plane: ControlPlane, **kwargs: Any) -> AsyncIterator[Devshim]:
+    config = folder / "devshim.yaml"
+    if not config.exists():
+        config = write_config(folder, plane, **kwargs)
+    async with running_devshim(config) as (proc, port):
+        shim = Devshim(folder, config, port, proc)
+        await dra_status(
+            port,
+            lambda s: (
+                all(s[d]["kubelet"]["registered"] is None and s[d]["devices"] for d in (GPU, GRANTING))
+                and s[FLAKY]["devices"] == 2
+            ),
+            "every DRA driver serves its pool",
+        )
+        await until(
+            lambda: shim.socket.exists() and shim.registration().exists(), "the DRA sockets are there"
+        )
+        yield shim
+
+
+@pytest.fixture
+def folder() -> Iterator[Path]:
+    with short_temp_dir("ds-prep-") as path:
+        yield path
+
+
+async def prepare(
+    shim: Devshim, claims: list[dict[str, Any]], pb: Any = dra_v1, driver: str = GPU
+) -> dict[str, Any]:
+    """NodePrepareResources for ``claims`` (as the API server stored them) in ``pb``'s version."""
+    request = pb.NodePrepareResourcesRequest(
+        claims=[
+            pb.Claim(
+                namespace=c["metadata"]["namespace"], name=c["metadata"]["name"], uid=c["metadata"]["uid"]
+            )
+            for c in claims
+        ]
+    )
+    async with shim.channel(driver) as channel:
+        service = pb.DESCRIPTOR.services_by_name["DRAPlugin"].full_name
+        call = channel.unary_unary(f"/{service}/NodePrepareResources", None, None)
+        raw = await call(request.SerializeToString(), timeout=60)
+    return dict(pb.NodePrepareResourcesResponse.FromString(raw).claims)
+
+
+async def unprepare(
+    shim: Devshim, claims: list[dict[str, Any]], pb: Any = dra_v1, driver: str = GPU
+) -> dict[str, str]:
+    request = pb.NodeUnprepareResourcesRequest(
+        claims=[
+            pb.Claim(
+                namespace=c["metadata"]["namespace"], name=c["metadata"]["name"], uid=c["metadata"]["uid"]
+            )
+            for c in claims
+        ]
+    )
+    async with shim.channel(driver) as channel:
+        service = pb.DESCRIPTOR.services_by_name["DRAPlugin"].full_name
+        call = channel.unary_unary(f"/{service}/NodeUnprepareResources", None, None)
+        raw = await call(request.SerializeToString(), timeout=60)
+    return {
+        uid: answer.error for uid, answer in pb.NodeUnprepareResourcesResponse.FromString(raw).claims.items()
+    }
+
+
+def devices(answer: Any) -> list[tuple[list[str], str, str, list[str]]]:
+    return [
+        (list(d.request_names), d.pool_name, d.device_name, list(d.cdi_device_ids)) for d in answer.devices
+    ]
+
+
+def spec_of(shim: Devshim, driver: str, uid: str) -> Path:
+    return shim.folder / "cdi" / f"devshim-{driver}-{uid}.json"
+
+
+async def test_registration_offers_every_service_newest_first_and_the_dra_socket_by_path(
+    plane: ControlPlane, folder: Path
+) -> None:
+    async with (
+        devshim_in(folder, plane) as shim,
+        grpc.aio.insecure_channel(f"unix:{shim.registration()}") as channel,
+    ):
+        raw = await channel.unary_unary("/pluginregistration.Registration/GetInfo", None, None)(
+            registration.InfoRequest().SerializeToString(), timeout=10
+        )
+        info = registration.PluginInfo.FromString(raw)
+        assert (info.type, info.name, info.endpoint) == ("DRAPlugin", GPU, str(shim.socket))
+        assert list(info.supported_versions) == [
+            "v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"
+        ]  # fmt: skip
+        status = registration.RegistrationStatus(plugin_registered=True)
+        await channel.unary_unary("/pluginregistration.Registration/NotifyRegistrationStatus", None, None)(
+            status.SerializeToString(), timeout=10
+        )
+        await dra_status(
+            shim.port, lambda s: s[GPU]["kubelet"]["registered"] is True, "the registration is shown"
+        )
+
+
+async def test_a_claim_is_prepared_once_as_a_cdi_spec_and_unprepared(
+    plane: ControlPlane, folder: Path
+) -> None:
+    """Two GPUs of one claim: one driver call for both (SIM_DEVICES=gpu-0,gpu-1), one CDI device;
+    the same answer again from the checkpoint, in either version; unprepare deallocates once."""
+    claim = make_claim(plane, "v1", "two-gpus", [("gpus", "gpu-0"), ("gpus", "gpu-1")], node=NODE)
+    uid = claim["metadata"]["uid"]
+    async with devshim_in(folder, plane) as shim:
+        answer = (await prepare(shim, [claim]))[uid]
+        cdi_id = f"{GPU}/claim={uid}-0"
+        assert answer.error == ""
+        assert devices(answer) == [(["gpus"], NODE, "gpu-0", [cdi_id]), (["gpus"], NODE, "gpu-1", [cdi_id])]
+        spec = json.loads(spec_of(shim, GPU, uid).read_text())
+        assert spec == {
+            "cdiVersion": "0.5.0" if uid[0].isdigit() else "0.3.0",  # a device name starting with a digit
+            "kind": f"{GPU}/claim",
+            "devices": [{"name": f"{uid}-0", "containerEdits": {"env": ["SIM_DEVICES=gpu-0,gpu-1"]}}],
+        }
+        assert await shim.calls({PREPARED: 1}) == {"sim allocate": 1, "sim prestart": 1}
+        again = (await prepare(shim, [claim]))[uid]
+        older = (await prepare(shim, [claim], dra_v1beta1))[uid]
+        assert devices(again) == devices(older) == devices(answer)
+        counts = await shim.calls({PREPARED: 3})
+        assert counts == {"sim allocate": 1, "sim prestart": 1}, (
+            "a prepared claim is answered from the checkpoint"
+        )
+        status = await dra_status(
+            shim.port, lambda s: s[GPU]["kubelet"]["service"] == "v1beta1.DRAPlugin", "v1beta1"
+        )
+        assert status[GPU]["kubelet"]["prepared_claims"] == 1
+        assert await unprepare(shim, [claim]) == {uid: ""}
+        assert not spec_of(shim, GPU, uid).exists()
+        assert await unprepare(shim, [claim], dra_v1beta1) == {uid: ""}, "unprepared already: no error"
+        counts = await shim.calls({UNPREPARED: 2})
+        assert counts == {"sim allocate": 1, "sim prestart": 1, "sim deallocate": 1}
+
+
+async def test_claims_that_cannot_be_prepared_fail_alone(plane: ControlPlane, folder: Path) -> None:
+    good = make_claim(plane, "v1", "good", [("gpu", "gpu-2")], node=NODE)
+    gone = dict(
+        good, metadata=dict(good["metadata"], name="never-made", uid="00000000-0000-0000-0000-00000000dead")
+    )
+    recreated = dict(good, metadata=dict(good["metadata"], uid="11111111-1111-1111-1111-111111111111"))
+    elsewhere = make_claim(plane, "v1", "elsewhere", [("gpu", "gpu-3")], node="other-node")
+    unknown = make_claim(plane, "v1", "unknown-device", [("gpu", "gpu-9")], node=NODE)
+    unreserved = make_claim(plane, "v1", "unreserved", [("gpu", "gpu-3")], node=NODE, pods=[])
+    async with devshim_in(folder, plane) as shim:
+        answers = await prepare(shim, [good, gone, recreated, elsewhere, unknown, unreserved])
+        named = {"never-made": gone, "recreated": recreated, "elsewhere": elsewhere, "unknown": unknown}
+        errors = {
+            name: answers[c["metadata"]["uid"]].error
+            for name, c in (named | {"unreserved": unreserved}).items()
+        }
+        assert answers[good["metadata"]["uid"]].error == ""
+        assert "404" in errors["never-made"]
+        assert "deleted and created again" in errors["recreated"]
+        assert "not this node's" in errors["elsewhere"]
+        assert "'gpu-9' is not among the devices" in errors["unknown"]
+        assert "reserved for no pod" in errors["unreserved"]
+        assert all(not answers[c["metadata"]["uid"]].devices for c in (gone, elsewhere, unknown, unreserved))
+        assert await shim.calls({PREPARED: 1, FAILED: 5}) == {"sim allocate": 1, "sim prestart": 1}
+        assert sorted(p.name for p in (folder / "cdi").iterdir()) == [
+            f"devshim-{GPU}-{good['metadata']['uid']}.json"
+        ]
+
+
+async def test_a_grant_outside_the_policy_fails_its_claim_and_is_deallocated(
+    plane: ControlPlane, folder: Path
+) -> None:
+    ok = make_claim(plane, "v1", "null-node", [("dev", "ok-0")], node=NODE, driver=GRANTING)
+    bad = make_claim(plane, "v1", "etc-mount", [("dev", "mount")], node=NODE, driver=GRANTING)
+    async with devshim_in(folder, plane) as shim:
+        answers = await prepare(shim, [ok, bad], driver=GRANTING)
+        refused = answers[bad["metadata"]["uid"]]
+        assert "outside" in refused.error or "policy" in refused.error, refused.error
+        assert not refused.devices and not spec_of(shim, GRANTING, bad["metadata"]["uid"]).exists()
+        record = folder / "deallocated"
+        await until(
+            lambda: record.exists() and "mount" in record.read_text(), "the refused grant is deallocated"
+        )
+        spec = json.loads(spec_of(shim, GRANTING, ok["metadata"]["uid"]).read_text())
+        assert spec["cdiVersion"] == "0.5.0"  # a device node whose host path is not its path
+        assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [
+            {"path": "/dev/ok-0", "hostPath": "/dev/null", "permissions": "rw"}
+        ]
+
+
+async def test_a_driver_crashing_during_prepare_fails_the_claim_until_it_is_back(
+    plane: ControlPlane, folder: Path
+) -> None:
+    claim = make_claim(plane, "v1", "crashing", [("f", "f-0")], node=NODE, driver=FLAKY)
+    uid = claim["metadata"]["uid"]
+    async with devshim_in(folder, plane, flaky_env={"FLAKY_MISBEHAVE": "exit_on_allocate"}) as shim:
+        first = (await prepare(shim, [claim], driver=FLAKY))[uid]
+        assert first.error and not first.devices
+        assert not spec_of(shim, FLAKY, uid).exists()
+        await until(
+            lambda: (folder / "flaky.runs").read_text().count("start") == 2, "the driver is restarted"
+        )
+        second = (await prepare(shim, [claim], driver=FLAKY))[uid]
+        assert second.error == "" and [d[2] for d in devices(second)] == ["f-0"]
+
+
+async def test_devshim_killed_between_prepare_and_unprepare_neither_loses_nor_repeats(
+    plane: ControlPlane, folder: Path
+) -> None:
+    claim = make_claim(plane, "v1", "survivor", [("gpu", "gpu-1")], node=NODE)
+    uid = claim["metadata"]["uid"]
+    async with devshim_in(folder, plane) as shim:
+        answer = devices((await prepare(shim, [claim]))[uid])
+        os.kill(shim.proc.pid, signal.SIGKILL)
+        await shim.proc.wait()
+    async with devshim_in(folder, plane) as shim:
+        assert devices((await prepare(shim, [claim]))[uid]) == answer
+        assert await shim.calls({PREPARED: 1}) == {}, "not prepared again"
+        assert spec_of(shim, GPU, uid).exists()
+        assert await unprepare(shim, [claim]) == {uid: ""}
+        assert await shim.calls({PREPARED: 1, UNPREPARED: 1}) == {"sim deallocate": 1}
+        assert not spec_of(shim, GPU, uid).exists()
+
+
+@pytest.mark.parametrize("pb", [health_v1, health_v1alpha1], ids=["v1", "v1alpha1"])
+async def test_health_reaches_the_kubelet_through_each_health_version(
+    plane: ControlPlane, folder: Path, pb: Any
+) -> None:
+    async with devshim_in(folder, plane) as shim, shim.channel() as channel:
+        service = pb.DESCRIPTOR.services_by_name["DRAResourceHealth"].full_name
+        stream = channel.unary_stream(f"/{service}/NodeWatchResources", None, None)(
+            pb.NodeWatchResourcesRequest().SerializeToString(), timeout=60
+        )
+        reports = aiter(stream)
+
+        async def next_report() -> dict[str, int]:
+            message = pb.NodeWatchResourcesResponse.FromString(await anext(reports))
+            assert all(
+                d.device.pool_name == NODE and d.health_check_timeout_seconds == 30 for d in message.devices
+            )
+            return {d.device.device_name: d.health for d in message.devices}
+
+        assert await next_report() == {f"gpu-{i}": pb.HEALTHY for i in range(4)}
+        await control(folder, "health example.com/gpu gpu-1 Unhealthy")
+        while (report := await next_report())["gpu-1"] != pb.UNHEALTHY:
+            pass
+        assert report == {f"gpu-{i}": pb.UNHEALTHY if i == 1 else pb.HEALTHY for i in range(4)}
+        stream.cancel()
+        version = service.rsplit(".", 2)[-2]
+        await dra_status(
+            shim.port,
+            lambda s: s[GPU]["kubelet"]["health_service"] == f"{version}.DRAResourceHealth",
+            "the version",
+        )
+
+
+async def test_a_removed_socket_is_served_again(plane: ControlPlane, folder: Path) -> None:
+    async with devshim_in(folder, plane) as shim:
+        for path in (shim.registration(), shim.socket):
+            before = path.stat().st_ino
+
+            def back(path: Path = path, before: int = before) -> bool:
+                return path.exists() and path.stat().st_ino != before
+
+            path.unlink()
+            await until(back, f"{path.name} is back", timeout=30)
+        claim = make_claim(plane, "v1", "after-removal", [("gpu", "gpu-0")], node=NODE)
+        assert (await prepare(shim, [claim]))[claim["metadata"]["uid"]].error == ""
