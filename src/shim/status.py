@@ -140,7 +140,24 @@ def render_status(report: dict[str, Any]) -> str:
         )
         if pool.get("last_error"):
             lines.append(f"    last error: {pool['last_error']}")
+        lines += _dra_kubelet_lines(pool.get("kubelet"))
     return "\n".join(lines)
+
+
+def _dra_kubelet_lines(kubelet: Any) -> list[str]:
+    if not isinstance(kubelet, dict):
+        return []
+    registered = {True: "registered", False: "REFUSED", None: "not registered yet"}[kubelet.get("registered")]
+    calls = ", ".join(f"{n} {what}" for what, n in sorted((kubelet.get("calls") or {}).items())) or "no calls"
+    lines = [
+        f"    kubelet: {registered}, calls {kubelet.get('service') or 'nothing yet'} "
+        f"(health: {kubelet.get('health_service') or 'none'}); {kubelet.get('prepared_claims', 0)} claims "
+        f"prepared; {calls}"
+    ]
+    for key in ("registration_error", "last_error"):
+        if kubelet.get(key):
+            lines.append(f"    {key.replace('_', ' ')}: {kubelet[key]}")
+    return lines
 
 
 def _driver_lines(name: str, driver: dict[str, Any]) -> list[str]:

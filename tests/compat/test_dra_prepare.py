@@ -31,6 +31,7 @@ from shim.generated.dra.v1beta1 import api_pb2 as dra_v1beta1
 from shim.generated.drahealth.v1 import api_pb2 as health_v1
 from shim.generated.drahealth.v1alpha1 import api_pb2 as health_v1alpha1
 from shim.generated.pluginregistration.v1 import api_pb2 as registration
+from shim.status import render_status
 from tests.support import DRIVERS, control_plane
 from tests.support.devshim_process import http_get
 from tests.support.dra import SIM, control, dra_status, make_claim, running_devshim
@@ -238,8 +239,10 @@ async def test_registration_offers_every_service_newest_first_and_the_dra_socket
         await channel.unary_unary("/pluginregistration.Registration/NotifyRegistrationStatus", None, None)(
             status.SerializeToString(), timeout=10
         )
-        await dra_status(
-            shim.port, lambda s: s[GPU]["kubelet"]["registered"] is True, "the registration is shown"
+        report = await status_when(shim.port, lambda s: s["dra"][GPU]["kubelet"]["registered"] is True)
+        text = render_status(report)  # what `devshim status` prints
+        assert (
+            "    kubelet: registered, calls nothing yet (health: none); 0 claims prepared; no calls" in text
         )
 
 
@@ -269,10 +272,12 @@ async def test_a_claim_is_prepared_once_as_a_cdi_spec_and_unprepared(
         assert counts == {"sim allocate": 1, "sim prestart": 1}, (
             "a prepared claim is answered from the checkpoint"
         )
-        status = await dra_status(
-            shim.port, lambda s: s[GPU]["kubelet"]["service"] == "v1beta1.DRAPlugin", "v1beta1"
+        report = await status_when(
+            shim.port, lambda s: s["dra"][GPU]["kubelet"]["service"] == "v1beta1.DRAPlugin"
         )
-        assert status[GPU]["kubelet"]["prepared_claims"] == 1
+        assert "calls v1beta1.DRAPlugin (health: none); 1 claims prepared; 3 NodePrepareResources ok" in (
+            render_status(report)
+        )
         assert await unprepare(shim, [claim]) == {uid: ""}
         assert not spec_of(shim, GPU, uid).exists()
         assert await unprepare(shim, [claim], dra_v1beta1) == {uid: ""}, "unprepared already: no error"

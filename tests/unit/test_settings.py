@@ -378,6 +378,12 @@ def test_dra_takes_the_node_name_from_the_downward_api(monkeypatch: pytest.Monke
             "a resource is in two DRA drivers' pools",
         ),
         ({"drivers": [DRA_POOL], "node_name": "n", "kubconfig": "/x"}, "kubconfig"),
+        # It names the CDI vendor of the claims' devices, which starts with a letter.
+        ({"drivers": [{**DRA_POOL, "name": "9gpu.example.com"}], "node_name": "n"}, "starts with a letter"),
+        (
+            {"drivers": [DRA_POOL], "node_name": "n", "plugins_dir": "/" + "p" * 80},
+            "dra.sock (or the private directory devshim binds it in first) is longer than the 107 bytes",
+        ),
     ],
 )
 def test_bad_dra_settings_are_refused_naming_the_problem(

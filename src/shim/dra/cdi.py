@@ -7,7 +7,8 @@ specs in its CDI directories. One spec file per claim, holding one CDI device pe
 
 The ``cdiVersion`` written is the lowest the content needs (the rules of the CDI spec's
 specs-go version.go, tags.cncf.io/container-device-interface): 0.3.0, or 0.5.0 where a device
-node's container path is not its host path or a device name starts with a digit. A grant's
+node's container path is not its host path or a device name starts with a digit. The kind's
+vendor is the DRA driver's name, which settings hold to CDI's vendor rule (a letter first). A grant's
 annotations have no place in CDI's container edits (nor in DRA's answer): they are not carried.
 """
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,16 +29,6 @@ CLASS = "claim"
 SPEC_PREFIX = "devshim-"
 EARLIEST = "0.3.0"
 HOST_PATH_VERSION = "0.5.0"  # a device node's hostPath; a device name starting with a digit
-# CDI's vendor rule (parser.ValidateVendorName): a letter first, a letter or digit last,
-# letters, digits, "-", "_" and "." between.
-_VENDOR = re.compile(r"[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?")
-
-
-def vendor_problem(driver: str) -> str | None:
-    """Why a DRA driver name cannot be the vendor of its CDI devices' kind, or None."""
-    if not _VENDOR.fullmatch(driver):
-        return f"{driver!r} cannot name CDI devices: a CDI vendor starts with a letter"
-    return None
 
 
 @dataclass(frozen=True)

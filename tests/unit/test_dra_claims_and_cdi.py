@@ -1,0 +1,177 @@
+"""The pure parts of DRA preparation: what a claim asks of a driver, the CDI spec of a grant, the
+checkpoint's file. The CDI specs are also resolved by the CDI library itself, in the DRA-manager
+judge (tests/compat/test_dra_manager.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shim.dra import cdi
+from shim.dra.checkpoint import Checkpoint, Entry, Group, PreparedDevice
+from shim.dra.claims import Allocated, ClaimProblem, ClaimRef, allocated
+from shim.model import ContainerGrant, DeviceNode, Mount
+
+REF = ClaimRef("team-a", "gpus", "c-0001")
+
+
+def claim(metadata: dict[str, Any] | None = None, **status: Any) -> dict[str, Any]:
+    """A claim as the API server stores it, ``status`` fields replaced."""
+    body: dict[str, Any] = {
+        "metadata": {"name": "gpus", "namespace": "team-a", "uid": "c-0001"},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "a", "driver": "gpu.example.com", "pool": "node-1", "device": "gpu-0"},
+                        {"request": "b", "driver": "nic.example.com", "pool": "node-1", "device": "nic-0"},
+                        {"request": "a", "driver": "gpu.example.com", "pool": "node-1", "device": "gpu-1"},
+                    ]
+                }
+            },
+            "reservedFor": [{"resource": "pods", "name": "p", "uid": "p-1"}],
+        },
+    }
+    body["status"].update(status)
+    if metadata is not None:
+        body["metadata"] = metadata
+    return body
+
+
+def test_a_claim_gives_this_drivers_devices_in_order() -> None:
+    assert allocated(claim(), REF, "gpu.example.com", "node-1") == [
+        Allocated("a", "gpu-0"),
+        Allocated("a", "gpu-1"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (claim(metadata={"uid": "other"}), "deleted and created again"),
+        (claim(allocation=None), "is not allocated"),
+        (claim(reservedFor=[]), "reserved for no pod"),
+        (claim(allocation={"devices": {"results": "x"}}), "is not a list"),
+        (
+            claim(allocation={"devices": {"results": [{"driver": "gpu.example.com", "pool": "node-1"}]}}),
+            "without",
+        ),
+        (claim(allocation={"devices": {"results": []}}), "has no device of driver gpu.example.com"),
+        ([], "deleted and created again"),  # not even an object
+    ],
+)
+def test_a_claim_that_cannot_be_prepared_here_says_why(body: Any, said: str) -> None:
+    with pytest.raises(ClaimProblem, match=said):
+        allocated(body, REF, "gpu.example.com", "node-1")
+
+
+def test_a_device_of_another_nodes_pool_is_refused() -> None:
+    with pytest.raises(ClaimProblem, match="in pool 'node-1', not this node's \\('node-2'\\)"):
+        allocated(claim(), REF, "gpu.example.com", "node-2")
+
+
+GRANT = ContainerGrant(
+    envs={"B": "2", "A": "1"},
+    mounts=(Mount("/in", "/host/in", read_only=True), Mount("/rw", "/host/rw")),
+    device_nodes=(DeviceNode("/dev/x", "/dev/x", "r"),),
+    annotations={"ignored": "yes"},
+    cdi_devices=("vendor.com/class=dev",),
+)
+
+
+def test_a_grant_becomes_container_edits_at_the_lowest_version() -> None:
+    spec = cdi.spec("gpu.example.com", [cdi.CdiDevice("claim-1-0", GRANT)])
+    assert spec == {
+        "cdiVersion": "0.3.0",
+        "kind": "gpu.example.com/claim",
+        "devices": [
+            {
+                "name": "claim-1-0",
+                "containerEdits": {
+                    "env": ["A=1", "B=2"],
+                    "deviceNodes": [{"path": "/dev/x", "permissions": "r"}],
+                    "mounts": [
+                        {
+                            "hostPath": "/host/in",
+                            "containerPath": "/in",
+                            "options": ["rbind", "rprivate", "ro"],
+                        },
+                        {
+                            "hostPath": "/host/rw",
+                            "containerPath": "/rw",
+                            "options": ["rbind", "rprivate", "rw"],
+                        },
+                    ],
+                },
+            }
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "node", "version"),
+    [
+        ("a-0", DeviceNode("/dev/x", "/dev/x"), "0.3.0"),
+        ("0a-0", DeviceNode("/dev/x", "/dev/x"), "0.5.0"),  # a name starting with a digit
+        ("a-0", DeviceNode("/dev/x", "/dev/null"), "0.5.0"),  # hostPath
+    ],
+)
+def test_the_version_rises_only_for_what_needs_it(name: str, node: DeviceNode, version: str) -> None:
+    grant = ContainerGrant(device_nodes=(node,))
+    assert cdi.spec("d.example.com", [cdi.CdiDevice(name, grant)])["cdiVersion"] == version
+
+
+def test_a_grant_of_nothing_but_cdi_names_has_no_edits() -> None:
+    assert not cdi.has_edits(ContainerGrant(cdi_devices=("v.com/c=x",), annotations={"a": "b"}))
+    assert cdi.has_edits(ContainerGrant(envs={"A": "1"}))
+
+
+def test_specs_are_written_whole_readable_by_the_runtime_and_removed(tmp_path: Path) -> None:
+    specs = cdi.SpecDir(tmp_path / "cdi")
+    path = specs.write("gpu.example.com", "u-1", [cdi.CdiDevice("u-1-0", GRANT)])
+    assert path == tmp_path / "cdi" / "devshim-gpu.example.com-u-1.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert json.loads(path.read_text())["kind"] == "gpu.example.com/claim"
+    assert [p.name for p in path.parent.iterdir()] == [path.name], "no temporary file left"
+    specs.remove("gpu.example.com", "u-1")
+    specs.remove("gpu.example.com", "u-1")  # gone already: fine
+    assert not path.exists()
+
+
+ENTRY = Entry(
+    "team-a",
+    "gpus",
+    (Group("example.com/gpu", ("gpu-0", "gpu-1")),),
+    (PreparedDevice(("a",), "node-1", "gpu-0", ("gpu.example.com/claim=c-0001-0",)),),
+)
+
+
+def test_the_checkpoint_survives_a_restart(tmp_path: Path) -> None:
+    first = Checkpoint(tmp_path, "gpu.example.com")
+    first.put("c-0001", ENTRY)
+    first.put("c-0002", Entry("team-b", "half", ENTRY.groups, None))
+    again = Checkpoint(tmp_path, "gpu.example.com")
+    assert dict(again) == {"c-0001": ENTRY, "c-0002": Entry("team-b", "half", ENTRY.groups, None)}
+    assert again.get("c-0002") is not None and not again.get("c-0002").prepared  # type: ignore[union-attr]
+    again.drop("c-0001")
+    assert [uid for uid, _ in Checkpoint(tmp_path, "gpu.example.com")] == ["c-0002"]
+    assert stat.S_IMODE(again.path.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize(
+    "text", ["{", '{"format": 2, "driver": "gpu.example.com", "claims": {}}', '{"format": 1}', "[]"]
+)
+def test_an_unreadable_checkpoint_is_kept_aside_and_said(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "dra" / "gpu.example.com.json"
+    path.parent.mkdir()
+    path.write_text(text)
+    checkpoint = Checkpoint(tmp_path, "gpu.example.com")
+    assert list(checkpoint) == []
+    assert path.with_suffix(".unreadable").read_text() == text
+    checkpoint.put("c-0001", ENTRY)
+    assert os.path.exists(path)
