@@ -5,8 +5,10 @@ token of devshim's service account bound to a pod on node-a, as devshim's pod wo
 RBAC grants ResourceSlices cluster-wide (it cannot limit them to a node); the policy lets the
 account write only the slices of the node its token names: node-a's are written, node-b's (and
 a slice of no node) refused on create, update and delete, a token of the account naming no node
-writes nothing, and other users are not matched. `devshim run` with that token and nothing else
-publishes node-a's pool, and is refused node-b's (docs/dra.md, "RBAC and the admission policy").
+writes nothing, and other users are not matched. The token gets a ResourceClaim in any namespace
+and can do nothing else to claims. `devshim run` with that token and nothing else publishes
+node-a's pool, prepares a claim of it, and is refused node-b's pool (docs/dra.md, "RBAC and the
+admission policy").
 The newest release by default; --full-matrix adds the others (1.33: the policy read in v1beta2
 and v1beta1).
 """
@@ -18,19 +20,31 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import yaml
 
 from shim.compat.node import APIError, ControlPlane
 from shim.compat.upstream import releases as upstream
+from shim.generated.dra.v1 import api_pb2 as dra_v1
 from tests.support import control_plane
 from tests.support.control_plane import resource_slice
-from tests.support.dra import GPU_DRIVER, SIM_GPUS, Published, config, dra_status, running_devshim
+from tests.support.dra import (
+    GPU_DRIVER,
+    SIM_GPUS,
+    Published,
+    config,
+    dra_status,
+    make_claim,
+    running_devshim,
+)
 from tests.support.unix import short_temp_dir
+from tests.support.waiting import until
 
 COMPONENT = Path(__file__).resolve().parents[2] / "deploy" / "components" / "dra"
 NAMESPACE, ACCOUNT = "devshim-system", "devshim"
 NODE_NAME_KEY = "authentication.kubernetes.io/node-name"
+OTHER_NAMESPACE = "team-x"  # a namespace of claims, neither devshim's nor "default"
 RELEASES = [control_plane.param(r) for r in control_plane.APISERVERS]
 # Where each of the component's kinds is created.
 COLLECTIONS = {
@@ -166,13 +180,14 @@ def versions(plane: ControlPlane) -> list[str]:
 
 
 def test_the_component_grants_what_the_publisher_calls_and_nothing_more() -> None:
-    """The verbs of src/shim/dra/kube.py: no patch, no deletecollection, nothing but slices and
-    the node; the binding's subject is the account the policy matches."""
+    """The verbs of src/shim/dra/kube.py: no patch, no deletecollection, nothing but slices, the
+    get of a claim and the node; the binding's subject is the account the policy matches."""
     objects = {(o["kind"], o["metadata"]["name"]): o for o in component_objects()}
     role = objects["ClusterRole", "devshim-dra"]
     rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in role["rules"]}
     assert rules == {
         (("resource.k8s.io",), ("resourceslices",)): {"get", "list", "watch", "create", "update", "delete"},
+        (("resource.k8s.io",), ("resourceclaims",)): {"get"},
         (("",), ("nodes",)): {"get"},
     }
     binding = objects["ClusterRoleBinding", "devshim-dra"]
@@ -280,6 +295,71 @@ def test_other_users_are_not_matched(plane: ControlPlane, token: str) -> None:
     other.delete("other-b")
 
 
+def claim_version(plane: ControlPlane) -> str:
+    """The version claims are made in here: v1, or on 1.33 v1beta1 (make_claim's two shapes)."""
+    return "v1" if "v1" in versions(plane) else "v1beta1"
+
+
+def claims(version: str, namespace: str | None) -> str:
+    """The ResourceClaim collection of ``namespace`` (None: of every namespace)."""
+    where = f"namespaces/{namespace}/" if namespace else ""
+    return f"/apis/resource.k8s.io/{version}/{where}resourceclaims"
+
+
+def assert_refused_by_rbac(error: APIError, verb: str, resource: str = "resourceclaims") -> None:
+    assert error.status == 403, error
+    expected = f'cannot {verb} resource "{resource}" in API group "resource.k8s.io"'
+    assert expected in error.body["message"] and "ValidatingAdmissionPolicy" not in str(error), error
+
+
+def test_the_node_bound_token_gets_a_claim_in_any_namespace(plane: ControlPlane, token: str) -> None:
+    """NodePrepareResources reads each claim the kubelet names by one GET (src/shim/dra/kube.py),
+    in whichever namespace the pod is: the token gets a claim in "default" and in another
+    namespace, in every version served. RBAC cannot narrow it to the node's claims."""
+    plane.ensure("/api/v1/namespaces", {"metadata": {"name": OTHER_NAMESPACE}})
+    for namespace in ("default", OTHER_NAMESPACE):
+        made = make_claim(plane, claim_version(plane), "readable", [("gpus", "gpu-0")], node="node-a",
+                          namespace=namespace)  # fmt: skip
+        for version in versions(plane):
+            got = plane.request("GET", f"{claims(version, namespace)}/readable", None, token)
+            assert got["metadata"]["uid"] == made["metadata"]["uid"]
+            assert got["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
+
+
+def test_the_node_bound_token_can_do_nothing_else_to_claims(plane: ControlPlane, token: str) -> None:
+    """Only get is granted: list (in a namespace or across all), watch, create, update (the claim
+    or its status), delete and deletecollection are each refused by RBAC, and the claim is
+    intact after."""
+    plane.ensure("/api/v1/namespaces", {"metadata": {"name": OTHER_NAMESPACE}})
+    version = claim_version(plane)
+    claim = make_claim(plane, version, "untouchable", [("gpus", "gpu-1")], node="node-a",
+                       namespace=OTHER_NAMESPACE)  # fmt: skip
+    path = claims(version, OTHER_NAMESPACE)
+    forged = {
+        "apiVersion": claim["apiVersion"],
+        "kind": "ResourceClaim",
+        "metadata": {"name": "forged"},
+        "spec": claim["spec"],
+    }
+    relabelled = {**claim, "metadata": {**claim["metadata"], "labels": {"touched": "yes"}}}
+    attempts: list[tuple[str, str, str, str, Any]] = [
+        ("list", "resourceclaims", "GET", path, None),
+        ("list", "resourceclaims", "GET", claims(version, None), None),
+        # timeoutSeconds: were the watch let through, it would end by itself rather than hang
+        ("watch", "resourceclaims", "GET", f"{path}?watch=true&timeoutSeconds=1", None),
+        ("create", "resourceclaims", "POST", path, forged),
+        ("update", "resourceclaims", "PUT", f"{path}/untouchable", relabelled),
+        ("update", "resourceclaims/status", "PUT", f"{path}/untouchable/status", relabelled),
+        ("delete", "resourceclaims", "DELETE", f"{path}/untouchable", None),
+        ("deletecollection", "resourceclaims", "DELETE", path, None),
+    ]
+    for verb, resource, method, url, body in attempts:
+        assert_refused_by_rbac(refusal(plane.request, method, url, body, token), verb, resource)
+    after = plane.request("GET", f"{path}/untouchable")
+    assert after["metadata"]["resourceVersion"] == claim["metadata"]["resourceVersion"]
+    assert "labels" not in after["metadata"]
+
+
 async def test_devshim_publishes_its_nodes_pool_with_this_rbac_alone(plane: ControlPlane, token: str) -> None:
     """`devshim run` with node-a's token (no admin rights) publishes node-a's pool: the verbs
     suffice (discovery, list, watch, create, the Node's uid for the owner reference)."""
@@ -312,3 +392,34 @@ async def test_devshim_configured_for_another_node_is_refused(plane: ControlPlan
     error = status[GPU_DRIVER]["last_error"]
     assert "403" in error and refused_for("node-a", "node-b") in error, error
     assert status[GPU_DRIVER]["slices"] == 0 and status[GPU_DRIVER]["writes"] == 0
+
+
+async def test_devshim_prepares_a_claim_with_this_rbac_alone(plane: ControlPlane, token: str) -> None:
+    """`devshim run` with node-a's token (no admin rights), called as the kubelet calls its DRA
+    socket: NodePrepareResources for a claim of node-a's pool in a namespace of its own reads the
+    claim (discovery, one GET) and answers its device. Every socket, spec and checkpoint stays in
+    the test's folder (config() sets plugins_registry_dir, dra.plugins_dir, dra.cdi_dir and
+    state_dir there), never under /var/lib/kubelet."""
+    plane.ensure("/api/v1/namespaces", {"metadata": {"name": OTHER_NAMESPACE}})
+    claim = make_claim(plane, claim_version(plane), "prepared", [("gpus", "gpu-2")], node="node-a",
+                       namespace=OTHER_NAMESPACE)  # fmt: skip
+    uid = claim["metadata"]["uid"]
+    with short_temp_dir("ds-rbac-") as folder:
+        kubeconfig = plane.kubeconfig_for_token(token, folder / "devshim.kubeconfig")
+        configured = config(folder, plane, "node-a", SIM_GPUS, kubeconfig=kubeconfig)
+        socket = folder / "plugins" / GPU_DRIVER / "dra.sock"
+        async with running_devshim(configured) as (_, port):
+            await dra_status(port, lambda s: bool(s[GPU_DRIVER]["devices"]), "the DRA driver serves its pool")
+            await until(socket.exists, "the DRA socket is there")
+            request = dra_v1.NodePrepareResourcesRequest(
+                claims=[dra_v1.Claim(namespace=OTHER_NAMESPACE, name="prepared", uid=uid)]
+            )
+            service = dra_v1.DESCRIPTOR.services_by_name["DRAPlugin"].full_name
+            async with grpc.aio.insecure_channel(f"unix:{socket}") as channel:
+                call = channel.unary_unary(f"/{service}/NodePrepareResources", None, None)
+                raw = await call(request.SerializeToString(), timeout=60)
+        answer = dra_v1.NodePrepareResourcesResponse.FromString(raw).claims[uid]
+        assert answer.error == ""
+        assert [(d.pool_name, d.device_name) for d in answer.devices] == [("node-a", "gpu-2")]
+        # The sim grants no container edits, so there is no CDI spec; the checkpoint holds the claim.
+        assert uid in (folder / "state" / "dra" / f"{GPU_DRIVER}.json").read_text()

@@ -377,6 +377,23 @@ def test_kubelet_root_dir_values_move_every_kubelet_path(tmp_path: Path, no_devs
     assert "/var/lib/kubelet" not in text and "//" not in text.replace("://", "")
 
 
+def test_kubelet_root_dir_values_move_the_dra_plugin_dir(tmp_path: Path, no_devshim_env: None) -> None:
+    """With DRA too (ci/dra-values.yaml added): the kubelet's plugins directory, where the DRA
+    sockets go, is mounted from under the custom root and is the config's dra.plugins_dir; the CDI
+    directory is the container runtime's, not the kubelet's, and stays /var/run/cdi."""
+    root = Path(values_file("kubelet-root-dir-values.yaml")["kubeletRootDir"])
+    docs = render(*(arg for name in ("kubelet-root-dir-values.yaml", "dra-values.yaml")
+                    for arg in ("--values", str(CHART / "ci" / name))))  # fmt: skip
+    daemonset = one(docs, "DaemonSet")
+    settings, _, _ = loaded_settings(docs, tmp_path)
+    assert settings.dra.plugins_dir == root / "plugins"
+    assert settings.plugins_registry_dir == root / "plugins_registry"
+    assert volumes(daemonset)["plugins"]["hostPath"]["path"] == str(root / "plugins")
+    assert settings.dra.cdi_dir == Path("/var/run/cdi")
+    assert_paths_on_host_volumes(daemonset, settings)
+    assert "/var/lib/kubelet" not in yaml.safe_dump_all(docs)
+
+
 def test_podmonitor_values_scrape_the_ops_port() -> None:
     """As components/podmonitor (test_manifests.py), on the values' port and interval, with the
     labels a Prometheus selects by, and no scrape annotations beside it."""
@@ -428,6 +445,7 @@ def test_extras_values_reach_the_pod() -> None:
     [
         (["--set", "kubeletRootDir=var/lib/kubelet"], "kubeletRootDir must be an absolute directory"),
         (["--set", "config.device_plugins_dir=/x"], "config.device_plugins_dir is set from kubeletRootDir"),
+        (["--set", "config.dra.plugins_dir=/x"], "config.dra.plugins_dir is set from kubeletRootDir"),
         (
             ["--set", "config.deallocation.pod_resources_socket=/x.sock"],
             "config.deallocation.pod_resources_socket is set from kubeletRootDir",
@@ -505,6 +523,15 @@ def test_dra_drivers_with_a_kubeconfig_of_their_own_need_no_dra_enabled() -> Non
     )  # fmt: skip
     assert not {d["kind"] for d in docs} & DRA_KINDS
     assert pod_spec(docs)["automountServiceAccountToken"] is False
+    # Still each DRA driver's kubelet plugin: the DRA sockets' and the CDI specs' directories
+    # are mounted, the latter from config.dra.cdi_dir where it is set.
+    daemonset = one(docs, "DaemonSet")
+    plugins = {"path": "/var/lib/kubelet/plugins", "type": "Directory"}
+    assert volumes(daemonset)["plugins"]["hostPath"] == plugins
+    assert volumes(daemonset)["cdi"]["hostPath"] == {"path": "/var/run/cdi", "type": "DirectoryOrCreate"}
+    moved = one(render("--set", "config.dra.cdi_dir=/etc/cdi", "--set", "dra.enabled=true"), "DaemonSet")
+    assert volumes(moved)["cdi"]["hostPath"] == {"path": "/etc/cdi", "type": "DirectoryOrCreate"}
+    assert mount_for(moved, Path("/etc/cdi/devshim-x.json"))[0]["mountPath"] == "/etc/cdi"
 
 
 def _doc_blocks(language: str) -> list[str]:

@@ -73,13 +73,18 @@ def mount_for(daemonset: Doc, path: Path) -> tuple[Doc, Doc]:
 
 def assert_paths_on_host_volumes(daemonset: Doc, settings: Settings) -> None:
     """Every node path of ``settings`` is on a hostPath volume mounted at that same path,
-    read-write where devshim writes."""
-    for path, writes in [
+    read-write where devshim writes; with DRA drivers, their kubelet plugin's too (the
+    registration socket in plugins_registry_dir, the DRA socket under dra.plugins_dir, the CDI
+    specs in dra.cdi_dir; the checkpoint is in state_dir)."""
+    paths = [
         (settings.device_plugins_dir, True),
         (settings.plugins_registry_dir, True),
         (settings.state_dir, True),
         (settings.deallocation.pod_resources_socket, False),
-    ]:
+    ]
+    if settings.dra.drivers:
+        paths += [(settings.dra.plugins_dir, True), (settings.dra.cdi_dir, True)]
+    for path, writes in paths:
         mount, volume = mount_for(daemonset, path)
         assert volume["hostPath"]["path"] == mount["mountPath"], path
         assert not (writes and mount.get("readOnly", False)), path
@@ -317,12 +322,24 @@ def assert_dra_objects_fit_the_daemonset(docs: tuple[Doc, ...]) -> None:
                                   "name": role["metadata"]["name"]}  # fmt: skip
     subject = {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
     assert binding["subjects"] == [subject]
-    # What src/shim/dra/kube.py calls: never patch or deletecollection, nothing but these two.
+    # What src/shim/dra/kube.py calls: never patch or deletecollection, a claim only by name (no
+    # list, no watch), nothing but these three.
     verbs = {(tuple(r["apiGroups"]), tuple(r["resources"])): r["verbs"] for r in role["rules"]}
     assert verbs == {
         (("resource.k8s.io",), ("resourceslices",)): ["get", "list", "watch", "create", "update", "delete"],
+        (("resource.k8s.io",), ("resourceclaims",)): ["get"],
         (("",), ("nodes",)): ["get"],
     }
+    # The kubelet plugin's directories: the kubelet's plugins dir (it makes it: Directory), the
+    # CDI dir (made if missing), both read-write at the host's path; plugins_registry is the base's.
+    for name, kind in (
+        ("plugins", "Directory"),
+        ("cdi", "DirectoryOrCreate"),
+        ("plugins-registry", "Directory"),
+    ):
+        (mount,) = [m for m in devshim_container(daemonset)["volumeMounts"] if m["name"] == name]
+        host = volumes(daemonset)[name]["hostPath"]
+        assert (host["path"], host["type"]) == (mount["mountPath"], kind) and not mount.get("readOnly"), name
     policy = one(docs, "ValidatingAdmissionPolicy")
     policy_binding = one(docs, "ValidatingAdmissionPolicyBinding")
     username = f"system:serviceaccount:{account['namespace']}:{account['name']}"
@@ -336,10 +353,14 @@ def assert_dra_objects_fit_the_daemonset(docs: tuple[Doc, ...]) -> None:
     assert policy_binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
 
 
-def test_dra_component_grants_the_publisher_its_calls_and_the_policy_its_account(tmp_path: Path) -> None:
+def test_dra_component_grants_the_publisher_its_calls_and_the_policy_its_account(
+    tmp_path: Path, no_devshim_env: None
+) -> None:
     """components/dra added to an overlay: every object strictly valid (the cluster-scoped ones
     without a namespace), labelled as the base's, and fitting the DaemonSet; the base alone
-    still mounts no token. tests/compat/test_dra_rbac.py applies it to a real API server."""
+    still mounts no token and no DRA directory; a config naming DRA drivers finds every path of
+    theirs (at their defaults) on the DaemonSet's host volumes. tests/compat/test_dra_rbac.py
+    applies it to a real API server."""
     docs = render(with_component(tmp_path, "overlays/sim-demo", "dra"))
     version = kubernetes_validate.latest_version()
     assert {d["kind"] for d in docs} == {"Namespace", "ConfigMap", "DaemonSet"} | DRA_KINDS
@@ -351,5 +372,14 @@ def test_dra_component_grants_the_publisher_its_calls_and_the_policy_its_account
             namespaced = doc["kind"] == "ServiceAccount"
             assert doc["metadata"].get("namespace") == (NAMESPACE if namespaced else None), doc["kind"]
     assert_dra_objects_fit_the_daemonset(docs)
+    folder, _ = config_files(docs, tmp_path)
+    config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
+    config["dra"] = {
+        "node_name": "node-a",
+        "drivers": [{"name": "sim.example.com", "resources": ["example.com/sim"]}],
+    }
+    (folder / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    assert_paths_on_host_volumes(daemonset, Settings.load(folder / "config.yaml"))
     base_pod = one(render(DEPLOY / "base"), "DaemonSet")["spec"]["template"]["spec"]
     assert base_pod["automountServiceAccountToken"] is False and "serviceAccountName" not in base_pod
+    assert not {"plugins", "cdi"} & {v["name"] for v in base_pod["volumes"]}

@@ -52,12 +52,26 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- $root }}
 {{- end }}
 
-{{/* The three kubelet directories devshim mounts: volume name and host (= container) path. */}}
+{{/* The kubelet directories devshim mounts: volume name and host (= container) path. The first
+three always, plugins (the DRA sockets) where "devshim.dra" says so. */}}
 {{- define "devshim.kubeletDirs" -}}
 {{- $root := include "devshim.kubeletRootDir" . }}
 device-plugins: {{ printf "%s/device-plugins" $root | quote }}
 plugins-registry: {{ printf "%s/plugins_registry" $root | quote }}
 pod-resources: {{ printf "%s/pod-resources" $root | quote }}
+plugins: {{ printf "%s/plugins" $root | quote }}
+{{- end }}
+
+{{/* "true" where devshim is a DRA driver's kubelet plugin (dra.enabled, or config.dra.drivers with
+a kubeconfig of its own), so the pods mount the kubelet's plugins directory and the CDI directory;
+"" otherwise. */}}
+{{- define "devshim.dra" -}}
+{{- if or .Values.dra.enabled (dig "dra" "drivers" list .Values.config) }}true{{ end }}
+{{- end }}
+
+{{/* Where devshim writes the prepared claims' CDI specs, mounted from the same host path. */}}
+{{- define "devshim.cdiDir" -}}
+{{- dig "dra" "cdi_dir" "/var/run/cdi" .Values.config | default "/var/run/cdi" }}
 {{- end }}
 
 {{/* The legacy sidecar's shared directory, as devshim's container sees it. */}}
@@ -71,9 +85,10 @@ pod-resources: {{ printf "%s/pod-resources" $root | quote }}
 {{- .Values.config.state_dir | default "/var/lib/devshim" }}
 {{- end }}
 
-{{/* config.yaml: the config value with its kubelet paths set from kubeletRootDir and its
-drivers followed by `drivers` and, in the sidecar form, the legacy adapter. DRA drivers need the
-API server's credentials: dra.enabled's (the pods' token) or a kubeconfig of config.dra's own. */}}
+{{/* config.yaml: the config value with its kubelet paths set from kubeletRootDir (dra.plugins_dir
+too, where "devshim.dra") and its drivers followed by `drivers` and, in the sidecar form, the legacy
+adapter. DRA drivers need the API server's credentials: dra.enabled's (the pods' token) or a
+kubeconfig of config.dra's own. */}}
 {{- define "devshim.config" -}}
 {{- $dirs := include "devshim.kubeletDirs" . | fromYaml }}
 {{- $config := deepCopy .Values.config }}
@@ -87,6 +102,9 @@ API server's credentials: dra.enabled's (the pods' token) or a kubeconfig of con
 {{- if and $dra.drivers (not .Values.dra.enabled) (not $dra.kubeconfig) }}
 {{- fail "config.dra.drivers publishes ResourceSlices through the API server: set dra.enabled (the pods' service account, token and RBAC), or config.dra.kubeconfig" }}
 {{- end }}
+{{- if hasKey $dra "plugins_dir" }}
+{{- fail "config.dra.plugins_dir is set from kubeletRootDir: remove it from config" }}
+{{- end }}
 {{- if hasKey $deallocation "pod_resources_socket" }}
 {{- fail "config.deallocation.pod_resources_socket is set from kubeletRootDir: remove it from config" }}
 {{- end }}
@@ -94,6 +112,9 @@ API server's credentials: dra.enabled's (the pods' token) or a kubeconfig of con
 {{- $_ = set $config "plugins_registry_dir" (get $dirs "plugins-registry") }}
 {{- $_ = set $deallocation "pod_resources_socket" (printf "%s/kubelet.sock" (get $dirs "pod-resources")) }}
 {{- $_ = set $config "deallocation" $deallocation }}
+{{- if include "devshim.dra" . }}
+{{- $_ = set $config "dra" (set (deepCopy $dra) "plugins_dir" (get $dirs "plugins")) }}
+{{- end }}
 {{- $drivers := concat ($config.drivers | default list) .Values.drivers }}
 {{- with .Values.legacySidecar }}
 {{- if .enabled }}
