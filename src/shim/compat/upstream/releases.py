@@ -3,9 +3,11 @@
 A release is a folder judges/k8s-1.NN holding a Go module that requires k8s.io/kubernetes at
 one patch release (its go.mod says which; go.sum pins everything). Its programs (each a main
 package in a subfolder: `devicemanager`, the harness; `kubelet`, the whole kubelet for the real
-node of shim.compat.node, in the releases that carry it) are built into a per-user cache, keyed
-by the release and a hash of the Go sources, so an upgrade of devshim rebuilds and a second run
-reuses. A lock file keeps two runs from building one release at once.
+node of shim.compat.node, `kube-apiserver` for its control plane, and `dramanager`, the DRA
+manager's harness (dra_manager.py), in the releases that carry them) are built into a per-user
+cache, keyed by the release and a hash of the Go sources (its own and those of the local
+modules its go.mod replaces in: ../harness, ../dra), so an upgrade of devshim rebuilds and a
+second run reuses. A lock file keeps two runs from building one release at once.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from pathlib import Path
 JUDGES = Path(__file__).parent / "judges"
 HARNESS = JUDGES / "harness"
 _REQUIRE = re.compile(r"^\s*(?:require\s+)?k8s\.io/kubernetes (v1\.(\d+)\.\d+\S*)(?:\s*//.*)?$", re.MULTILINE)
+# A local module the release's module is built with: "replace devshim.example/judges/dra => ../dra".
+_LOCAL_REPLACE = re.compile(r"^\s*(?:replace\s+)?\S+\s+=>\s+\.\./([\w.-]+)\s*$", re.MULTILINE)
 # Measured on 2 cores (docs/toolchains.md): about 3.5 minutes and 2 GiB of Go caches per
 # release built cold; seconds once Go's caches hold it.
 BUILD_MINUTES = 4
@@ -32,6 +36,8 @@ BUILD_TIMEOUT_S = 1800.0
 HARNESS_PROGRAM = "devicemanager"
 KUBELET_PROGRAM = "kubelet"
 APISERVER_PROGRAM = "kube-apiserver"
+# The kubelet's DRA manager and plugin manager, driven by shim.compat.upstream.dra_manager.
+DRAMANAGER_PROGRAM = "dramanager"
 ETCD_PROGRAM = "etcd"
 # The version package the release's programs report (--version, /version): set at link time, as
 # the release's own build does; a -X naming a package a program does not link is ignored.
@@ -57,8 +63,12 @@ class Release:
         return f"upstream-1.{self.minor}"
 
     def source_hash(self) -> str:
-        """Changes when any Go source the harness builds from changes."""
-        return _source_hash(HARNESS, self.folder)
+        """Changes when any Go source the release's programs build from changes: its module's
+        and those of the local modules it replaces in (judges/harness, and judges/dra for the
+        releases with a dramanager), which its go.mod names."""
+        gomod = (self.folder / "go.mod").read_text(encoding="utf-8")
+        local = sorted({JUDGES / name for name in _LOCAL_REPLACE.findall(gomod)} | {HARNESS})
+        return _source_hash(*local, self.folder)
 
     def binary(self, program: str = HARNESS_PROGRAM) -> Path:
         return cache_dir() / f"{self.version}-{self.source_hash()}" / program
