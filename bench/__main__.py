@@ -1,9 +1,9 @@
 """python -m bench: every benchmark row beside its baseline, as one table with each goal met or missed.
 
-Usage: python -m bench [--quick] [--rows allocate,health,...] [--json FILE]
+Usage: python -m bench [--quick] [--rows allocate,health,...] [--json FILE] [--claims N]
 Rows (docs/benchmarks.md): allocate, declared, preferred, health, listsize,
-reregister, failover, memory, concurrency, opsflood, listflood, dra (a real
-kube-apiserver, built on first use). Default settings
+reregister, failover, memory, concurrency, opsflood, listflood, dra and
+dra_prepare (a real kube-apiserver, built on first use). Default settings
 take about 6 minutes on 2 cores; --quick about two.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import platform
@@ -22,7 +23,19 @@ from pathlib import Path
 
 import grpc
 
-from bench import allocate, concurrency, dra, failover, flood, health, listsize, memory, opsflood, reregister
+from bench import (
+    allocate,
+    concurrency,
+    dra,
+    dra_prepare,
+    failover,
+    flood,
+    health,
+    listsize,
+    memory,
+    opsflood,
+    reregister,
+)
 from bench.common import Result, table
 
 Row = Callable[[bool], Awaitable[Result]]
@@ -39,6 +52,7 @@ ROWS: dict[str, Row] = {
     "opsflood": opsflood.ops_flood,
     "listflood": flood.flood,
     "dra": dra.dra_publish,
+    "dra_prepare": dra_prepare.dra_prepare,
 }
 
 
@@ -63,7 +77,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer samples: a ~1 minute smoke run")
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows (default: all)")
     parser.add_argument("--json", type=Path, help="write every figure to this file")
+    parser.add_argument(
+        "--claims", type=int, help="claims the dra_prepare row prepares (default 200; --quick 50)"
+    )
     args = parser.parse_args()
+    if args.claims is not None:
+        if args.claims < 1:
+            parser.error("--claims: at least 1")
+        ROWS["dra_prepare"] = functools.partial(dra_prepare.dra_prepare, claims=args.claims)
     names = [n.strip() for n in args.rows.split(",") if n.strip()]
     unknown = [n for n in names if n not in ROWS]
     if unknown:

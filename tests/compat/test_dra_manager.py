@@ -32,41 +32,18 @@ from shim.compat.upstream.dra_manager import (
     Pod,
     PodClaim,
     checkpoint,
-    dra_releases,
     running_dra_manager,
 )
 from tests.support import control_plane
+from tests.support.dra_judge import CLAIMS_VERSION, RELEASES, build, param
 from tests.support.dra_plugin import DraPlugin, cdi_id, running_dra_plugin
-from tests.support.toolchains import toolchain
 from tests.support.unix import short_temp_dir
 
 DRIVER = "gpu.example.com"
 NODE = "node-a"
 DEVICE = "gpu-0"
-RELEASES = dra_releases()
 DEFAULT = (RELEASES[-1],)  # the newest; --full-matrix adds the others
-# The resource.k8s.io version each release's DRA manager reads ResourceClaims through
-# (pkg/kubelet/cm/dra/manager.go: kubeClient.ResourceV1beta1() at 1.33, ResourceV1() after).
-CLAIMS_VERSION = {33: "v1beta1", 34: "v1", 37: "v1"}
 BOTH = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
-_built: set[upstream.Release] = set()
-
-
-def param(release: upstream.Release) -> Any:
-    """A pytest parameter for `release`, outside the default run unless it is in DEFAULT."""
-    marks = () if release in DEFAULT else (pytest.mark.full_matrix,)
-    return pytest.param(release, marks=marks, id=f"1.{release.minor}")
-
-
-def build(release: upstream.Release) -> Path:
-    """The release's dramanager (and its control plane's binaries), built once per session."""
-    if release not in _built:
-        if not release.built(upstream.DRAMANAGER_PROGRAM):
-            toolchain("go", f"the DRA manager judge ({release.name})")
-        upstream.build(release, program=upstream.DRAMANAGER_PROGRAM, log=False)
-        control_plane.build(release)
-        _built.add(release)
-    return release.binary(upstream.DRAMANAGER_PROGRAM)
 
 
 @pytest.mark.timeout(upstream.BUILD_TIMEOUT_S * 2)
@@ -118,7 +95,7 @@ def test_pod_wire_form() -> None:
     }  # fmt: skip
 
 
-@pytest.fixture(scope="module", params=[param(r) for r in RELEASES])
+@pytest.fixture(scope="module", params=[param(r, DEFAULT) for r in RELEASES])
 def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     """One control plane per release, with the node the manager runs on."""
     release: upstream.Release = request.param
