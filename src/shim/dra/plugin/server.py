@@ -30,7 +30,7 @@ from shim.settings import SocketSettings
 # Newest first, as the kubelet reads them (pkg/kubelet/cm/dra/plugin, validateSupportedServices
 # and pickHealthService). Kubelets up to 1.36 dial v1alpha1 health whether or not it is listed.
 SERVICES = (v1.SERVICE, v1beta1.SERVICE, health_v1.SERVICE, health_v1alpha1.SERVICE)
-CHECK_S = 5.0  # how often the sockets are checked to be there
+CHECK_S = 1.0  # how often the sockets are checked to be there (two stat calls)
 
 
 def socket_paths(driver: str, registry_dir: Path, plugins_dir: Path) -> tuple[Path, Path]:
