@@ -294,13 +294,16 @@ async def test_claims_that_cannot_be_prepared_fail_alone(plane: ControlPlane, fo
     elsewhere = make_claim(plane, "v1", "elsewhere", [("gpu", "gpu-3")], node="other-node")
     unknown = make_claim(plane, "v1", "unknown-device", [("gpu", "gpu-9")], node=NODE)
     unreserved = make_claim(plane, "v1", "unreserved", [("gpu", "gpu-3")], node=NODE, pods=[])
+    # What the kubelet names a claim by becomes a file name and an API path: checked first.
+    traversal = dict(good, metadata=dict(good["metadata"], uid="../../../etc/passwd"))
     async with devshim_in(folder, plane) as shim:
-        answers = await prepare(shim, [good, gone, recreated, elsewhere, unknown, unreserved])
+        answers = await prepare(shim, [good, gone, recreated, elsewhere, unknown, unreserved, traversal])
         named = {"never-made": gone, "recreated": recreated, "elsewhere": elsewhere, "unknown": unknown}
         errors = {
             name: answers[c["metadata"]["uid"]].error
-            for name, c in (named | {"unreserved": unreserved}).items()
+            for name, c in (named | {"unreserved": unreserved, "traversal": traversal}).items()
         }
+        assert errors["traversal"] == "'../../../etc/passwd' is not a uid"
         assert answers[good["metadata"]["uid"]].error == ""
         assert "404" in errors["never-made"]
         assert "deleted and created again" in errors["recreated"]
@@ -308,7 +311,7 @@ async def test_claims_that_cannot_be_prepared_fail_alone(plane: ControlPlane, fo
         assert "'gpu-9' is not among the devices" in errors["unknown"]
         assert "reserved for no pod" in errors["unreserved"]
         assert all(not answers[c["metadata"]["uid"]].devices for c in (gone, elsewhere, unknown, unreserved))
-        assert await shim.calls({PREPARED: 1, FAILED: 5}) == {"sim allocate": 1, "sim prestart": 1}
+        assert await shim.calls({PREPARED: 1, FAILED: 6}) == {"sim allocate": 1, "sim prestart": 1}
         assert sorted(p.name for p in (folder / "cdi").iterdir()) == [
             f"devshim-{GPU}-{good['metadata']['uid']}.json"
         ]

@@ -175,3 +175,21 @@ def test_an_unreadable_checkpoint_is_kept_aside_and_said(tmp_path: Path, text: s
     assert path.with_suffix(".unreadable").read_text() == text
     checkpoint.put("c-0001", ENTRY)
     assert os.path.exists(path)
+
+
+@pytest.mark.parametrize(
+    ("ref", "said"),
+    [
+        (ClaimRef("team-a", "gpus", "c-0001"), None),
+        (ClaimRef("team-a", "gpus.v2", "0c8e4f7a-2b1d-4e8e-9a57-6f1d2b0c9e11"), None),
+        (ClaimRef("../etc", "gpus", "u"), "is not a namespace"),
+        (ClaimRef("team-a", "gpus/../../x", "u"), "is not a ResourceClaim name"),
+        (ClaimRef("team-a", "g" * 254, "u"), "is not a ResourceClaim name"),
+        (ClaimRef("team-a", "gpus", "../../etc/passwd"), "is not a uid"),
+        (ClaimRef("team-a", "gpus", ""), "is not a uid"),
+    ],
+)
+def test_what_the_kubelet_names_a_claim_by_is_checked_before_any_use(ref: ClaimRef, said: str | None) -> None:
+    """The namespace and name become an API path, the uid a file name and a CDI device name."""
+    problem = ref.problem()
+    assert problem is None if said is None else said in str(problem)

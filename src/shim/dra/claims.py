@@ -8,8 +8,15 @@ object reference (``resource: pods``, name, uid).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
+
+# What the kubelet names a claim by becomes an API path (namespace, name) and a file name and
+# CDI device name (uid): each held to Kubernetes' own rules before any use.
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a namespace
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")  # a name
+_UID = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]{0,62}[A-Za-z0-9])?")  # a UUID, and then some
 
 
 class ClaimProblem(ValueError):
@@ -26,6 +33,16 @@ class ClaimRef:
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name} ({self.uid})"
+
+    def problem(self) -> str | None:
+        """Why the kubelet's reference cannot name a claim, or None."""
+        if not _LABEL.fullmatch(self.namespace):
+            return f"{self.namespace[:80]!r} is not a namespace"
+        if len(self.name) > 253 or not _SUBDOMAIN.fullmatch(self.name):
+            return f"{self.name[:80]!r} is not a ResourceClaim name"
+        if not _UID.fullmatch(self.uid):
+            return f"{self.uid[:80]!r} is not a uid"
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,6 +69,9 @@ class ClaimPreparer:
         self, claims: Sequence[ClaimRef], step: Callable[[ClaimRef], Awaitable[tuple[PreparedDevice, ...]]]
     ) -> dict[str, Outcome]:
         async def one(ref: ClaimRef) -> Outcome:
+            if (problem := ref.problem()) is not None:
+                logger.warning("DRA driver {}: the kubelet named a claim wrongly: {}", self.driver, problem)
+                return Outcome(error=problem)
             async with self._locks.setdefault(ref.uid, asyncio.Lock()):
                 try:
                     return Outcome(devices=await step(ref))
