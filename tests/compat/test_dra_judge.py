@@ -31,6 +31,7 @@ from shim.compat.upstream.dra_manager import (
     Container,
     ContainerClaim,
     DraManager,
+    DraManagerError,
     Pod,
     PodClaim,
     running_dra_manager,
@@ -243,7 +244,14 @@ async def test_kubelet_and_devshim_restarts_between_prepare_and_unprepare(
             await again.status(lambda s: s["dra"][GPU_DRIVER]["kubelet"]["registered"] is True, "registered")
             # 1.33's manager lists a device again for each time it was prepared: the same ID.
             assert set((await node.manager.resources(pod.uid, "c0")).cdi_devices) == {cdi_id}
-            await node.manager.unprepare(pod.uid)
+            # The kubelet retries an unprepare that fails while the driver is starting again.
+            while True:
+                try:
+                    await node.manager.unprepare(pod.uid)
+                    break
+                except DraManagerError as refused:
+                    assert "the driver is not running" in str(refused), refused
+                    await asyncio.sleep(0.1)
             status = await again.kubelet_calls(unprepared=1)
             assert sim_calls(status) == {"deallocate": 1}
             assert not list((folder / "cdi").glob("*.json"))

@@ -16,7 +16,7 @@ from loguru import logger
 
 from shim import grants
 from shim.driverhost import protocol
-from shim.errors import ShimError
+from shim.errors import ShimError, SourceUnavailable
 from shim.groups import DeviceGroups, Group
 from shim.inventory import InventoryStore, SavedResource
 from shim.latest import Latest
@@ -194,6 +194,10 @@ class DriverSource(DeviceSource):
             return ()
 
     async def deallocate(self, device_ids: Sequence[str]) -> None:
+        if self._down:
+            # Not running, or not yet since devshim started: even whether it wants deallocate
+            # is unknown (its capabilities come with initialize). Skipping would lose the call.
+            raise SourceUnavailable(f"{self.name}: the driver is not running; deallocate once it is back")
         if self.info.capabilities.deallocate:
             await self._call("deallocate", protocol.devices_params(self.name, device_ids), _ignored)
         # Free: a restarted driver is no longer told they are allocated (initialize).
