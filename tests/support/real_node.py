@@ -33,15 +33,19 @@ END = "END-OF-REPORT"
 T = TypeVar("T")
 
 
-def check_machine() -> None:
-    """Skip (or, under CI, fail) where this machine lacks what the node needs, saying what."""
+def check_machine(*, connected: bool = False) -> None:
+    """Skip (or, under CI, fail) where this machine lacks what the node needs, saying what; a
+    `connected` node builds its containerd (judges/containerd-2.N) and needs only runc, and
+    openssl for the control plane's certificates."""
     if os.geteuid() != 0:
         unavailable("the real node needs root: it runs containerd, runc and a kubelet")
-    missing = [t for t in ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "unshare", "nsenter")
-               if shutil.which(t) is None]  # fmt: skip
+    runtime = ("runc",) if connected else ("containerd", "containerd-shim-runc-v2", "runc", "ctr")
+    missing = [t for t in (*runtime, "unshare", "nsenter") if shutil.which(t) is None]
     if missing:
         unavailable(f"the real node needs {', '.join(missing)} (Debian: containerd runc util-linux)")
     toolchain("go", "the real node's kubelet (src/shim/compat/upstream/judges/k8s-1.NN/kubelet)")
+    if connected:
+        toolchain("openssl", "the control plane's certificates (shim.compat.node.certs)")
     try:
         images.static_busybox()
     except images.ImageError as err:

@@ -6,6 +6,9 @@ cp pod.json /tmp/node/manifests/   # a static pod; its status: curl <read-only A
 
 python -m shim.compat.node --control-plane --release 1.33 --dir /tmp/cp   # etcd and kube-apiserver
 kubectl --kubeconfig /tmp/cp/admin.kubeconfig get --raw /apis/resource.k8s.io
+
+python -m shim.compat.node --connected --dir /tmp/dra   # both, kube-scheduler, and a node with CDI
+kubectl --kubeconfig /tmp/dra/control-plane/admin.kubeconfig get nodes
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 
 from shim.compat.upstream import releases as upstream
 
+from .connected import ConnectedNode, connected_releases
 from .controlplane import ControlPlane, apiserver_releases
 from .host import NodeUnavailable
 from .kubelet import kubelet_releases
@@ -29,11 +33,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m shim.compat.node", description=__doc__.splitlines()[0])
     parser.add_argument("--release", help="the release (default: the newest carried)")
     parser.add_argument("--dir", type=Path, help="the node's folder (default: a new one under /tmp)")
-    parser.add_argument(
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
         "--control-plane", action="store_true", help="start etcd and kube-apiserver instead of a node"
     )
+    mode.add_argument(
+        "--connected", action="store_true",
+        help="start etcd, kube-apiserver, kube-scheduler and a node registered with them (DRA, CDI)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    carried = apiserver_releases() if args.control_plane else kubelet_releases()
+    if args.connected:
+        carried = connected_releases()
+    else:
+        carried = apiserver_releases() if args.control_plane else kubelet_releases()
     names = [f"1.{r.minor}" for r in carried]
     if args.release is not None and args.release not in names:
         parser.error(f"--release: choose from {', '.join(names)}")
@@ -41,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     folder = args.dir or Path(tempfile.mkdtemp(prefix="devshim-node-"))
     if args.control_plane:
         return _control_plane(release, folder)
+    if args.connected:
+        return _connected(release, folder)
     try:
         binary = upstream.build(release, program=upstream.KUBELET_PROGRAM)
         with Node(folder, binary, release.minor) as node:
@@ -76,6 +90,32 @@ def _control_plane(release: upstream.Release, folder: Path) -> int:
             with contextlib.suppress(KeyboardInterrupt):
                 signal.pause()
     except (NodeError, upstream.JudgeUnavailable, OSError) as err:
+        print(f"python -m shim.compat.node: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _connected(release: upstream.Release, folder: Path) -> int:
+    try:
+        with ConnectedNode(release.minor, folder, log=True) as cluster:
+            node, plane = cluster.node, cluster.plane
+            print(f"connected node up in {cluster.started_in_s:.1f} s: {release.version}, "
+                  f"containerd {node.runtime.version}, folder {folder}")  # fmt: skip
+            print(f"  API server:        {plane.url}")
+            print(f"  admin kubeconfig:  {plane.admin_kubeconfig}")
+            print(f"  node:              {cluster.node_name} (kubelet kubeconfig {cluster.node_kubeconfig})")
+            print(f"  plugins registry:  {node.plugins_registry_dir}")
+            print(f"  DRA plugins:       {node.plugins_dir}")
+            print(f"  CDI specs:         {node.cdi_dir}")
+            print(f"  device plugins:    {node.device_plugins_dir}")
+            print(f"  logs:              {node.kubelet_log}, {node.containerd_log}, {node.pod_logs},")
+            assert cluster.scheduler is not None
+            print(f"                     {cluster.scheduler.log}, {plane.apiserver_log}, {plane.etcd_log}")
+            print("Ctrl-C stops everything and removes what the node ran and mounted.", flush=True)
+            signal.signal(signal.SIGTERM, signal.default_int_handler)
+            with contextlib.suppress(KeyboardInterrupt):
+                signal.pause()
+    except (NodeUnavailable, NodeError, upstream.JudgeUnavailable, OSError) as err:
         print(f"python -m shim.compat.node: {err}", file=sys.stderr)
         return 2
     return 0

@@ -1,4 +1,6 @@
-"""The upstream kubelet, standalone: static pods from a folder, no API server.
+"""The upstream kubelet: standalone (static pods from a folder, no API server), or connected
+(given a kubeconfig: it registers its Node and runs the pods the scheduler binds to it, static
+pods too).
 
 The binary is the release's own cmd/kubelet (judges/k8s-1.NN/kubelet, built and cached like the
 device-manager harness). Its configuration fits a test machine: the cgroupfs driver under the
@@ -67,8 +69,10 @@ def config(
     return conf
 
 
-def command(binary: Path, folder: Path) -> list[str]:
-    return [
+def command(binary: Path, folder: Path, kubeconfig: Path | None = None) -> list[str]:
+    """The kubelet's command line; with `kubeconfig`, connected (its --kubeconfig: "Providing
+    --kubeconfig enables API server mode"; the Node is registered under NODE_NAME)."""
+    argv = [
         str(binary),
         f"--config={folder / 'kubelet.json'}",
         f"--root-dir={folder / 'root'}",
@@ -76,6 +80,9 @@ def command(binary: Path, folder: Path) -> list[str]:
         f"--hostname-override={NODE_NAME}",
         "--v=2",
     ]
+    if kubeconfig is not None:
+        argv.append(f"--kubeconfig={kubeconfig}")
+    return argv
 
 
 def read_only_get(port: int, path: str) -> Any:

@@ -4,9 +4,12 @@
         node.run_pod(pod_manifest("gpu", "env; sleep infinity", {"example.com/gpu": 1}))
         node.wait_for_pod("gpu", running)
 
-The kubelet is standalone (static pods from folder/manifests); a device plugin meets it at
-`device_plugins_dir`, a watcher plugin at `plugins_registry_dir`, a PodResources client at
-`pod_resources_socket`. Pods use the host network, so no CNI is needed. Everything it starts
+The kubelet is standalone (static pods from folder/manifests), or connected when given a
+`kubeconfig` (connected.py starts it beside a control plane and kube-scheduler); a device plugin
+meets it at `device_plugins_dir`, a watcher plugin at `plugins_registry_dir`, a DRA driver's
+socket goes under `plugins_dir`, a PodResources client at `pod_resources_socket`. With a
+`runtime` that resolves CDI (containerd.with_cdi()), containerd reads CDI specs from `cdi_dir`
+only. Pods use the host network, so no CNI is needed. Everything it starts
 is stopped on exit, whatever happened (host.PrivateHost). docs/real-node.md has the folder's
 layout and how to start one by hand (python -m shim.compat.node).
 """
@@ -85,14 +88,22 @@ def _tail(path: Path) -> str:
 
 
 class Node:
-    """containerd and the kubelet of release 1.`minor` (its binary: `kubelet_binary`) in `folder`."""
+    """containerd and the kubelet of release 1.`minor` (its binary: `kubelet_binary`) in `folder`;
+    the kubelet connected to an API server by `kubeconfig`, containerd the machine's or `runtime`."""
 
-    def __init__(self, folder: Path, kubelet_binary: Path, minor: int) -> None:
+    def __init__(
+        self, folder: Path, kubelet_binary: Path, minor: int, *, kubeconfig: Path | None = None,
+        runtime: containerd.Runtime = containerd.SYSTEM,
+    ) -> None:  # fmt: skip
         self.folder, self.kubelet_binary, self.minor = folder, kubelet_binary, minor
+        self.kubeconfig, self.runtime = kubeconfig, runtime
         self.device_plugins_dir = folder / "device-plugins"
         self.manifests = folder / "manifests"
         self.kubelet_root = folder / "root"
         self.plugins_registry_dir = self.kubelet_root / "plugins_registry"
+        # <root-dir>/plugins: where a kubelet's plugins (CSI, DRA) keep their sockets by custom
+        self.plugins_dir = self.kubelet_root / "plugins"
+        self.cdi_dir = folder / "cdi"  # containerd's only CDI spec directory (runtime.cdi)
         self.pod_resources_socket = self.kubelet_root / "pod-resources" / "kubelet.sock"
         self.checkpoint = self.device_plugins_dir / "kubelet_internal_checkpoint"
         self.pod_logs = folder / "logs" / "pods"
@@ -129,24 +140,27 @@ class Node:
         began = time.monotonic()
         if os.geteuid() != 0:
             raise NodeUnavailable("the node runs containers and a kubelet: it needs root")
-        containerd.check_installed()
+        containerd.check_installed(self.runtime)
         try:
             busybox = images.static_busybox()
         except images.ImageError as err:
             raise NodeUnavailable(str(err)) from None
-        own = (self.device_plugins_dir, self.manifests, self.kubelet_root, self.pod_logs)
+        own = (self.device_plugins_dir, self.manifests, self.kubelet_root, self.plugins_dir, self.cdi_dir,
+               self.pod_logs)  # fmt: skip
         for path in (*own, self.folder / "logs" / "containers", self._containerd_dir, self.folder / "images"):
             path.mkdir(parents=True, exist_ok=True)
         self._host.start()
         config = self._containerd_dir / "config.toml"
-        config.write_text(containerd.config(self._containerd_dir))
-        self._containerd = self._host.spawn(["containerd", "--config", str(config)], self.containerd_log)
+        cdi_dirs = [self.cdi_dir] if self.runtime.cdi else []
+        config.write_text(containerd.config(self._containerd_dir, self.runtime, cdi_dirs))
+        self._containerd = self._host.spawn([self.runtime.containerd, "--config", str(config)],
+                                            self.containerd_log)  # fmt: skip
         self._wait(lambda: sockets.answers(containerd.socket(self._containerd_dir)), "containerd serving",
                    self.containerd_log)  # fmt: skip
         for image in images.IMAGES:
             archive = self.folder / "images" / f"{image.name.replace('/', '_').replace(':', '_')}.tar"
             images.write_archive(image, busybox, archive)
-            argv = self._host.command(containerd.import_command(self._containerd_dir, archive))
+            argv = self._host.command(containerd.import_command(self._containerd_dir, archive, self.runtime))
             done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
             if done.returncode != 0:
                 raise NodeError(f"importing {image.name} failed: {(done.stderr or done.stdout).strip()}")
@@ -164,7 +178,8 @@ class Node:
         """Start the kubelet and wait until it serves device plugins and its read-only API."""
         socket_path = self.device_plugins_dir / "kubelet.sock"
         socket_path.unlink(missing_ok=True)  # a stopped kubelet's: ready means the new one's
-        self._kubelet = self._host.spawn(kubelet.command(self.kubelet_binary, self.folder), self.kubelet_log)
+        argv = kubelet.command(self.kubelet_binary, self.folder, self.kubeconfig)
+        self._kubelet = self._host.spawn(argv, self.kubelet_log)
 
         def ready() -> bool:
             return sockets.answers(socket_path) and self._answers()
@@ -233,10 +248,12 @@ class Node:
         self._wait(holds, f"pod {name}: {what}", self.kubelet_log, timeout=timeout, detail=last)
         return seen[0]
 
-    def container_log(self, name: str, container: str = "main") -> str:
-        """What the pod's container wrote (the CRI log's lines, their timestamps and streams cut)."""
+    def container_log(self, name: str, container: str = "main", *, static: bool = True) -> str:
+        """What the pod's container wrote (the CRI log's lines, their timestamps and streams cut):
+        a static pod's by its manifest's name, else (a pod from the API server) by its own."""
         lines = []
-        for path in sorted(self.pod_logs.glob(f"default_{kubelet.pod_name(name)}_*/{container}/*.log")):
+        pod = kubelet.pod_name(name) if static else name
+        for path in sorted(self.pod_logs.glob(f"default_{pod}_*/{container}/*.log")):
             for line in path.read_text(errors="replace").splitlines():
                 lines.append(line.split(" ", 3)[3] if line.count(" ") >= 3 else line)
         return "\n".join(lines)

@@ -3,11 +3,11 @@
 A release is a folder judges/k8s-1.NN holding a Go module that requires k8s.io/kubernetes at
 one patch release (its go.mod says which; go.sum pins everything). Its programs (each a main
 package in a subfolder: `devicemanager`, the harness; `kubelet`, the whole kubelet for the real
-node of shim.compat.node, `kube-apiserver` for its control plane, and `dramanager`, the DRA
-manager's harness (dra_manager.py), in the releases that carry them) are built into a per-user
-cache, keyed by the release and a hash of the Go sources (its own and those of the local
-modules its go.mod replaces in: ../harness, ../dra), so an upgrade of devshim rebuilds and a
-second run reuses. A lock file keeps two runs from building one release at once.
+node of shim.compat.node, `kube-apiserver` and `kube-scheduler` for its control plane, and
+`dramanager`, the DRA manager's harness (dra_manager.py), in the releases that carry them) are
+built into a per-user cache, keyed by the release and a hash of the Go sources (its own and
+those of the local modules its go.mod replaces in: ../harness, ../dra), so an upgrade of devshim
+rebuilds and a second run reuses. A lock file keeps two runs from building one release at once.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ BUILD_TIMEOUT_S = 1800.0
 HARNESS_PROGRAM = "devicemanager"
 KUBELET_PROGRAM = "kubelet"
 APISERVER_PROGRAM = "kube-apiserver"
+SCHEDULER_PROGRAM = "kube-scheduler"  # the connected node's scheduler (shim.compat.node.scheduler)
 # The kubelet's DRA manager and plugin manager, driven by shim.compat.upstream.dra_manager.
 DRAMANAGER_PROGRAM = "dramanager"
 ETCD_PROGRAM = "etcd"
@@ -45,6 +46,13 @@ _VERSION_PACKAGE = "k8s.io/component-base/version"
 _ETCD_REQUIRE = re.compile(
     r"^\s*(?:require\s+)?go\.etcd\.io/etcd/(client|server)/v3 (v3\.\d+\.\d+)", re.MULTILINE
 )
+# containerd 2.x for the connected node (CDI): judges/containerd-2.N names the release in go.mod
+# and its programs as go.mod `tool` lines; they are built from the module cache, unchanged.
+_CONTAINERD_MODULE = "github.com/containerd/containerd/v2"
+_CONTAINERD_REQUIRE = re.compile(
+    r"^\s*(?:require\s+)?github\.com/containerd/containerd/v2 (v2\.\d+\.\d+)", re.MULTILINE
+)
+CONTAINERD_PROGRAMS = ("containerd", "containerd-shim-runc-v2", "ctr")
 
 
 class JudgeUnavailable(RuntimeError):
@@ -116,6 +124,26 @@ class Etcd:
             return False
 
 
+@dataclass(frozen=True)
+class Containerd:
+    """containerd, its runc shim and ctr at one release, from the module judges/containerd-2.N."""
+
+    version: str  # "v2.4.2"
+    folder: Path
+
+    def source_hash(self) -> str:
+        return _source_hash(self.folder)
+
+    def binary(self, program: str) -> Path:
+        return cache_dir() / f"containerd-{self.version}-{self.source_hash()}" / program
+
+    def built(self) -> bool:
+        try:
+            return all(self.binary(program).is_file() for program in CONTAINERD_PROGRAMS)
+        except OSError:
+            return False
+
+
 def _source_hash(*folders: Path) -> str:
     digest = hashlib.sha256()
     for folder in folders:
@@ -171,6 +199,17 @@ def etcd_for(release: Release) -> Etcd:
     raise JudgeUnavailable(f"no judges/etcd-* module builds etcd {wanted}, the one {release.name} links")
 
 
+def containerds() -> list[Containerd]:
+    """Every containerd module under judges/ (containerd-2.N), oldest first."""
+    found = []
+    for gomod in JUDGES.glob("containerd-*/go.mod"):
+        match = _CONTAINERD_REQUIRE.search(gomod.read_text(encoding="utf-8"))
+        if match is None:
+            raise RuntimeError(f"{gomod}: no 'require {_CONTAINERD_MODULE} v2.N.P' line")
+        found.append(Containerd(match.group(1), gomod.parent))
+    return sorted(found, key=lambda c: tuple(int(n) for n in c.version[1:].split(".")))
+
+
 def cache_dir() -> Path:
     base = os.environ.get("DEVSHIM_JUDGE_CACHE")
     if base:
@@ -221,7 +260,20 @@ def build_etcd(etcd: Etcd, *, log: bool = True) -> Path:
     return _build(etcd.folder, ".", etcd.binary(), f"etcd {etcd.version}", "", log)
 
 
-def _build(folder: Path, package: str, target: Path, label: str, ldflags: str, log: bool) -> Path:
+def build_containerd(containerd: Containerd, *, log: bool = True) -> dict[str, Path]:
+    """containerd's programs at `containerd.version`, by name, built now unless the cache holds
+    them: static (no cgo, so no btrfs snapshotter, which the node does not use)."""
+    ldflags = f"-X {_CONTAINERD_MODULE}/version.Version={containerd.version}"
+    return {
+        program: _build(containerd.folder, f"{_CONTAINERD_MODULE}/cmd/{program}", containerd.binary(program),
+                        f"{program} {containerd.version}", ldflags, log, cgo=False)
+        for program in CONTAINERD_PROGRAMS
+    }  # fmt: skip
+
+
+def _build(
+    folder: Path, package: str, target: Path, label: str, ldflags: str, log: bool, *, cgo: bool = True
+) -> Path:
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -234,6 +286,8 @@ def _build(folder: Path, package: str, target: Path, label: str, ldflags: str, l
             sys.stderr.flush()
         partial = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent)) / target.name
         env = {**os.environ, "GOWORK": "off", "GOFLAGS": "-mod=readonly -buildvcs=false"}
+        if not cgo:
+            env["CGO_ENABLED"] = "0"
         try:
             done = subprocess.run(
                 ["go", "build", "-o", str(partial), f"-ldflags={ldflags}", package],

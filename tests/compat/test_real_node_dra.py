@@ -1,0 +1,233 @@
+"""The final judge of DRA: a connected real node (shim.compat.node.connected) runs a pod that
+claims one of devshim's devices, and every step is upstream's own.
+
+etcd, kube-apiserver and kube-scheduler of the newest release, its kubelet registered with them
+as a node, containerd 2.x with CDI (built from judges/containerd-2.N: Debian's 1.6 has none),
+and `devshim run` as the DRA driver gpu.example.com with the sim behind it. devshim publishes the
+node's pool; the test creates a DeviceClass, a ResourceClaim and a pod using it through the API
+server; the real scheduler allocates a device and binds the pod; the real kubelet prepares the
+claim through devshim's DRA socket (registered by its plugin watcher); containerd resolves the
+CDI ID devshim answered from devshim's spec and runc starts the container, which reports its env
+and device node. Deleting the pod, the kubelet unprepares and devshim's spec goes.
+
+Needs root, runc, Go (the kubelet, kube-apiserver, kube-scheduler, etcd and containerd are
+built into the judge's cache: minutes cold) and openssl; the two end-to-end tests run with
+--full-matrix (docs/real-node.md, "A connected node (DRA)", has their cost). The pure parts
+(containerd 2.x's configuration, the scheduler's, the kubelet's connected command line, the
+API pods) are checked in every run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shim.compat.node import NodeUnavailable, containerd, images, kubelet, scheduler
+from shim.compat.node.connected import NOT_READY_TAINT, ConnectedNode, api_pod, connected_releases
+from shim.compat.node.kubelet import NODE_NAME
+from shim.compat.upstream import releases as upstream
+from tests.support.dra import GPU_DRIVER, Published
+from tests.support.real_node import END, Devshim, check_machine, reporting, wait_until
+from tests.support.toolchains import unavailable
+from tests.support.unix import short_temp_dir
+
+GPU = "example.com/gpu"
+PYTHON_SIM = ["-m", "devshim_adapters.sim"]
+ZERO = "1:5"  # /dev/zero's major and minor, in hex as stat prints them
+RESOURCE = "/apis/resource.k8s.io/v1"
+CLAIMS = f"{RESOURCE}/namespaces/default/resourceclaims"
+RELEASES = connected_releases()
+
+
+@pytest.fixture
+def cluster() -> Iterator[ConnectedNode]:
+    """The newest release's control plane, scheduler and connected node, stopped afterwards."""
+    check_machine(connected=True)
+    if not RELEASES:
+        unavailable("no judges/k8s-1.NN module carries kube-apiserver, kube-scheduler and the kubelet")
+    with short_temp_dir("ds-dra-") as folder:
+        cluster = ConnectedNode(RELEASES[-1].minor, folder)
+        try:
+            try:
+                cluster.start()
+            except NodeUnavailable as missing:  # what check_machine cannot see: cgroups, namespaces
+                unavailable(str(missing))
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+def _devshim_settings(cluster: ConnectedNode) -> dict[str, Any]:
+    """The sim serving two GPUs, each grant an env and /dev/zero as /dev/simgpu, as the DRA driver
+    gpu.example.com of the node, its sockets and CDI specs where the kubelet and containerd look."""
+    node = cluster.node
+    config = node.folder / "sim.json"
+    config.write_text(json.dumps({"resources": [{
+        "name": GPU,
+        "count": 2,
+        "grant": {
+            "envs": {"SIM_DEVICES": "{ids}"},
+            "device_nodes": [{"container_path": "/dev/simgpu", "host_path": "/dev/zero"}],
+        },
+    }]}))  # fmt: skip
+    return {
+        "drivers": [{"name": "sim", "command": [sys.executable, *PYTHON_SIM, "--config", str(config)]}],
+        "dra": {
+            "plugins_dir": str(node.plugins_dir),
+            "cdi_dir": str(node.cdi_dir),
+            "node_name": NODE_NAME,
+            "kubeconfig": str(cluster.plane.admin_kubeconfig),
+            "drivers": [{"name": GPU_DRIVER, "resources": [GPU]}],
+        },
+    }
+
+
+def _device_class(cluster: ConnectedNode) -> None:
+    """The DeviceClass gpu.example.com: every device of that driver (CEL on device.driver)."""
+    cluster.request("POST", f"{RESOURCE}/deviceclasses", {
+        "metadata": {"name": GPU_DRIVER},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{GPU_DRIVER}"'}}]},
+    })  # fmt: skip
+
+
+def _claim(cluster: ConnectedNode, name: str, count: int) -> None:
+    """A plain ResourceClaim (no controller-manager runs to make one from a template): one
+    request, `gpu`, for `count` devices of the class."""
+    request = {"name": "gpu", "exactly": {"deviceClassName": GPU_DRIVER, "count": count}}
+    cluster.request(
+        "POST", CLAIMS, {"metadata": {"name": name}, "spec": {"devices": {"requests": [request]}}}
+    )
+
+
+def _dra_status(devshim: Devshim) -> dict[str, Any]:
+    return dict(((devshim.status() or {}).get("dra") or {}).get(GPU_DRIVER) or {})
+
+
+def _report(cluster: ConnectedNode, pod: str) -> dict[str, str]:
+    def finished() -> str | None:
+        return text if END in (text := cluster.node.container_log(pod, static=False)) else None
+
+    log = wait_until(finished, f"{pod} reported")
+    return dict(line.partition("=")[::2] for line in log.splitlines() if "=" in line)
+
+
+@pytest.mark.full_matrix
+def test_a_pod_gets_the_device_the_scheduler_allocated_through_devshim_and_cdi(
+    cluster: ConnectedNode,
+) -> None:
+    """Slices → the scheduler's allocation → the kubelet's prepare through devshim → containerd's
+    CDI injection → the container's env and device node; the pod deleted, the claim unprepared."""
+    node = cluster.node
+    with Devshim(node, _devshim_settings(cluster)) as devshim:
+        pool = Published(cluster.plane, "v1", NODE_NAME)
+        wait_until(lambda: (found := pool.pool()) is not None and set(found) == {"gpu-0", "gpu-1"},
+                   "devshim published gpu-0 and gpu-1")  # fmt: skip
+        wait_until(lambda: _dra_status(devshim).get("kubelet", {}).get("registered"),
+                   "the kubelet's plugin watcher registered devshim's DRA plugin")  # fmt: skip
+        _device_class(cluster)
+        _claim(cluster, "one-gpu", count=1)
+        script = reporting("echo SIM_DEVICES=$SIM_DEVICES", "echo NODE=`stat -c %t:%T /dev/simgpu`")
+        cluster.create_pod(api_pod("gpu", script, claims={"gpu": "one-gpu"}))
+        pod = cluster.wait_for_pod(
+            "gpu", lambda p: bool(p and p["status"].get("phase") == "Running"), "running"
+        )
+        assert pod is not None and pod["spec"]["nodeName"] == NODE_NAME  # bound by the scheduler
+
+        claim = cluster.request("GET", f"{CLAIMS}/one-gpu")
+        [result] = claim["status"]["allocation"]["devices"]["results"]
+        assert (result["driver"], result["pool"]) == (GPU_DRIVER, NODE_NAME)
+        assert [r["name"] for r in claim["status"]["reservedFor"]] == ["gpu"]
+        seen = _report(cluster, "gpu")
+        assert seen["SIM_DEVICES"] == result["device"]  # the sim's ID is the device's name here
+        assert seen["NODE"] == ZERO
+        spec = node.cdi_dir / f"devshim-{GPU_DRIVER}-{claim['metadata']['uid']}.json"
+        assert spec.is_file(), sorted(p.name for p in node.cdi_dir.iterdir())
+        kubelet_side = _dra_status(devshim)["kubelet"]
+        assert kubelet_side["service"] == "v1.DRAPlugin" and kubelet_side["prepared_claims"] == 1
+
+        cluster.delete_pod("gpu")
+        cluster.wait_for_pod("gpu", lambda p: p is None, "deleted by the kubelet once stopped")
+        wait_until(lambda: not spec.exists(), "the kubelet unprepared the claim (devshim's CDI spec gone)")
+        assert _dra_status(devshim)["kubelet"]["prepared_claims"] == 0
+
+
+@pytest.mark.full_matrix
+def test_a_claim_for_more_devices_than_published_leaves_the_pod_unschedulable(cluster: ConnectedNode) -> None:
+    """The scheduler reads devshim's pool: a claim for three of its two GPUs cannot be allocated,
+    the pod stays Pending with the DRA plugin's reason, and devshim is asked to prepare nothing."""
+    with Devshim(cluster.node, _devshim_settings(cluster)) as devshim:
+        pool = Published(cluster.plane, "v1", NODE_NAME)
+        wait_until(lambda: (found := pool.pool()) is not None and len(found) == 2, "devshim published 2 GPUs")
+        _device_class(cluster)
+        _claim(cluster, "three-gpus", count=3)
+        cluster.create_pod(api_pod("greedy", "exec sleep infinity", claims={"gpu": "three-gpus"}))
+
+        def unschedulable(pod: dict[str, Any] | None) -> bool:
+            conditions = (pod or {}).get("status", {}).get("conditions") or []
+            return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions)
+
+        pod = cluster.wait_for_pod("greedy", unschedulable, "unschedulable")
+        assert pod is not None and "nodeName" not in pod["spec"] and pod["status"]["phase"] == "Pending"
+        [condition] = [c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled"]
+        assert "cannot allocate all claims" in condition["message"]
+        assert _dra_status(devshim)["kubelet"]["prepared_claims"] == 0
+        assert not list(cluster.node.cdi_dir.iterdir())
+
+
+# -- the pure parts, in every run ------------------------------------------------------------------
+
+_CDI_RUNTIME = containerd.Runtime("/c/containerd", "/c/shim", "/c/ctr", "v2.4.2", cdi=True)
+
+
+def test_containerd_2s_configuration_reads_cdi_specs_from_the_nodes_folder_only(tmp_path: Path) -> None:
+    conf = tomllib.loads(containerd.config(tmp_path, _CDI_RUNTIME, [tmp_path / "cdi"]))
+    assert conf["version"] == 3
+    assert conf["grpc"]["address"] == str(containerd.socket(tmp_path))
+    plugins = conf["plugins"]
+    runtime = plugins["io.containerd.cri.v1.runtime"]
+    assert runtime["cdi_spec_dirs"] == [str(tmp_path / "cdi")] and "enable_cdi" not in runtime
+    assert runtime["restrict_oom_score_adj"] is True
+    runc = runtime["containerd"]["runtimes"]["runc"]
+    assert (runc["runtime_type"], runc["runtime_path"]) == ("io.containerd.runc.v2", "/c/shim")
+    assert plugins["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"] == images.PAUSE_IMAGE
+    assert plugins["io.containerd.internal.v1.opt"]["path"].startswith(str(tmp_path))
+    assert containerd.import_command(tmp_path, tmp_path / "a.tar", _CDI_RUNTIME)[0] == "/c/ctr"
+    # The machine's containerd 1.6 keeps its format-2 configuration, without CDI.
+    system = tomllib.loads(containerd.config(tmp_path))
+    assert system["version"] == 2 and "cdi_spec_dirs" not in json.dumps(system)
+
+
+def test_the_containerd_module_builds_the_programs_the_node_runs() -> None:
+    """judges/containerd-2.N: go.mod's tool lines are exactly the programs built."""
+    [module] = upstream.containerds()[-1:]
+    assert module.version.startswith("v2.")
+    gomod = (module.folder / "go.mod").read_text()
+    tools = set(re.findall(r"github\.com/containerd/containerd/v2/cmd/([\w-]+)", gomod))
+    assert tools == set(upstream.CONTAINERD_PROGRAMS)
+
+
+def test_the_connected_kubelet_and_the_scheduler_are_given_the_api_server(tmp_path: Path) -> None:
+    assert f"--kubeconfig={tmp_path / 'k'}" in kubelet.command(Path("/k"), tmp_path, tmp_path / "k")
+    assert not [a for a in kubelet.command(Path("/k"), tmp_path) if a.startswith("--kubeconfig")]
+    conf = scheduler.config(tmp_path / "admin")
+    assert conf["clientConnection"]["kubeconfig"] == str(tmp_path / "admin")
+    assert conf["leaderElection"]["leaderElect"] is False
+    argv = scheduler.command(Path("/s"), tmp_path / "s.json", tmp_path / "admin", 1234)
+    assert {f"--config={tmp_path / 's.json'}", "--secure-port=1234", "--bind-address=127.0.0.1"} <= set(argv)
+
+
+def test_an_api_pod_names_its_claims_mounts_no_token_and_tolerates_the_not_ready_node() -> None:
+    pod = api_pod("gpu", "true", claims={"gpu": "one-gpu"})
+    spec = pod["spec"]
+    assert spec["automountServiceAccountToken"] is False and spec["hostNetwork"] is True
+    assert spec["resourceClaims"] == [{"name": "gpu", "resourceClaimName": "one-gpu"}]
+    assert spec["containers"][0]["resources"]["claims"] == [{"name": "gpu"}]
+    assert {"key": NOT_READY_TAINT, "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    assert "resourceClaims" not in api_pod("plain", "true")["spec"]
