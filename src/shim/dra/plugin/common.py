@@ -10,7 +10,7 @@ DRAResourceHealth versions. Which version the kubelet chose shows in the log, /s
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -77,7 +77,7 @@ class DraService:
             return pb.NodePrepareResourcesResponse(claims=answered)
         return pb.NodeUnprepareResourcesResponse(claims=answered)
 
-    def _count(self, service: str, method: str, outcomes: Sequence[Outcome] | Any) -> None:
+    def _count(self, service: str, method: str, outcomes: Iterable[Outcome]) -> None:
         for outcome in outcomes:
             metrics.dra_call(self.status.driver, service, method, not outcome.error)
             key = f"{method} {'ok' if not outcome.error else 'failed'}"
