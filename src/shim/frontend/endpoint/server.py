@@ -18,9 +18,12 @@ from shim.frontend.api import ApiVersion, ListRefused, ServedVersion
 from shim.frontend.pluginregistration import add_registration_service
 from shim.settings import SocketSettings
 
-# How long a closing server lets unary calls in flight finish. Short: registering again waits for
-# it; a restarted kubelet's calls end at once with its connections anyway.
-UNARY_GRACE_S = 1.0
+# The most a closing server waits for unary calls in flight to finish; it goes on as soon as they
+# have. A driver's answer comes within milliseconds, a hung driver's call ends at its own deadline
+# (timeouts.allocate_s), and a restarted kubelet's calls end at once with its connections. The cap
+# is for a busy machine: 1 s was missed on two loaded cores, failing an answered Allocate.
+# Registering again waits for it, while the kubelet's old registration still stands.
+UNARY_GRACE_S = 5.0
 
 
 class SocketGone(Exception):
