@@ -140,8 +140,9 @@ class Shim:
                 describe_owner(owner),
             )
             return
-        # Only a driver can act on deallocate, and only a running emulator reads what is tracked.
-        tracked = self.settings.deallocation.enabled and driver is not None
+        # Only a driver can act on deallocate, and only a running emulator reads what is tracked;
+        # in a DRA pool, a device the device plugin holds is withdrawn from DRA until released.
+        tracked = self.settings.deallocation.enabled and (driver is not None or self._in_dra_pool(name))
         service = ResourceService(
             name,
             source,
@@ -169,11 +170,11 @@ class Shim:
         # Every log line of this resource's tasks (they copy the context) names it.
         with logger.contextualize(resource=name):
             await service.start()
+            if self.dra is not None:  # before the kubelet can allocate what a claim holds
+                await self.dra.follow(name, service)
             task = asyncio.create_task(endpoint.run(), name=f"endpoint:{name}")
         self.watcher.subscribe(endpoint.check_files)
         self.served[name] = Served(service, endpoint, task)
-        if self.dra is not None:
-            self.dra.follow(name, service)
 
     def claim(self, name: str, driver: DriverSettings) -> None:
         """Make ``driver`` the owner of ``name``, or raise ClaimRefused naming who has it."""
@@ -268,12 +269,16 @@ class Shim:
         self._start_deallocation()
         logger.info("reload: {} drivers, {} static resources", len(self.drivers), len(new.resources))
 
+    def _in_dra_pool(self, resource: str) -> bool:
+        return any(resource in d.resources for d in self.settings.dra.drivers)
+
     def _start_deallocation(self) -> None:
-        """Only drivers can act on deallocate (static devices need no release): the emulation
-        runs once there is one, at start or when a reload adds the first."""
+        """Only drivers can act on deallocate (static devices need no release), and a DRA pool
+        needs to know when the device plugin's containers free a device: the emulation runs
+        once there is one, at start or when a reload adds the first."""
         if not self.settings.deallocation.enabled or self._deallocating is not None:
             return
-        if not self.drivers:
+        if not self.drivers and not self.settings.dra.drivers:
             self.deallocation.status = "not running: no drivers to tell (static devices need no release)"
             return
         self._deallocating = asyncio.create_task(self.deallocation.run(), name="deallocation")
@@ -309,7 +314,11 @@ class Shim:
             "api_versions": list(self.settings.api_versions),
             "ready": self.ready()[1],
             "resources": {
-                name: resource_status(served.endpoint, served.service.devices)
+                name: resource_status(
+                    served.endpoint,
+                    served.service.devices,
+                    served.service.holds.status() if served.service.holds is not None else None,
+                )
                 for name, served in sorted(self.served.items())
             },
             "drivers": {driver.name: driver_status(driver) for driver in self.drivers},

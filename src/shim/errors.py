@@ -36,6 +36,21 @@ class UnhealthyDevice(RequestError):
         self.device_id = device_id
 
 
+class DeviceHeld(ShimError):
+    """A device of a resource served through both the device plugin API and DRA, asked for
+    through one while the other holds it (core/holds.py)."""
+
+    status = grpc.StatusCode.FAILED_PRECONDITION
+
+    def __init__(self, resource: str, device_id: str, holder: str, wanted_by: str) -> None:
+        super().__init__(
+            f"{resource}: device {device_id!r} is held by {holder}; {wanted_by} cannot have it until "
+            'it is freed (docs/dra.md, "Both APIs at once")'
+        )
+        self.device_id = device_id
+        self.holder = holder
+
+
 class SourceUnavailable(ShimError):
     status = grpc.StatusCode.UNAVAILABLE
 

@@ -60,6 +60,10 @@ class DeviceGroups(Generic[V]):
     def __contains__(self, group: object) -> bool:
         return group in self._groups
 
+    def holding(self, device_id: str) -> Group | None:
+        """The group ``device_id`` is in, if any."""
+        return self._owner.get(device_id)
+
     def __iter__(self) -> Iterator[Group]:
         return iter(self._groups)
 

@@ -453,6 +453,14 @@ class Settings(BaseSettings):
                         f"DRA driver {dra_driver.name}'s socket {path} (or the private directory devshim "
                         f"binds it in first) is longer than the {MAX_SOCKET_PATH} bytes a unix socket allows"
                     )
+        if self.dra.drivers and not self.deallocation.enabled:
+            # core/holds.py: without it a device the device plugin gave a container never
+            # returns to the DRA pool.
+            raise ValueError(
+                "dra.drivers serve their resources through both APIs, which needs the Deallocate "
+                "emulation to know when the device plugin's containers free a device: "
+                "deallocation.enabled must stay true"
+            )
         served = self.resources or self.drivers
         if served and len(str(socket_dir).encode()) + PRIVATE_BIND_EXTRA > MAX_SOCKET_PATH:
             raise ValueError(

@@ -16,8 +16,11 @@ if TYPE_CHECKING:
     from shim.frontend.endpoint import PluginEndpoint
 
 
-def resource_status(endpoint: PluginEndpoint, devices: Sequence[Device]) -> dict[str, Any]:
-    """One served resource: its kubelet endpoint, and the devices its core service lists."""
+def resource_status(
+    endpoint: PluginEndpoint, devices: Sequence[Device], held: dict[str, list[str]] | None = None
+) -> dict[str, Any]:
+    """One served resource: its kubelet endpoint, the devices its core service lists and, in a
+    DRA pool, which API holds which device (core/holds.py)."""
     return {
         "registered": endpoint.registered,
         "negotiated": endpoint.negotiated or None,
@@ -29,6 +32,7 @@ def resource_status(endpoint: PluginEndpoint, devices: Sequence[Device]) -> dict
             "Unhealthy": sum(d.health is not Health.HEALTHY for d in devices),
         },
         "last_error": endpoint.last_error or None,
+        **({"held": held} if held is not None else {}),
     }
 
 
@@ -128,6 +132,12 @@ def render_status(report: dict[str, Any]) -> str:
         lines.append(f"  {name}: {state}, {resource.get('registrations', 0)} registrations; {counts}")
         if resource.get("last_error"):
             lines.append(f"    last error: {resource['last_error']}")
+        held = resource.get("held") or {}
+        if held.get("dra") or held.get("device_plugin"):
+            lines.append(
+                f"    held through DRA: {', '.join(held.get('dra', [])) or 'none'}; "
+                f"through the device plugin: {', '.join(held.get('device_plugin', [])) or 'none'}"
+            )
     for name, driver in report.get("drivers", {}).items():
         lines += _driver_lines(name, driver)
     dra = report.get("dra")

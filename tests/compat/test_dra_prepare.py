@@ -364,6 +364,10 @@ async def test_devshim_killed_between_prepare_and_unprepare_neither_loses_nor_re
         os.kill(shim.proc.pid, signal.SIGKILL)
         await shim.proc.wait()
     async with devshim_in(folder, plane) as shim:
+        # The claim holds its device from the checkpoint, before the device plugin serves it.
+        report = await status_when(shim.port, lambda s: "example.com/gpu" in s["resources"])
+        assert report["resources"]["example.com/gpu"]["held"] == {"dra": ["gpu-1"], "device_plugin": []}
+        assert "    held through DRA: gpu-1; through the device plugin: none" in render_status(report)
         assert devices((await prepare(shim, [claim]))[uid]) == answer
         assert await shim.calls({PREPARED: 1}) == {}, "not prepared again"
         assert spec_of(shim, GPU, uid).exists()
@@ -378,6 +382,7 @@ async def test_devshim_killed_between_prepare_and_unprepare_neither_loses_nor_re
         sim = status["drivers"]["sim"]["calls"]
         assert (sim["deallocate"]["ok"], "allocate" in sim) == (1, False)
         assert not spec_of(shim, GPU, uid).exists()
+        assert status["resources"]["example.com/gpu"]["held"]["dra"] == []
 
 
 @pytest.mark.parametrize("pb", [health_v1, health_v1alpha1], ids=["v1", "v1alpha1"])

@@ -392,3 +392,11 @@ def test_bad_dra_settings_are_refused_naming_the_problem(
     monkeypatch.delenv("NODE_NAME", raising=False)
     with pytest.raises(ConfigError, match=re.escape(fragment)):
         Settings.load(dra=dra)
+
+
+def test_dra_pools_need_the_deallocate_emulation() -> None:
+    """A device the device plugin gave a container is withdrawn from the DRA pool until the
+    emulation sees it freed (core/holds.py): turning the emulation off with a pool is refused."""
+    with pytest.raises(ConfigError, match=re.escape("deallocation.enabled must stay true")):
+        Settings.load(dra={"drivers": [DRA_POOL], "node_name": "n"}, deallocation={"enabled": False})
+    assert Settings.load(deallocation={"enabled": False}).dra.drivers == []

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from loguru import logger
 
+from shim.core.holds import Holds
 from shim.errors import (
     GrantRefused,
     RequestError,
@@ -64,7 +65,11 @@ class ResourceService:
         self.source_retry_s = 1.0
         self._devices: tuple[Device, ...] = ()
         self._by_id: dict[str, Device] = {}
-        self._latest: Latest[tuple[Device, ...]] = Latest()
+        self._latest: Latest[tuple[Device, ...]] = Latest()  # as the device plugin lists them
+        # Served through DRA too (serve_dra): who holds which device, and DRA's view of the list.
+        self.holds: Holds | None = None
+        self._dra_devices: tuple[Device, ...] = ()
+        self._dra_latest: Latest[tuple[Device, ...]] = Latest()
         self._first_list = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
@@ -109,11 +114,29 @@ class ResourceService:
         self._devices = devices
         # map and zip run in C: a change among 10,000 devices must not cost a Python pass over all.
         self._by_id = dict(zip(map(_ID, devices), devices, strict=True))
-        await self._latest.publish(devices)
+        await self._show()
         self._first_list.set()
         healthy = list(map(_HEALTH, devices)).count(Health.HEALTHY)
         metrics.devices(self.name, healthy, len(devices) - healthy)
         logger.debug("{}: {} devices, {} healthy", self.name, len(devices), healthy)
+
+    async def _show(self) -> None:
+        """Each API's view of the devices, the holds of the other applied (core/holds.py)."""
+        if self.holds is None:
+            await self._latest.publish(self._devices)
+            return
+        await self._latest.publish(self.holds.for_plugin(self._devices))
+        self._dra_devices = self.holds.for_dra(self._devices)
+        await self._dra_latest.publish(self._dra_devices)
+
+    async def serve_dra(self, claims: dict[str, str]) -> None:
+        """This resource is in a DRA driver's pool as well: from now on a device is held by one
+        API at a time. ``claims``: device ID -> the claim holding it (the DRA checkpoint's)."""
+        if self.holds is None:
+            self.holds = Holds(self.name)
+        for claim in set(claims.values()):
+            self.holds.claim_prepared([i for i, c in claims.items() if c == claim], claim)
+        await self._show()
 
     # --- what the front end asks -----------------------------------------
 
@@ -126,13 +149,39 @@ class ResourceService:
 
     async def watch(self) -> AsyncGenerator[tuple[Device, ...], None]:
         """The full list now, then a full list on every change; changes made while
-        a slow reader was busy are coalesced into the newest list."""
+        a slow reader was busy are coalesced into the newest list. A device a DRA claim holds
+        is Unhealthy in it."""
         async for devices in self._latest.follow():
+            yield devices
+
+    @property
+    def dra_devices(self) -> tuple[Device, ...]:
+        """The devices DRA publishes: none a container holds through the device plugin."""
+        return self._dra_devices if self.holds is not None else self._devices
+
+    async def watch_dra(self) -> AsyncGenerator[tuple[Device, ...], None]:
+        """``dra_devices`` now and on every change (after ``serve_dra``)."""
+        async for devices in self._dra_latest.follow():
             yield devices
 
     async def allocate(self, requests: Sequence[ContainerAllocateRequest]) -> list[ContainerGrant]:
         for request in requests:
+            if self.holds is not None:
+                self.holds.check_for_plugin(request.device_ids)
             self._check_usable(request.device_ids)
+        if self.holds is None:
+            return await self._allocate(requests)
+        # Held from now, before the driver answers: a claim racing for a device finds it taken.
+        if any([self.holds.plugin_allocated(r.device_ids) for r in requests]):
+            await self._show()
+        try:
+            return await self._allocate(requests)
+        except BaseException:
+            if any([self.holds.plugin_freed(r.device_ids) for r in requests]):
+                await self._show()
+            raise
+
+    async def _allocate(self, requests: Sequence[ContainerAllocateRequest]) -> list[ContainerGrant]:
         grants = list(await self.source.allocate(requests))
         if len(grants) != len(requests):
             # The kubelet sends one container per Allocate and reads the first response
@@ -151,13 +200,26 @@ class ResourceService:
                 self._on_allocated(self.name, list(request.device_ids))
         return grants
 
-    async def prepare(self, device_ids: Sequence[str]) -> ContainerGrant:
-        """DRA's preparation of a claim's devices of this resource (docs/dra.md, "From the
+    async def prepare(self, device_ids: Sequence[str], claim: str = "a claim") -> ContainerGrant:
+        """DRA's preparation of ``claim``'s devices of this resource (docs/dra.md, "From the
         device plugin to a claim"): the guard and the grant policy of Allocate, then the driver's
         pre-start; not tracked for the v1beta1 Deallocate emulation, since the kubelet says
-        itself when a claim is done (``unprepare``)."""
-        request = ContainerAllocateRequest(tuple(device_ids))
+        itself when a claim is done (``unprepare``). The devices are the claim's from the start
+        (core/holds.py), and again free if it fails."""
         self._check_usable(device_ids)
+        if self.holds is None:
+            return await self._prepare(device_ids)
+        self.holds.check_for_claim(device_ids, claim)
+        if self.holds.claim_prepared(device_ids, claim):
+            await self._show()
+        try:
+            return await self._prepare(device_ids)
+        except BaseException:
+            await self.claim_gone(device_ids)
+            raise
+
+    async def _prepare(self, device_ids: Sequence[str]) -> ContainerGrant:
+        request = ContainerAllocateRequest(tuple(device_ids))
         grants = list(await self.source.allocate([request]))
         if len(grants) != 1:
             raise SourceFailed(f"{self.name}: device source answered {len(grants)} grants for 1 claim")
@@ -171,8 +233,14 @@ class ResourceService:
 
     async def unprepare(self, device_ids: Sequence[str]) -> None:
         """A prepared claim's devices are free again: the driver's deallocate; errors raise
-        (the kubelet retries unprepare)."""
+        (the kubelet retries unprepare, and the claim holds its devices until it succeeds)."""
         await self.source.deallocate(device_ids)
+        await self.claim_gone(device_ids)
+
+    async def claim_gone(self, device_ids: Sequence[str]) -> None:
+        """No claim holds these devices any more, whatever the driver said."""
+        if self.holds is not None and self.holds.claim_freed(device_ids):
+            await self._show()
 
     def _refused(self, refused: GrantRefused, requests: Sequence[ContainerAllocateRequest]) -> None:
         metrics.policy_refused(self.name, refused.kind)
@@ -193,7 +261,12 @@ class ResourceService:
         if self._on_released is not None:
             # Said by the kubelet itself: the PodResources emulation must not say it again.
             self._on_released(self.name, list(device_ids))
+        await self._plugin_freed(device_ids)
         await self.source.deallocate(device_ids)
+
+    async def _plugin_freed(self, device_ids: Sequence[str]) -> None:
+        if self.holds is not None and self.holds.plugin_freed(device_ids):
+            await self._show()
 
     async def post_stop(self, device_ids: Sequence[str]) -> None:
         """A container using these devices stopped (v1beta2 PostStopContainer)."""
@@ -207,6 +280,7 @@ class ResourceService:
 
     async def deallocate(self, device_ids: Sequence[str]) -> None:
         """Tell the source a device group is free again; never raises (background work)."""
+        await self._plugin_freed(device_ids)
         try:
             await self.source.deallocate(device_ids)
         except Exception as exc:

@@ -43,6 +43,7 @@ class DraDrivers:
         }
         specs = SpecDir(dra.cdi_dir)
         self._plugins: dict[str, DraPluginServer] = {}
+        self._preparers: dict[str, ClaimPreparer] = {}
         for driver in dra.drivers:
             read = ClaimReader(dra.kubeconfig)
 
@@ -55,6 +56,7 @@ class DraDrivers:
                 driver.name, node, driver.resources, services, read_claim, specs,
                 Checkpoint(settings.state_dir, driver.name),
             )  # fmt: skip
+            self._preparers.update(dict.fromkeys(driver.resources, preparer))
             service = DraService(preparer, PoolHealth(driver.resources, services), status)
             self._plugins[driver.name] = DraPluginServer(
                 service, settings.plugins_registry_dir, dra.plugins_dir, settings.socket
@@ -72,7 +74,7 @@ class DraDrivers:
                 if not self._waited and any(r not in served for r in driver.resources):
                     return None  # a driver still starting: publishing now would drop its devices
                 self._complete.add(driver.name)  # from now on, what is served is the pool
-            return [d for r in driver.resources if r in served for d in served[r].devices]
+            return [d for r in driver.resources if r in served for d in served[r].dra_devices]
 
         return devices
 
@@ -88,13 +90,16 @@ class DraDrivers:
         for publisher in self._publishers.values():
             publisher.changed()
 
-    def follow(self, resource: str, service: ResourceService) -> None:
+    async def follow(self, resource: str, service: ResourceService) -> None:
+        """Publish ``resource``'s devices in its driver's pool, holding each for one API at a
+        time (core/holds.py) from now: call it before the device plugin serves them."""
         publisher = self._pool_of.get(resource)
         if publisher is None:
             return
+        await service.serve_dra(self._preparers[resource].holding(resource))
 
         async def follow() -> None:
-            async for _ in service.watch():
+            async for _ in service.watch_dra():
                 publisher.changed()
 
         self._following[resource] = asyncio.create_task(follow(), name=f"dra-follow:{resource}")

@@ -105,7 +105,7 @@ class ClaimPreparer:
         grants: list[ContainerGrant] = []
         try:
             for group in groups:
-                grants.append(await self._service(group.resource).prepare(group.device_ids))
+                grants.append(await self._service(group.resource).prepare(group.device_ids, f"claim {ref}"))
             cdi_devices = [
                 cdi.CdiDevice(cdi.device_name(ref.uid, i), grant)
                 for i, grant in enumerate(grants)
@@ -179,12 +179,17 @@ class ClaimPreparer:
         """Best effort, for a preparation that failed: the kubelet will prepare again."""
         for group in groups:
             try:
-                await self._service(group.resource).unprepare(group.device_ids)
-            except (ClaimProblem, ShimError) as exc:
+                service = self._service(group.resource)
+            except ClaimProblem:
+                continue
+            try:
+                await service.unprepare(group.device_ids)
+            except ShimError as exc:
                 logger.warning(
                     "DRA driver {}: deallocate of {} after a failed prepare: {}",
                     self.driver, ", ".join(group.device_ids), exc,
                 )  # fmt: skip
+                await service.claim_gone(group.device_ids)  # not prepared: nothing holds them
 
     # --- unprepare -----------------------------------------------------------
 
@@ -201,3 +206,14 @@ class ClaimPreparer:
 
     def prepared(self) -> int:
         return sum(1 for _, entry in self._checkpoint if entry.prepared)
+
+    def holding(self, resource: str) -> dict[str, str]:
+        """Device ID -> the claim that holds it, of ``resource``, as checkpointed (a claim
+        preparing when devshim stopped too: its devices may be allocated)."""
+        return {
+            device_id: f"claim {entry.namespace}/{entry.name} ({uid})"
+            for uid, entry in self._checkpoint
+            for group in entry.groups
+            if group.resource == resource
+            for device_id in group.device_ids
+        }

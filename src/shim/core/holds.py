@@ -1,0 +1,98 @@
+"""Which API holds a device of a resource served through both the device plugin API and DRA
+(docs/dra.md, "Both APIs at once").
+
+The kubelet's device manager picks device-plugin devices and the scheduler picks DRA devices,
+neither knowing of the other, so devshim cannot arbitrate before they decide; it withdraws. A
+device prepared for a claim is Unhealthy to the device plugin (the kubelet allocates only healthy
+devices); a device allocated to a container through the device plugin leaves the published pool
+(the scheduler allocates only published devices). Where both reach one device before the
+withdrawal is seen, the later request fails naming the holder.
+
+A device-plugin hold lasts until the kubelet frees the devices: v1beta2's Deallocate, or the
+v1beta1 Deallocate emulation (frontend/deallocation.py) seeing no container hold them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from shim.errors import DeviceHeld
+from shim.groups import DeviceGroups
+from shim.model import Device, Health
+
+PLUGIN = "the device plugin API"
+
+
+class Holds:
+    """One resource's holds by API. Each change answers whether the views changed."""
+
+    def __init__(self, resource: str) -> None:
+        self.resource = resource
+        self._claims: dict[str, str] = {}  # device ID -> the claim that holds it through DRA
+        self._plugin: DeviceGroups[float] = DeviceGroups()  # allocated to containers, and when
+
+    # --- the device plugin's side -----------------------------------------
+
+    def check_for_plugin(self, device_ids: Iterable[str]) -> None:
+        for device_id in device_ids:
+            claim = self._claims.get(device_id)
+            if claim is not None:
+                raise DeviceHeld(self.resource, device_id, f"{claim} through DRA", PLUGIN)
+
+    def plugin_allocated(self, device_ids: Sequence[str]) -> bool:
+        """A container got these devices: the kubelet holds them through the device plugin (an
+        older group sharing a device is superseded, as the kubelet reassigns devices)."""
+        return self._plugin.add(tuple(device_ids), time.time())
+
+    def plugin_freed(self, device_ids: Iterable[str]) -> bool:
+        before = len(self._plugin)
+        self._plugin.drop_sharing(device_ids)
+        return len(self._plugin) != before
+
+    # --- DRA's side --------------------------------------------------------
+
+    def check_for_claim(self, device_ids: Iterable[str], claim: str) -> None:
+        for device_id in device_ids:
+            group = self._plugin.holding(device_id)
+            if group is not None:
+                since = time.strftime("%H:%M:%S", time.gmtime(self._plugin[group] or 0))
+                raise DeviceHeld(
+                    self.resource, device_id, f"a container through {PLUGIN} (allocated {since} UTC)", claim
+                )
+            other = self._claims.get(device_id)
+            if other is not None and other != claim:
+                raise DeviceHeld(self.resource, device_id, f"{other} through DRA", claim)
+
+    def claim_prepared(self, device_ids: Iterable[str], claim: str) -> bool:
+        before = dict(self._claims)
+        self._claims.update(dict.fromkeys(device_ids, claim))
+        return self._claims != before
+
+    def claim_freed(self, device_ids: Iterable[str]) -> bool:
+        return any([self._claims.pop(device_id, None) is not None for device_id in device_ids])
+
+    # --- what each API is shown ----------------------------------------------
+
+    def for_plugin(self, devices: tuple[Device, ...]) -> tuple[Device, ...]:
+        """The devices as the device plugin lists them: a claim's devices Unhealthy."""
+        if not self._claims:
+            return devices
+        claims = self._claims
+        return tuple(
+            replace(d, health=Health.UNHEALTHY) if d.id in claims and d.health is Health.HEALTHY else d
+            for d in devices
+        )
+
+    def for_dra(self, devices: tuple[Device, ...]) -> tuple[Device, ...]:
+        """The devices DRA publishes: none a container holds through the device plugin."""
+        if not len(self._plugin):
+            return devices
+        return tuple(d for d in devices if self._plugin.holding(d.id) is None)
+
+    def status(self) -> dict[str, list[str]]:
+        return {
+            "dra": sorted(self._claims),
+            "device_plugin": sorted(i for group in self._plugin for i in group),
+        }

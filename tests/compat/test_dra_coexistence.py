@@ -1,0 +1,198 @@
+"""Both APIs at once (docs/dra.md, "Both APIs at once"; core/holds.py), judged by the real
+kubelet: its device manager and its DRA manager of one release side by side on one node, each
+with its own view of devshim, which serves the sim's three GPUs through both.
+
+The device manager takes the devices through devshim's device plugin socket (registered on its
+kubelet.sock) and serves PodResources, which devshim's Deallocate emulation reads; the DRA
+manager prepares claims through devshim's DRA socket from the real API server, where devshim
+publishes the pool. The test allocates claims as the scheduler would, from the published pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import yaml
+
+from shim.compat.node import ControlPlane
+from shim.compat.upstream import releases as upstream
+from shim.compat.upstream.dra_manager import (
+    Container,
+    ContainerClaim,
+    DraManager,
+    DraManagerError,
+    Pod,
+    PodClaim,
+    running_dra_manager,
+)
+from shim.compat.upstream.harness import Container as DpContainer
+from shim.compat.upstream.harness import Harness, HarnessError, running_harness
+from shim.compat.upstream.harness import Pod as DpPod
+from shim.kubelet.v1beta1 import PluginClientV1Beta1
+from tests.support import control_plane
+from tests.support.devshim_process import http_get
+from tests.support.dra import GPU_DRIVER, Published, config, make_claim, running_devshim
+from tests.support.dra_judge import CLAIMS_VERSION, RELEASES, build, param
+from tests.support.unix import short_temp_dir
+
+NODE = "node-both"
+GPU = "example.com/gpu"
+SIM_GPUS: dict[str, Any] = {
+    "name": GPU,
+    "devices": [{"id": f"gpu-{i}", "numa_nodes": [0]} for i in range(3)],
+    "grant": {"envs": {"SIM_DEVICES": "{ids}"}},
+    "deallocate": True,
+}
+
+
+@pytest.fixture(scope="module", params=[param(r, (RELEASES[-1],)) for r in RELEASES])
+def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    release: upstream.Release = request.param
+    build(release)
+    upstream.build(release, log=False)
+    with control_plane.running(release, "ds-both-cp-") as plane:
+        plane.ensure("/api/v1/nodes", {"metadata": {"name": NODE}})
+        yield plane
+
+
+class Node:
+    """devshim, the release's device manager and DRA manager, on one node's folders."""
+
+    def __init__(self, plane: ControlPlane, folder: Path) -> None:
+        self.plane, self.folder = plane, folder
+        self.published = Published(plane, control_plane.NEWEST_DRA[plane.minor], NODE)
+        self.port = 0
+        self.devices: Harness
+        self.dra: DraManager
+
+    async def allocatable(self) -> list[str]:
+        """The device manager's allocatable devices (its healthy ones)."""
+        return sorted(d["id"] for d in (await self.devices.allocatable()).get(GPU, []))
+
+    async def claim(self, name: str, devices: list[str]) -> Pod:
+        """A claim allocated ``devices`` as the scheduler would, reserved for a new pod."""
+        pod = Pod(
+            uid=str(uuid.uuid4()),
+            name=f"pod-{name}",
+            resource_claims=[PodClaim(name, resource_claim_name=name)],
+            containers=[Container("c0", [ContainerClaim(name)])],
+        )
+        results = [(f"r{i}", d) for i, d in enumerate(devices)]
+        make_claim(
+            self.plane, CLAIMS_VERSION[self.plane.minor], name, results, node=NODE, pods=[(pod.name, pod.uid)]
+        )
+        return pod
+
+    async def status(self) -> dict[str, Any]:
+        code, body = await asyncio.to_thread(http_get, f"http://127.0.0.1:{self.port}/status")
+        assert code == 200, body
+        return dict(json.loads(body))
+
+    async def allocate_directly(self, device_ids: list[str]) -> None:
+        """A v1beta1 Allocate on devshim's device plugin socket, as a kubelet whose view is late."""
+        client = PluginClientV1Beta1(Path((await self.status())["resources"][GPU]["socket"]))
+        try:
+            await client.connect()
+            await client.allocate([device_ids], timeout=10)
+        finally:
+            await client.close()
+
+
+async def start_node(stack: AsyncExitStack, plane: ControlPlane, folder: Path) -> Node:
+    path = config(folder, plane, NODE, SIM_GPUS)
+    settings = yaml.safe_load(path.read_text())
+    # PodResources as the device manager serves it, read often: a device a container freed goes
+    # back to the DRA pool soon after.
+    settings["deallocation"] = {
+        "pod_resources_socket": str(folder / "pod-resources" / "kubelet.sock"),
+        "poll_interval_s": 0.2,
+        "grace_s": 0,
+    }
+    path.write_text(yaml.safe_dump(settings))
+    for sub in ("dp", "registry", "dra-state", "pod-resources"):
+        (folder / sub).mkdir(exist_ok=True)
+    node = Node(plane, folder)
+    release = plane.release
+    node.devices = await stack.enter_async_context(
+        running_harness(release, release.binary(), folder / "dp", folder / "devicemanager.log")
+    )
+    await node.devices.start(pod_resources_socket=folder / "pod-resources" / "kubelet.sock")
+    _, node.port = await stack.enter_async_context(running_devshim(path))
+    node.dra = await stack.enter_async_context(
+        running_dra_manager(release, build(release), folder / "dramanager.log")
+    )
+    await node.dra.start(
+        plane.admin_kubeconfig, NODE, folder / "dra-state", folder / "registry", [folder / "cdi"]
+    )
+    await node.dra.registered(GPU_DRIVER)
+    await until_allocatable(node, ["gpu-0", "gpu-1", "gpu-2"])
+    await node.published.until(lambda pool: len(pool) == 3, "the whole pool is published")
+    return node
+
+
+async def until_allocatable(node: Node, wanted: list[str], timeout: float = 30) -> None:
+    """Until the device manager's healthy devices are ``wanted`` (a ListAndWatch update away)."""
+    last: list[str] = []
+    try:
+        async with asyncio.timeout(timeout):
+            while (last := await node.allocatable()) != wanted:
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(f"the device manager's allocatable devices are {last}, not {wanted}") from None
+
+
+@pytest.fixture
+async def node(plane: ControlPlane) -> AsyncIterator[Node]:
+    with short_temp_dir("ds-both-") as folder:
+        async with AsyncExitStack() as stack:
+            try:
+                yield await start_node(stack, plane, folder)
+            except BaseException:
+                for log in ("devshim.log", "devicemanager.log", "dramanager.log"):
+                    text = (folder / log).read_text(errors="replace") if (folder / log).exists() else ""
+                    print(f"--- {log}, the end:\n{text[-4000:]}")
+                raise
+
+
+async def test_each_api_is_withdrawn_what_the_other_holds_and_a_racing_request_fails_naming_the_holder(
+    node: Node,
+) -> None:
+    # DRA first: a claim of gpu-1, prepared by the DRA manager, is Unhealthy to the device manager.
+    first = await node.claim("first", ["gpu-1"])
+    await node.dra.prepare(first)
+    await until_allocatable(node, ["gpu-0", "gpu-2"])
+    # The device manager admits a pod of two GPUs from what is left, and none of three.
+    legacy = DpPod(str(uuid.uuid4()), "legacy", [DpContainer("app", {GPU: 2})])
+    got = await node.devices.admit(legacy)
+    assert sorted(got["app"][GPU]) == ["gpu-0", "gpu-2"]
+    with pytest.raises(HarnessError, match="unavailable"):
+        await node.devices.admit(DpPod(str(uuid.uuid4()), "more", [DpContainer("app", {GPU: 1})]))
+    # Its devices leave the published pool: the scheduler cannot pick them.
+    await node.published.until(lambda pool: sorted(pool) == ["gpu-1"], "only gpu-1 is published")
+    # The races, each API's request arriving before it saw the other's hold: the later fails,
+    # naming the holder. A claim a scheduler allocated from the old pool:
+    late = await node.claim("late", ["gpu-0"])
+    with pytest.raises(DraManagerError, match="gpu-0' is held by a container through the device plugin API"):
+        await node.dra.prepare(late)
+    # and a kubelet whose device list was behind asking for the claim's device:
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await node.allocate_directly(["gpu-1"])
+    assert refused.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert "gpu-1' is held by claim default/first (" in str(refused.value.details())
+    # The pod ends: the device manager no longer lists its devices in PodResources, devshim's
+    # emulation frees them, and they are published again.
+    await node.devices.remove_pod(legacy.uid)
+    await node.published.until(lambda pool: len(pool) == 3, "gpu-0 and gpu-2 are published again")
+    # The claim is unprepared: gpu-1 is the device manager's again.
+    await node.dra.unprepare(first.uid)
+    await until_allocatable(node, ["gpu-0", "gpu-1", "gpu-2"])
+    held = (await node.status())["resources"][GPU]["held"]
+    assert held == {"dra": [], "device_plugin": []}
