@@ -103,7 +103,8 @@ class Shim:
         if settings.dra.drivers:
             from shim.dra.node import DraDrivers  # brings the Kubernetes client: only for DRA
 
-            self.dra = DraDrivers(settings, lambda: self.services)
+            found = self.deallocation  # what containers hold, for the pools (core/holds.py)
+            self.dra = DraDrivers(settings, lambda: self.services, lambda: found.in_use, found.first_list)
 
     async def start(self) -> None:
         self.settings.device_plugins_dir.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
@@ -66,12 +68,24 @@ def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
 class Node:
     """devshim, the release's device manager and DRA manager, on one node's folders."""
 
-    def __init__(self, plane: ControlPlane, folder: Path) -> None:
-        self.plane, self.folder = plane, folder
+    def __init__(self, plane: ControlPlane, folder: Path, stack: AsyncExitStack) -> None:
+        self.plane, self.folder, self.stack = plane, folder, stack
         self.published = Published(plane, control_plane.NEWEST_DRA[plane.minor], NODE)
         self.port = 0
+        self.proc: Any = None
         self.devices: Harness
         self.dra: DraManager
+
+    async def start_devshim(self) -> None:
+        started = running_devshim(self.folder / "devshim.yaml")
+        self.proc, self.port = await self.stack.enter_async_context(started)
+
+    async def kill_and_start_devshim(self) -> None:
+        """devshim SIGKILLed and started again: it keeps nothing of what it saw but its state
+        dir (the DRA checkpoint)."""
+        os.kill(self.proc.pid, signal.SIGKILL)
+        await self.proc.wait()
+        await self.start_devshim()
 
     async def allocatable(self) -> list[str]:
         """The device manager's allocatable devices (its healthy ones)."""
@@ -90,6 +104,21 @@ class Node:
             self.plane, CLAIMS_VERSION[self.plane.minor], name, results, node=NODE, pods=[(pod.name, pod.uid)]
         )
         return pod
+
+    def generation(self) -> int:
+        return max(int(s["spec"]["pool"]["generation"]) for s in self.published.slices())
+
+    async def until_published_once(self) -> None:
+        """Until this devshim has compared its pool with the published one (and written any
+        difference)."""
+        async with asyncio.timeout(60):
+            while True:
+                try:
+                    if (await self.status())["dra"][GPU_DRIVER]["rounds"] >= 1:
+                        return
+                except (OSError, KeyError, TypeError):
+                    pass  # not serving yet
+                await asyncio.sleep(0.05)
 
     async def status(self) -> dict[str, Any]:
         code, body = await asyncio.to_thread(http_get, f"http://127.0.0.1:{self.port}/status")
@@ -119,13 +148,13 @@ async def start_node(stack: AsyncExitStack, plane: ControlPlane, folder: Path) -
     path.write_text(yaml.safe_dump(settings))
     for sub in ("dp", "registry", "dra-state", "pod-resources"):
         (folder / sub).mkdir(exist_ok=True)
-    node = Node(plane, folder)
+    node = Node(plane, folder, stack)
     release = plane.release
     node.devices = await stack.enter_async_context(
         running_harness(release, release.binary(), folder / "dp", folder / "devicemanager.log")
     )
     await node.devices.start(pod_resources_socket=folder / "pod-resources" / "kubelet.sock")
-    _, node.port = await stack.enter_async_context(running_devshim(path))
+    await node.start_devshim()
     node.dra = await stack.enter_async_context(
         running_dra_manager(release, build(release), folder / "dramanager.log")
     )
@@ -182,6 +211,15 @@ async def test_each_api_is_withdrawn_what_the_other_holds_and_a_racing_request_f
     late = await node.claim("late", ["gpu-0"])
     with pytest.raises(DraManagerError, match="gpu-0' is held by a container through the device plugin API"):
         await node.dra.prepare(late)
+    # devshim restarts with no record of the pod's Allocate: PodResources still lists its devices,
+    # so they stay out of the pool (not a write: the same generation) and no claim gets them.
+    generation = node.generation()
+    await node.kill_and_start_devshim()
+    await node.until_published_once()
+    assert sorted(node.published.pool() or {}) == ["gpu-1"] and node.generation() == generation
+    stale = await node.claim("stale", ["gpu-2"])
+    with pytest.raises(DraManagerError, match=r"gpu-2' is held by a container .* \(listed by PodResources\)"):
+        await node.dra.prepare(stale)
     # and a kubelet whose device list was behind asking for the claim's device:
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await node.allocate_directly(["gpu-1"])

@@ -63,6 +63,19 @@ def test_a_containers_devices_leave_the_dra_pool_until_the_kubelet_frees_them() 
     assert holds.status() == {"dra": [], "device_plugin": ["b"]}
     assert holds.plugin_freed(["b"]) and not holds.plugin_freed(["b"])
     assert holds.for_dra(devices) == devices
+    # What PodResources lists is held too (a restarted devshim knows of no Allocate), until it
+    # is listed no more.
+    assert holds.plugin_listed(["c"]) and not holds.plugin_listed(["c"])
+    assert [d.id for d in holds.for_dra(devices)] == ["a", "b"]
+    with pytest.raises(
+        DeviceHeld,
+        match=re.escape(
+            "device 'c' is held by a container through the device plugin API (listed by PodResources)"
+        ),
+    ):
+        holds.check_for_claim(["c"], CLAIM)
+    assert holds.status() == {"dra": [], "device_plugin": ["c"]}
+    assert holds.plugin_listed([]) and holds.for_dra(devices) == devices
 
 
 class HeldAnswer(StaticSource):
@@ -87,7 +100,7 @@ async def shared() -> AsyncIterator[tuple[ResourceService, HeldAnswer]]:
     source = HeldAnswer([Device(f"g{i}") for i in range(3)])
     service = ResourceService("example.com/gpu", source)
     await service.start()
-    await service.serve_dra({"g2": CLAIM})  # a claim checkpointed before a restart
+    await service.serve_dra({"g2": CLAIM}, listed=())  # a claim checkpointed before a restart
     yield service, source
     await service.stop()
 

@@ -9,7 +9,9 @@ devices); a device allocated to a container through the device plugin leaves the
 withdrawal is seen, the later request fails naming the holder.
 
 A device-plugin hold lasts until the kubelet frees the devices: v1beta2's Deallocate, or the
-v1beta1 Deallocate emulation (frontend/deallocation.py) seeing no container hold them.
+v1beta1 Deallocate emulation (frontend/deallocation.py) seeing no container hold them. The
+devices the kubelet's PodResources lists as held by containers are held too, so a restarted
+devshim, which has no record of the Allocates before, withdraws them all the same.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Holds:
         self.resource = resource
         self._claims: dict[str, str] = {}  # device ID -> the claim that holds it through DRA
         self._plugin: DeviceGroups[float] = DeviceGroups()  # allocated to containers, and when
+        self._listed: frozenset[str] = frozenset()  # held by containers, as PodResources lists
 
     # --- the device plugin's side -----------------------------------------
 
@@ -51,6 +54,11 @@ class Holds:
         self._plugin.drop_sharing(device_ids)
         return len(self._plugin) != before
 
+    def plugin_listed(self, device_ids: Iterable[str]) -> bool:
+        """What the kubelet's PodResources lists as held by containers now."""
+        listed, self._listed = self._listed, frozenset(device_ids)
+        return listed != self._listed
+
     # --- DRA's side --------------------------------------------------------
 
     def check_for_claim(self, device_ids: Iterable[str], claim: str) -> None:
@@ -60,6 +68,10 @@ class Holds:
                 since = time.strftime("%H:%M:%S", time.gmtime(self._plugin[group] or 0))
                 raise DeviceHeld(
                     self.resource, device_id, f"a container through {PLUGIN} (allocated {since} UTC)", claim
+                )
+            if device_id in self._listed:
+                raise DeviceHeld(
+                    self.resource, device_id, f"a container through {PLUGIN} (listed by PodResources)", claim
                 )
             other = self._claims.get(device_id)
             if other is not None and other != claim:
@@ -87,12 +99,13 @@ class Holds:
 
     def for_dra(self, devices: tuple[Device, ...]) -> tuple[Device, ...]:
         """The devices DRA publishes: none a container holds through the device plugin."""
-        if not len(self._plugin):
+        if not len(self._plugin) and not self._listed:
             return devices
-        return tuple(d for d in devices if self._plugin.holding(d.id) is None)
+        held, listed = self._plugin.holding, self._listed
+        return tuple(d for d in devices if held(d.id) is None and d.id not in listed)
 
     def status(self) -> dict[str, list[str]]:
         return {
             "dra": sorted(self._claims),
-            "device_plugin": sorted(i for group in self._plugin for i in group),
+            "device_plugin": sorted({i for group in self._plugin for i in group} | self._listed),
         }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from dataclasses import replace
 
 from loguru import logger
@@ -129,14 +129,21 @@ class ResourceService:
         self._dra_devices = self.holds.for_dra(self._devices)
         await self._dra_latest.publish(self._dra_devices)
 
-    async def serve_dra(self, claims: dict[str, str]) -> None:
+    async def serve_dra(self, claims: dict[str, str], listed: Iterable[str]) -> None:
         """This resource is in a DRA driver's pool as well: from now on a device is held by one
-        API at a time. ``claims``: device ID -> the claim holding it (the DRA checkpoint's)."""
+        API at a time. ``claims``: device ID -> the claim holding it (the DRA checkpoint's);
+        ``listed``: the devices PodResources last listed as held by containers."""
         if self.holds is None:
             self.holds = Holds(self.name)
         for claim in set(claims.values()):
             self.holds.claim_prepared([i for i, c in claims.items() if c == claim], claim)
+        self.holds.plugin_listed(listed)
         await self._show()
+
+    async def plugin_listed(self, device_ids: Iterable[str]) -> None:
+        """The devices the kubelet's PodResources lists as held by containers now."""
+        if self.holds is not None and self.holds.plugin_listed(device_ids):
+            await self._show()
 
     # --- what the front end asks -----------------------------------------
 

@@ -32,11 +32,20 @@ class DraDrivers:
     names while they are served (bootstrap.Shim calls ``follow``/``unfollow`` as it adds and
     removes them)."""
 
-    def __init__(self, settings: Settings, services: Callable[[], Mapping[str, ResourceService]]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        services: Callable[[], Mapping[str, ResourceService]],
+        in_use: Callable[[], Mapping[str, set[str]]],
+        in_use_known: asyncio.Event,
+    ) -> None:
+        """``in_use``: the devices PodResources last listed as held by containers, per resource;
+        ``in_use_known`` is set once it was first asked (core/holds.py)."""
         dra = settings.dra
         node = dra.node_name
         assert node is not None  # DraSettings fills it in, or refuses to load
         self._services = services
+        self._in_use, self._in_use_known = in_use, in_use_known
         self._publishers = {
             driver.name: PoolPublisher(driver.name, node, self._devices_of(driver), kubeconfig=dra.kubeconfig)
             for driver in dra.drivers
@@ -73,6 +82,8 @@ class DraDrivers:
             if driver.name not in self._complete:
                 if not self._waited and any(r not in served for r in driver.resources):
                     return None  # a driver still starting: publishing now would drop its devices
+                if not self._waited and not self._in_use_known.is_set():
+                    return None  # what containers hold is not known yet: it may not be published
                 self._complete.add(driver.name)  # from now on, what is served is the pool
             return [d for r in driver.resources if r in served for d in served[r].dra_devices]
 
@@ -80,10 +91,16 @@ class DraDrivers:
 
     def start(self) -> None:
         self._running = [
+            asyncio.create_task(self._when_in_use_known(), name="dra:in-use"),
             *(asyncio.create_task(p.run(), name=f"dra:{name}") for name, p in self._publishers.items()),
             *(asyncio.create_task(p.run(), name=f"dra-plugin:{name}") for name, p in self._plugins.items()),
         ]
         asyncio.get_running_loop().call_later(FIRST_POOL_WAIT_S, self._stop_waiting)
+
+    async def _when_in_use_known(self) -> None:
+        await self._in_use_known.wait()
+        for publisher in self._publishers.values():
+            publisher.changed()
 
     def _stop_waiting(self) -> None:
         self._waited = True
@@ -96,7 +113,7 @@ class DraDrivers:
         publisher = self._pool_of.get(resource)
         if publisher is None:
             return
-        await service.serve_dra(self._preparers[resource].holding(resource))
+        await service.serve_dra(self._preparers[resource].holding(resource), self._in_use().get(resource, ()))
 
         async def follow() -> None:
             async for _ in service.watch_dra():

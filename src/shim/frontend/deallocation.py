@@ -30,6 +30,10 @@ class DeallocationEmulator:
         self._services = services
         self._client = PodResourcesClient(settings.pod_resources_socket)
         self.status = "starting"
+        # What the last List said containers hold, per resource; set once the first List was
+        # tried, answered or not (a DRA pool waits for it: core/holds.py).
+        self.in_use: dict[str, set[str]] = {}
+        self.first_list = asyncio.Event()
 
     def allocated(self, resource: str, device_ids: list[str]) -> None:
         self.tracker.allocated(resource, device_ids)
@@ -49,6 +53,12 @@ class DeallocationEmulator:
     async def poll_once(self, slowdown: int = 1) -> int:
         """One List and what follows from it; returns the slowdown factor for the next wait."""
         try:
+            return await self._poll(slowdown)
+        finally:
+            self.first_list.set()
+
+    async def _poll(self, slowdown: int) -> int:
+        try:
             in_use = await self._client.devices_in_use()
         except RateLimited as exc:
             slowdown = min(MAX_SLOWDOWN, slowdown * 2)
@@ -62,6 +72,9 @@ class DeallocationEmulator:
         if self.status != "on":
             logger.info("deallocate emulation is on (PodResources at {})", self._client.socket)
         self.status = "on"
+        self.in_use = in_use
+        for resource, shared in self._services().items():
+            await shared.plugin_listed(in_use.get(resource, ()))
         for resource, groups in self.tracker.observe(in_use, time.monotonic()).items():
             service = self._services().get(resource)
             for group in groups if service else ():
