@@ -126,6 +126,26 @@ def test_a_device_without_attributes_is_a_name_alone_or_an_empty_basic() -> None
     assert spec(pool, pool.chunks()[0], 1, 1, "v1beta1")["devices"] == [{"name": "d0", "basic": {}}]
 
 
+def test_a_device_on_one_numa_node_carries_the_standard_attribute() -> None:
+    """resource.kubernetes.io/numaNode (an int: deviceattribute, 1.37), the one fact a legacy
+    plugin gives beyond the ID; not for a device on several nodes (which is the physical one is not
+    known), nor over the per-device limit, nor over what the driver said itself."""
+    many = tuple((f"a{i:02}", Attribute(AttributeKind.INT, i)) for i in range(32))
+    own = (("resource.kubernetes.io/numaNode", Attribute(AttributeKind.INT, 7)),)
+    devices = [
+        Device("d0", numa_nodes=(1,)),
+        Device("d1", numa_nodes=(0, 1)),
+        Device("d2", numa_nodes=(0,), attributes=many),
+        Device("d3", numa_nodes=(0,), attributes=own),
+    ]
+    pool = Pool.of("gpu.example.com", "node-a", devices)
+    got = {d["name"]: d.get("attributes", {}) for d in spec(pool, pool.chunks()[0], 1, 1, "v1")["devices"]}
+    assert got["d0"] == {"resource.kubernetes.io/numaNode": {"int": 1}}
+    assert got["d1"] == {}
+    assert len(got["d2"]) == 32 and "resource.kubernetes.io/numaNode" not in got["d2"]
+    assert got["d3"] == {"resource.kubernetes.io/numaNode": {"int": 7}}
+
+
 def test_the_content_hash_ignores_the_version_and_health_but_not_content_or_generation() -> None:
     pool = Pool.of("gpu.example.com", "node-a", [GPU])
     chunk = pool.chunks()[0]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shim.dra.names import collisions, device_name
+from shim.driverprotocol import MAX_ATTRIBUTES_AND_CAPACITIES
 from shim.model import Device
 
 GROUP = "resource.k8s.io"
@@ -30,6 +31,10 @@ MAX_DEVICES_PER_SLICE = 128  # ResourceSliceMaxDevices
 # rewrites quantities in canonical form, so the spec read back cannot be compared as written).
 SPEC_HASH = "devshim.dev/spec-hash"
 MANAGED_BY = "devshim.dev/managed-by"
+# The standard attribute of a device's NUMA node (k8s.io/dynamic-resource-allocation
+# deviceattribute, 1.37): an int, the physical node. Published for a device the driver puts on one
+# NUMA node, the device plugin's topology hint (a legacy plugin's only fact about a device).
+NUMA_NODE = "resource.kubernetes.io/numaNode"
 
 
 class NameCollision(ValueError):
@@ -86,6 +91,12 @@ def spec(
 def _device(entry: PoolDevice, version: str) -> dict[str, Any]:
     device = entry.device
     attributes = {name: {a.kind.value: a.value} for name, a in device.attributes}
+    if (
+        len(device.numa_nodes) == 1
+        and NUMA_NODE not in attributes
+        and len(attributes) + len(device.capacity) < MAX_ATTRIBUTES_AND_CAPACITIES
+    ):
+        attributes[NUMA_NODE] = {"int": device.numa_nodes[0]}
     if version == "v1alpha3":
         capacity: dict[str, Any] = dict(device.capacity)
     else:
