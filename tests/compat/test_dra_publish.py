@@ -64,7 +64,8 @@ async def test_the_sims_devices_are_published_with_attributes_and_capacity_in_th
     assert sorted(pool) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3-" + pool_suffix(pool)]
     common = {"model": {"string": "SimGPU"}, "gpu.example.com/ecc": {"bool": True}}
     assert shown(pool["gpu-0"], version) == {
-        "attributes": {**common, "cores": {"int": 108}},
+        # Its one NUMA node as the standard attribute (docs/dra.md).
+        "attributes": {**common, "cores": {"int": 108}, "resource.kubernetes.io/numaNode": {"int": 0}},
         "capacity": {"memory": {"value": "16Gi"}},
     }
     assert shown(pool["gpu-1"], version)["attributes"]["driverVersion"] == {"version": "550.54.15"}
