@@ -94,6 +94,9 @@ class Shim:
         socket_dir = settings.plugins_registry_dir if self.watcher_mode else settings.device_plugins_dir
         self.watcher = DirWatcher(socket_dir, settings.watch_mode, settings.poll_interval_s)
         self.served: dict[str, Served] = {}
+        # Resources of a DRA pool with device_plugin false: no endpoint, the kubelet's DRA
+        # manager alone asks for their devices (docs/dra.md, "From the device plugin to DRA").
+        self.dra_only: dict[str, ResourceService] = {}
         # Resource name -> owner (a driver's name or STATIC_CONFIG), from a claim until removal.
         self.owners: dict[str, str] = {}
         self.deallocation = DeallocationEmulator(settings.deallocation, lambda: self.services)
@@ -133,7 +136,7 @@ class Shim:
         check_extended_resource_name(name)
         owner = driver if driver is not None else STATIC_CONFIG
         holder = self.owners.setdefault(name, owner)
-        if holder != owner or name in self.served:
+        if holder != owner or name in self.served or name in self.dra_only:
             logger.error(
                 "{} is already served by {}; ignoring {} for it",
                 name,
@@ -153,6 +156,13 @@ class Shim:
             policy=GrantPolicy(name, policy),
             driver=driver,
         )
+        if self.dra is not None and self._dra_only(name):
+            with logger.contextualize(resource=name):
+                await service.start()
+                await self.dra.follow(name, service)
+            self.dra_only[name] = service
+            logger.info("{}: served through DRA only (no device plugin endpoint)", name)
+            return
         handover = None
         if socket_name is None:  # ours to name: per instance, handed over between instances
             handover = Handover(self.watcher.directory, socket_prefix(name), self.instance)
@@ -205,6 +215,12 @@ class Shim:
                 )
             return
         self.owners.pop(name, None)
+        if (only := self.dra_only.pop(name, None)) is not None:
+            if self.dra is not None:
+                self.dra.unfollow(name)
+            await only.stop()
+            logger.info("{}: no longer served", name)
+            return
         served = self.served.pop(name, None)
         if served is None:
             return
@@ -220,7 +236,7 @@ class Shim:
     async def stop(self) -> None:
         for driver in self.drivers:
             await driver.stop()
-        for name in list(self.served):
+        for name in [*self.served, *self.dra_only]:
             await self.remove_resource(name)
         if self.dra is not None:
             await self.dra.stop()
@@ -273,11 +289,17 @@ class Shim:
     def _in_dra_pool(self, resource: str) -> bool:
         return any(resource in d.resources for d in self.settings.dra.drivers)
 
+    def _dra_only(self, resource: str) -> bool:
+        return any(resource in d.resources and not d.device_plugin for d in self.settings.dra.drivers)
+
     def _start_deallocation(self) -> None:
         """Only drivers can act on deallocate (static devices need no release), and a DRA pool
         needs to know when the device plugin's containers free a device: the emulation runs
         once there is one, at start or when a reload adds the first."""
-        if not self.settings.deallocation.enabled or self._deallocating is not None:
+        if not self.settings.deallocation.enabled:
+            self.deallocation.first_list.set()  # no List to wait for (a DRA-only pool's case)
+            return
+        if self._deallocating is not None:
             return
         if not self.drivers and not self.settings.dra.drivers:
             self.deallocation.status = "not running: no drivers to tell (static devices need no release)"
@@ -301,7 +323,7 @@ class Shim:
     def ready(self) -> tuple[bool, str]:
         """Ready when every served resource is registered with the kubelet; else which are not."""
         waiting = sorted(name for name, served in self.served.items() if not served.endpoint.registered)
-        if not self.served:
+        if not self.served and not self.dra_only:
             return False, "no resource is served yet"
         if waiting:
             return False, "not registered: " + ", ".join(waiting)
@@ -321,6 +343,10 @@ class Shim:
                     served.service.holds.status() if served.service.holds is not None else None,
                 )
                 for name, served in sorted(self.served.items())
+            }
+            | {
+                name: resource_status(None, service.devices)
+                for name, service in sorted(self.dra_only.items())
             },
             "drivers": {driver.name: driver_status(driver) for driver in self.drivers},
             "deallocation": self.deallocation.status if self.settings.deallocation.enabled else "disabled",
@@ -329,7 +355,7 @@ class Shim:
 
     @property
     def services(self) -> dict[str, ResourceService]:
-        return {name: served.service for name, served in self.served.items()}
+        return {name: served.service for name, served in self.served.items()} | self.dra_only
 
     async def wait(self) -> None:
         """Until cancelled, or until a background part fails (raised here)."""

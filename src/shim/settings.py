@@ -319,6 +319,10 @@ class DraDriverSettings(StrictModel):
     # its ResourceSlices, and what DeviceClasses select.
     name: str
     resources: Annotated[list[ResourceName], Field(min_length=1)]
+    # Serve these resources through the device plugin API too, each device held by one API at a
+    # time (docs/dra.md, "Both APIs at once"); false: through DRA only, the last stage of a
+    # migration (docs/dra.md, "From the device plugin to DRA").
+    device_plugin: bool = True
 
     @field_validator("name")
     @classmethod
@@ -453,13 +457,13 @@ class Settings(BaseSettings):
                         f"DRA driver {dra_driver.name}'s socket {path} (or the private directory devshim "
                         f"binds it in first) is longer than the {MAX_SOCKET_PATH} bytes a unix socket allows"
                     )
-        if self.dra.drivers and not self.deallocation.enabled:
+        if any(d.device_plugin for d in self.dra.drivers) and not self.deallocation.enabled:
             # core/holds.py: without it a device the device plugin gave a container never
             # returns to the DRA pool.
             raise ValueError(
                 "dra.drivers serve their resources through both APIs, which needs the Deallocate "
                 "emulation to know when the device plugin's containers free a device: "
-                "deallocation.enabled must stay true"
+                "deallocation.enabled must stay true (or set device_plugin: false on each DRA driver)"
             )
         served = self.resources or self.drivers
         if served and len(str(socket_dir).encode()) + PRIVATE_BIND_EXTRA > MAX_SOCKET_PATH:

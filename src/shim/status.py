@@ -17,20 +17,23 @@ if TYPE_CHECKING:
 
 
 def resource_status(
-    endpoint: PluginEndpoint, devices: Sequence[Device], held: dict[str, list[str]] | None = None
+    endpoint: PluginEndpoint | None, devices: Sequence[Device], held: dict[str, list[str]] | None = None
 ) -> dict[str, Any]:
-    """One served resource: its kubelet endpoint, the devices its core service lists and, in a
-    DRA pool, which API holds which device (core/holds.py)."""
+    """One served resource: its kubelet endpoint (None: served through DRA only), the devices its
+    core service lists and, in a DRA pool, which API holds which device (core/holds.py)."""
+    counts = {
+        "Healthy": sum(d.health is Health.HEALTHY for d in devices),
+        "Unhealthy": sum(d.health is not Health.HEALTHY for d in devices),
+    }
+    if endpoint is None:
+        return {"registered": None, "dra_only": True, "devices": counts}
     return {
         "registered": endpoint.registered,
         "negotiated": endpoint.negotiated or None,
         "registrations": endpoint.registrations,
         "socket": str(endpoint.socket_path),
         **({"watcher": endpoint.watcher_status} if endpoint.watcher_mode else {}),
-        "devices": {
-            "Healthy": sum(d.health is Health.HEALTHY for d in devices),
-            "Unhealthy": sum(d.health is not Health.HEALTHY for d in devices),
-        },
+        "devices": counts,
         "last_error": endpoint.last_error or None,
         **({"held": held} if held is not None else {}),
     }
@@ -125,11 +128,16 @@ def render_status(report: dict[str, Any]) -> str:
     for name, resource in report.get("resources", {}).items():
         devices = resource.get("devices", {})
         state = f"registered as {resource.get('negotiated') or 'chosen by the kubelet'}"
-        if not resource.get("registered"):
+        if resource.get("dra_only"):
+            state = "served through DRA only"
+        elif not resource.get("registered"):
             state = "NOT registered" + (f" ({resource['watcher']})" if resource.get("watcher") else "")
         healthy, unhealthy = devices.get("Healthy", 0), devices.get("Unhealthy", 0)
         counts = f"{healthy} Healthy, {unhealthy} Unhealthy" if healthy or unhealthy else "no devices"
-        lines.append(f"  {name}: {state}, {resource.get('registrations', 0)} registrations; {counts}")
+        registrations = (
+            "" if resource.get("dra_only") else f", {resource.get('registrations', 0)} registrations"
+        )
+        lines.append(f"  {name}: {state}{registrations}; {counts}")
         if resource.get("last_error"):
             lines.append(f"    last error: {resource['last_error']}")
         held = resource.get("held") or {}

@@ -16,7 +16,7 @@ import os
 import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,6 @@ from tests.support.dra import GPU_DRIVER, Published, config, make_claim, running
 from tests.support.dra_judge import CLAIMS_VERSION, RELEASES, build, param
 from tests.support.unix import short_temp_dir
 
-NODE = "node-both"
 GPU = "example.com/gpu"
 SIM_GPUS: dict[str, Any] = {
     "name": GPU,
@@ -61,16 +60,16 @@ def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     build(release)
     upstream.build(release, log=False)
     with control_plane.running(release, "ds-both-cp-") as plane:
-        plane.ensure("/api/v1/nodes", {"metadata": {"name": NODE}})
         yield plane
 
 
 class Node:
     """devshim, the release's device manager and DRA manager, on one node's folders."""
 
-    def __init__(self, plane: ControlPlane, folder: Path, stack: AsyncExitStack) -> None:
-        self.plane, self.folder, self.stack = plane, folder, stack
-        self.published = Published(plane, control_plane.NEWEST_DRA[plane.minor], NODE)
+    def __init__(self, plane: ControlPlane, name: str, folder: Path, stack: AsyncExitStack) -> None:
+        self.plane, self.name, self.folder, self.stack = plane, name, folder, stack
+        plane.ensure("/api/v1/nodes", {"metadata": {"name": name}})
+        self.published = Published(plane, control_plane.NEWEST_DRA[plane.minor], name)
         self.port = 0
         self.proc: Any = None
         self.devices: Harness
@@ -101,24 +100,40 @@ class Node:
         )
         results = [(f"r{i}", d) for i, d in enumerate(devices)]
         make_claim(
-            self.plane, CLAIMS_VERSION[self.plane.minor], name, results, node=NODE, pods=[(pod.name, pod.uid)]
+            self.plane,
+            CLAIMS_VERSION[self.plane.minor],
+            name,
+            results,
+            node=self.name,
+            pods=[(pod.name, pod.uid)],
         )
         return pod
 
     def generation(self) -> int:
         return max(int(s["spec"]["pool"]["generation"]) for s in self.published.slices())
 
-    async def until_published_once(self) -> None:
+    async def until_restarted(self) -> None:
         """Until this devshim has compared its pool with the published one (and written any
-        difference)."""
+        difference) and the DRA manager has registered it."""
         async with asyncio.timeout(60):
             while True:
                 try:
-                    if (await self.status())["dra"][GPU_DRIVER]["rounds"] >= 1:
+                    pool = (await self.status())["dra"][GPU_DRIVER]
+                    if pool["rounds"] >= 1 and pool["kubelet"]["registered"] is True:
                         return
                 except (OSError, KeyError, TypeError):
                     pass  # not serving yet
                 await asyncio.sleep(0.05)
+
+    async def until_held(self, wanted: dict[str, list[str]]) -> None:
+        """Until devshim's /status (a snapshot up to 0.2 s old) shows ``wanted`` held."""
+        held = None
+        try:
+            async with asyncio.timeout(30):
+                while (held := (await self.status())["resources"][GPU]["held"]) != wanted:
+                    await asyncio.sleep(0.05)
+        except TimeoutError:
+            raise AssertionError(f"devshim holds {held}, not {wanted}") from None
 
     async def status(self) -> dict[str, Any]:
         code, body = await asyncio.to_thread(http_get, f"http://127.0.0.1:{self.port}/status")
@@ -135,9 +150,13 @@ class Node:
             await client.close()
 
 
-async def start_node(stack: AsyncExitStack, plane: ControlPlane, folder: Path) -> Node:
-    path = config(folder, plane, NODE, SIM_GPUS)
+async def start_node(
+    stack: AsyncExitStack, plane: ControlPlane, folder: Path, *, device_plugin: bool = True
+) -> Node:
+    name = "node-both" if device_plugin else "node-dra-only"
+    path = config(folder, plane, name, SIM_GPUS)
     settings = yaml.safe_load(path.read_text())
+    settings["dra"]["drivers"][0]["device_plugin"] = device_plugin
     # PodResources as the device manager serves it, read often: a device a container freed goes
     # back to the DRA pool soon after.
     settings["deallocation"] = {
@@ -148,7 +167,7 @@ async def start_node(stack: AsyncExitStack, plane: ControlPlane, folder: Path) -
     path.write_text(yaml.safe_dump(settings))
     for sub in ("dp", "registry", "dra-state", "pod-resources"):
         (folder / sub).mkdir(exist_ok=True)
-    node = Node(plane, folder, stack)
+    node = Node(plane, name, folder, stack)
     release = plane.release
     node.devices = await stack.enter_async_context(
         running_harness(release, release.binary(), folder / "dp", folder / "devicemanager.log")
@@ -159,10 +178,11 @@ async def start_node(stack: AsyncExitStack, plane: ControlPlane, folder: Path) -
         running_dra_manager(release, build(release), folder / "dramanager.log")
     )
     await node.dra.start(
-        plane.admin_kubeconfig, NODE, folder / "dra-state", folder / "registry", [folder / "cdi"]
+        plane.admin_kubeconfig, name, folder / "dra-state", folder / "registry", [folder / "cdi"]
     )
     await node.dra.registered(GPU_DRIVER)
-    await until_allocatable(node, ["gpu-0", "gpu-1", "gpu-2"])
+    if device_plugin:
+        await until_allocatable(node, ["gpu-0", "gpu-1", "gpu-2"])
     await node.published.until(lambda pool: len(pool) == 3, "the whole pool is published")
     return node
 
@@ -178,17 +198,31 @@ async def until_allocatable(node: Node, wanted: list[str], timeout: float = 30) 
         raise AssertionError(f"the device manager's allocatable devices are {last}, not {wanted}") from None
 
 
-@pytest.fixture
-async def node(plane: ControlPlane) -> AsyncIterator[Node]:
+@asynccontextmanager
+async def running_node(plane: ControlPlane, *, device_plugin: bool) -> AsyncIterator[Node]:
     with short_temp_dir("ds-both-") as folder:
         async with AsyncExitStack() as stack:
             try:
-                yield await start_node(stack, plane, folder)
+                yield await start_node(stack, plane, folder, device_plugin=device_plugin)
             except BaseException:
                 for log in ("devshim.log", "devicemanager.log", "dramanager.log"):
                     text = (folder / log).read_text(errors="replace") if (folder / log).exists() else ""
                     print(f"--- {log}, the end:\n{text[-4000:]}")
                 raise
+
+
+@pytest.fixture
+async def node(plane: ControlPlane) -> AsyncIterator[Node]:
+    """A node whose pool is served through both APIs."""
+    async with running_node(plane, device_plugin=True) as node:
+        yield node
+
+
+@pytest.fixture
+async def dra_only_node(plane: ControlPlane) -> AsyncIterator[Node]:
+    """A node whose pool is served through DRA alone."""
+    async with running_node(plane, device_plugin=False) as node:
+        yield node
 
 
 async def test_each_api_is_withdrawn_what_the_other_holds_and_a_racing_request_fails_naming_the_holder(
@@ -215,7 +249,7 @@ async def test_each_api_is_withdrawn_what_the_other_holds_and_a_racing_request_f
     # so they stay out of the pool (not a write: the same generation) and no claim gets them.
     generation = node.generation()
     await node.kill_and_start_devshim()
-    await node.until_published_once()
+    await node.until_restarted()
     assert sorted(node.published.pool() or {}) == ["gpu-1"] and node.generation() == generation
     stale = await node.claim("stale", ["gpu-2"])
     with pytest.raises(DraManagerError, match=r"gpu-2' is held by a container .* \(listed by PodResources\)"):
@@ -232,5 +266,27 @@ async def test_each_api_is_withdrawn_what_the_other_holds_and_a_racing_request_f
     # The claim is unprepared: gpu-1 is the device manager's again.
     await node.dra.unprepare(first.uid)
     await until_allocatable(node, ["gpu-0", "gpu-1", "gpu-2"])
-    held = (await node.status())["resources"][GPU]["held"]
-    assert held == {"dra": [], "device_plugin": []}
+    await node.until_held({"dra": [], "device_plugin": []})
+
+
+async def test_a_pool_served_through_dra_only_never_meets_the_device_manager(dra_only_node: Node) -> None:
+    """The last stage of a migration (docs/dra.md, "From the device plugin to DRA"): the
+    device manager never hears of the resource, so the node offers it to no container
+    requesting it as an extended resource; claims are prepared as before."""
+    node = dra_only_node
+    first = await node.claim("only", ["gpu-1"])
+    await node.dra.prepare(first)
+    capacity = await node.devices.capacity()
+    assert GPU not in capacity.capacity and GPU not in capacity.allocatable
+    # The device manager allocates nothing of a resource no plugin registered (the kubelet's
+    # admission refuses such a pod before it, the node's allocatable having none).
+    got = await node.devices.admit(DpPod(str(uuid.uuid4()), "legacy", [DpContainer("app", {GPU: 1})]))
+    assert GPU not in got.get("app", {}), got
+    status = await node.status()
+    assert status["resources"][GPU] == {
+        "registered": None,
+        "dra_only": True,
+        "devices": {"Healthy": 3, "Unhealthy": 0},
+    }
+    assert status["ready"] == "every resource is registered"
+    await node.dra.unprepare(first.uid)

@@ -181,6 +181,47 @@ def test_a_claim_for_more_devices_than_published_leaves_the_pod_unschedulable(cl
         assert not list(cluster.node.cdi_dir.iterdir())
 
 
+@pytest.mark.full_matrix
+def test_a_pod_asking_for_the_extended_resource_gets_a_dra_device(cluster: ConnectedNode) -> None:
+    """DRAExtendedResource (KEP-5004; GA and on in 1.37), the last stage of a migration: the pool
+    served through DRA only and a DeviceClass naming example.com/gpu as its extended resource; a
+    pod asking for `example.com/gpu: 1`, as it asked a device plugin, is given a device by the
+    scheduler in a claim the scheduler makes itself, which the kubelet prepares through devshim."""
+    node = cluster.node
+    settings = _devshim_settings(cluster)
+    settings["dra"]["drivers"][0]["device_plugin"] = False
+    with Devshim(node, settings) as devshim:
+        pool = Published(cluster.plane, "v1", NODE_NAME)
+        wait_until(lambda: (found := pool.pool()) is not None and len(found) == 2, "devshim published 2 GPUs")
+        wait_until(lambda: _dra_status(devshim).get("kubelet", {}).get("registered"),
+                   "the kubelet's plugin watcher registered devshim's DRA plugin")  # fmt: skip
+        cluster.request("POST", f"{RESOURCE}/deviceclasses", {
+            "metadata": {"name": GPU_DRIVER},
+            "spec": {
+                "selectors": [{"cel": {"expression": f'device.driver == "{GPU_DRIVER}"'}}],
+                "extendedResourceName": GPU,
+            },
+        })  # fmt: skip
+        script = reporting("echo SIM_DEVICES=$SIM_DEVICES", "echo NODE=`stat -c %t:%T /dev/simgpu`")
+        cluster.create_pod(api_pod("legacy", script, limits={GPU: 1}))
+        pod = cluster.wait_for_pod(
+            "legacy", lambda p: bool(p and p["status"].get("phase") == "Running"), "running"
+        )
+        assert pod is not None and pod["spec"]["nodeName"] == NODE_NAME
+        made = pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+        claim = cluster.request("GET", f"{CLAIMS}/{made}")
+        [result] = claim["status"]["allocation"]["devices"]["results"]
+        assert (result["driver"], result["pool"]) == (GPU_DRIVER, NODE_NAME)
+        seen = _report(cluster, "legacy")
+        assert seen["SIM_DEVICES"] == result["device"] and seen["NODE"] == ZERO
+        assert _dra_status(devshim)["kubelet"]["prepared_claims"] == 1
+        assert (devshim.status() or {})["resources"][GPU]["dra_only"] is True
+        spec = node.cdi_dir / f"devshim-{GPU_DRIVER}-{claim['metadata']['uid']}.json"
+        cluster.delete_pod("legacy")
+        cluster.wait_for_pod("legacy", lambda p: p is None, "deleted by the kubelet once stopped")
+        wait_until(lambda: not spec.exists(), "the kubelet unprepared the scheduler's claim")
+
+
 # -- the pure parts, in every run ------------------------------------------------------------------
 
 _CDI_RUNTIME = containerd.Runtime("/c/containerd", "/c/shim", "/c/ctr", "v2.4.2", cdi=True)

@@ -400,3 +400,12 @@ def test_dra_pools_need_the_deallocate_emulation() -> None:
     with pytest.raises(ConfigError, match=re.escape("deallocation.enabled must stay true")):
         Settings.load(dra={"drivers": [DRA_POOL], "node_name": "n"}, deallocation={"enabled": False})
     assert Settings.load(deallocation={"enabled": False}).dra.drivers == []
+
+
+def test_a_pool_served_through_dra_only_needs_no_deallocate_emulation() -> None:
+    """device_plugin: false, the last stage of a migration: nothing the device plugin holds."""
+    settings = Settings.load(
+        dra={"drivers": [{**DRA_POOL, "device_plugin": False}], "node_name": "n"},
+        deallocation={"enabled": False},
+    )
+    assert settings.dra.drivers[0].device_plugin is False
