@@ -82,6 +82,10 @@ class Holds:
         self._claims.update(dict.fromkeys(device_ids, claim))
         return self._claims != before
 
+    def claims_restored(self, claims: dict[str, str]) -> None:
+        """Device ID -> the claim holding it, as a checkpoint kept them."""
+        self._claims.update(claims)
+
     def claim_freed(self, device_ids: Iterable[str]) -> bool:
         return any([self._claims.pop(device_id, None) is not None for device_id in device_ids])
 

@@ -135,8 +135,7 @@ class ResourceService:
         ``listed``: the devices PodResources last listed as held by containers."""
         if self.holds is None:
             self.holds = Holds(self.name)
-        for claim in set(claims.values()):
-            self.holds.claim_prepared([i for i, c in claims.items() if c == claim], claim)
+        self.holds.claims_restored(claims)
         self.holds.plugin_listed(listed)
         await self._show()
 
