@@ -361,6 +361,22 @@ def compat(
             "own (default 0: the row is skipped).",
         ),
     ] = 0.0,
+    dra: Annotated[
+        bool,
+        typer.Option(
+            "--dra",
+            help="Judge --config's driver as its first dra.drivers pool under the kubelet's real DRA "
+            "manager and a real API server (Go; built on first use, docs/compat.md).",
+        ),
+    ] = False,
+    dra_pair: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="KUBELET/APISERVER",
+            help="With --dra: a kubelet and API server release pair, e.g. 1.33/1.33 (repeatable), or "
+            "all. Default: the oldest and the newest release, each with its own API server.",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show devshim's log as well.")] = False,
 ) -> None:
     """Run the compatibility matrix against a driver (behind devshim) or a device plugin, with the
@@ -373,7 +389,13 @@ def compat(
         socket=socket,
         health_hook=health_hook,
         selection=command.Selection(
-            profile or (), kubelet or (), registration or (), scenario or (), quick, judge or ()
+            profile or (),
+            kubelet or (),
+            registration or (),
+            scenario or (),
+            quick,
+            judge or (),
+            dra_pair or (),
         ),
         junit=junit,
         json=json_file,
@@ -384,6 +406,7 @@ def compat(
         relaxed=relaxed,
         expect=expect or (),
         health_watch_s=health_watch,
+        dra=dra,
     )
     command.quiet_logs(verbose)
     try:

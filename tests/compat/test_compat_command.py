@@ -7,19 +7,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from shim.compat.driver_scenarios import SCENARIOS
 from tests.support import DRIVERS
+from tests.support.compat_run import compat, table_row
 from tests.support.devshim_process import DEVSHIM
 
 PYTHON = shlex.quote(sys.executable)
@@ -27,60 +24,6 @@ WATCH_NOT_ASKED = "give --health-watch SECONDS to wait for health changes the dr
 BROKEN = DRIVERS / "broken.py"
 SIGUSR1_HOOK = 'kill -USR1 "$DEVSHIM_COMPAT_DRIVER_PID"'
 NEWEST = "the newest kubelet modelled"
-
-
-@dataclass(frozen=True)
-class Run:
-    code: int
-    stdout: str
-    stderr: str
-    cells: list[dict[str, Any]]
-    summary: dict[str, int]
-
-    def by_status(self, status: str) -> dict[tuple[str, str], str]:
-        """(scenario, mode) -> reason, for the cells that ended in `status`."""
-        return {(c["scenario"], c["mode"]): c["reason"] for c in self.cells if c["status"] == status}
-
-
-def compat(tmp_path: Path, *args: str) -> Run:
-    """`devshim compat ARGS --json --junit`; the JUnit file and the table's summary line must agree
-    with the JSON, cell by cell."""
-    report, junit = tmp_path / "compat.json", tmp_path / "compat.xml"
-    result = subprocess.run(
-        [*DEVSHIM, "compat", *args, "--json", str(report), "--junit", str(junit)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert "Traceback" not in result.stderr, result.stderr
-    document = json.loads(report.read_text())
-    cells = document["cells"]
-    suite = ET.parse(junit).getroot()
-    assert {k: int(suite.get(k, "-1")) for k in ("tests", "failures", "skipped")} == {
-        "tests": len(cells),
-        "failures": document["summary"]["fail"],
-        "skipped": document["summary"]["skip"],
-    }
-    outcomes: dict[str, tuple[str, str]] = {}
-    for case in suite.iter("testcase"):
-        marks = [(m.tag, m.get("message", "")) for m in case if m.tag in ("failure", "skipped")]
-        seen = "".join(m.text or "" for m in case if m.tag == "system-out")  # what a pass saw
-        outcomes[case.get("name", "")] = marks[0] if marks else ("pass", seen)
-    status = {"pass": "pass", "failure": "fail", "skipped": "skip"}
-    assert {n: (status[tag], why) for n, (tag, why) in outcomes.items()} == {
-        f"{c['scenario']}[{c['mode']}]": (c["status"], c["reason"]) for c in cells
-    }
-    line = re.search(r"^(\d+) cells run: (\d+) passed, (\d+) failed, (\d+) skipped$", result.stdout, re.M)
-    assert line is not None, result.stdout
-    summary = document["summary"]
-    assert [int(n) for n in line.groups()] == [len(cells), summary["pass"], summary["fail"], summary["skip"]]
-    return Run(result.returncode, result.stdout, result.stderr, cells, summary)
-
-
-def table_row(stdout: str, scenario: str) -> str:
-    lines = [line for line in stdout.splitlines() if line.split(" ", 1)[0] == scenario]
-    assert len(lines) == 1, stdout
-    return lines[0]
 
 
 def test_the_simulator_passes_every_quick_classic_cell_of_the_next_kubelet(tmp_path: Path) -> None:

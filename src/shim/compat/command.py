@@ -46,6 +46,8 @@ class Selection:
     quick: bool = False
     # The upstream judge's releases ("upstream", "upstream-1.37"); empty: the model's profiles.
     judges: Sequence[str] = ()
+    # With --dra: KUBELET/APISERVER pairs ("1.33/1.33", "all"); empty: the oldest and newest.
+    dra_pairs: Sequence[str] = ()
 
     def check(self) -> None:
         if self.judges and (self.profiles or self.kubelets or self.quick):
@@ -90,10 +92,15 @@ class Request:
     relaxed: bool = False  # any grant, the caller's environment
     expect: Sequence[str] = ()  # what every Allocate answer must contain
     health_watch_s: float = 0.0  # how long the health_watch row waits
+    dra: bool = False  # the DRA judge: --config's DRA pool under real DRA managers and API servers
 
 
 def run(request: Request) -> int:
     """Run the chosen matrix; 0 only if every cell that applied passed, 1 otherwise."""
+    if request.dra:
+        return _dra(request)
+    if request.selection.dra_pairs:
+        raise UsageError("--dra-pair chooses the DRA judge's columns: give --dra too")
     if (
         request.config is not None
         and request.driver is None
@@ -159,7 +166,9 @@ def repeat_command(request: Request, result: Result) -> str:
         argv += ["--expect", expected]
     argv += ["--scenario", result.row]
     parts = result.column.split("/")
-    if request.selection.judges:
+    if request.dra:
+        argv += ["--dra", "--dra-pair", result.column]
+    elif request.selection.judges:
         argv += ["--judge", parts[0]] + (["--registration", parts[1]] if len(parts) > 1 else [])
     elif request.driver is not None:
         argv += ["--profile", parts[0], "--kubelet", parts[1], "--registration", parts[2]]
@@ -274,6 +283,65 @@ def driver_under_test(request: Request, argv: list[str]) -> DriverUnderTest:
         expect=request.expect,
         health_watch_s=request.health_watch_s,
     )
+
+
+def _dra(request: Request) -> int:
+    """The DRA judge (dra_matrix.py): --config's drivers and first DRA pool, judged by real DRA
+    managers and API servers."""
+    from . import dra_matrix  # the Kubernetes-side imports only when asked for
+    from .upstream.releases import JudgeUnavailable
+
+    sel = request.selection
+    others = [flag for flag, given in (
+        ("--driver", request.driver), ("--plugin", request.plugin), ("--socket", request.socket),
+        ("--health-hook", request.health_hook), ("--judge", sel.judges), ("--profile", sel.profiles),
+        ("--kubelet", sel.kubelets), ("--registration", sel.registrations), ("--quick", sel.quick),
+        ("--expect", request.expect), ("--prebuild", request.prebuild),
+    ) if given]  # fmt: skip
+    if others:
+        raise UsageError(f"--dra takes its driver from --config; {', '.join(others)} do not apply to it")
+    if request.config is None:
+        raise UsageError(
+            "--dra takes the driver and its DRA pool from --config FILE (drivers and dra.drivers)"
+        )
+    settings = _raw_settings(request.config)
+    pools = (settings.get("dra") or {}).get("drivers") or []
+    if not pools or not isinstance(pools[0], dict) or not pools[0].get("name"):
+        raise UsageError(f"--config {request.config} has no dra.drivers entry to judge (docs/dra.md)")
+    unknown = sorted(set(sel.scenarios) - set(dra_matrix.SCENARIOS))
+    if unknown:
+        raise UsageError(
+            f"unknown DRA scenario {', '.join(unknown)}; choose from {', '.join(dra_matrix.SCENARIOS)}"
+        )
+    try:
+        pairs = dra_matrix.choose_pairs(list(sel.dra_pairs))
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    scenarios = [s for s in dra_matrix.SCENARIOS if not sel.scenarios or s in sel.scenarios]
+    sys.stderr.write(f"devshim compat: {dra_matrix.requirements(pairs)}\n")
+    cells = len(pairs) * len(scenarios)
+    try:
+        results = asyncio.run(dra_matrix.run_dra_matrix(
+            settings, pools[0]["name"], pairs, scenarios, request.cell_timeout_s, _progress(cells)
+        ))  # fmt: skip
+    except JudgeUnavailable as err:
+        raise UsageError(str(err)) from None
+    columns = [dra_matrix.pair_name(p) for p in pairs]
+    what = f"DRA driver {pools[0]['name']} of {request.config} (kubelet/API server)"
+    return _report(request, results, scenarios, columns, "scenario", what)
+
+
+def _raw_settings(config: Path) -> dict[str, Any]:
+    """--config as written (the DRA judge fills in its folders and node per cell)."""
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(config.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise UsageError(f"--config {config}: {err}") from None
+    if not isinstance(loaded, dict):
+        raise UsageError(f"--config {config}: not a mapping of settings")
+    return loaded
 
 
 @functools.cache  # read once per run: the command and the entry both come from it

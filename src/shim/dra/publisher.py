@@ -119,8 +119,8 @@ class PoolPublisher:
             self._dirty.set()
             while True:
                 await self._wait_for_change(watching)
-                await self._reconcile(api, version, owner)
-                self.status.rounds += 1
+                if await self._reconcile(api, version, owner):
+                    self.status.rounds += 1
                 self.status.last_error = None
         finally:
             watching.cancel()
@@ -153,17 +153,19 @@ class PoolPublisher:
                     self._observed[name] = obj
                 self._dirty.set()
 
-    async def _reconcile(self, api: ApiServer, version: str, owner: str | None) -> None:
+    async def _reconcile(self, api: ApiServer, version: str, owner: str | None) -> bool:
+        """Make the published pool the wanted one; False if the pool is not known yet (nothing
+        compared, nothing written)."""
         devices = self._devices()
         if devices is None:  # not every resource of the pool is known yet: wait, write nothing
-            return
+            return False
         try:
             pool = Pool.of(self._driver, self._node, devices)
         except NameCollision as exc:
             if str(exc) != self._collision:
                 logger.error("DRA {}: {}; the published pool is left as it was", self._driver, exc)
             self._collision = self.status.last_error = str(exc)
-            return
+            return True
         self._collision = None
         chunks = pool.chunks()
         observed = sorted(self._observed.values(), key=lambda o: o["metadata"]["name"])
@@ -172,7 +174,7 @@ class PoolPublisher:
         wanted = sorted(spec_hash(pool, c, self._generation, len(chunks)) for c in chunks)
         if sorted(_hash(o) for o in observed) == wanted:
             self._published(pool, len(chunks))
-            return
+            return True
         self._generation += 1
         generation, count = self._generation, len(chunks)
         writing = asyncio.Semaphore(PARALLEL_WRITES)
@@ -204,6 +206,7 @@ class PoolPublisher:
             self._driver, self._node, generation, len(pool.devices), count,
         )  # fmt: skip
         self._published(pool, count)
+        return True
 
     def _published(self, pool: Pool, count: int) -> None:
         self.status.generation = self._generation

@@ -1,0 +1,109 @@
+"""`devshim compat --dra` as a real process (shim.compat.dra_matrix): the simulator's DRA pool
+passes every scenario under a real DRA manager and API server (the newest pair by default, every
+supported pair with --full-matrix), a driver whose allocate fails fails exactly the rows that
+prepare a claim, and the table, JSON and JUnit agree."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from shim.compat.dra_matrix import SCENARIOS, choose_pairs, supported_pairs
+from tests.support import DRIVERS
+from tests.support.compat_run import compat, table_row
+from tests.support.devshim_process import DEVSHIM
+from tests.support.dra_judge import build
+
+NEWEST = "1.37/1.37"
+PREPARING = {"prepare", "kubelet_restart", "devshim_restart"}
+
+
+def config(tmp_path: Path, driver: dict[str, Any], resource: str) -> Path:
+    path = tmp_path / "devshim.yaml"
+    dra = {"drivers": [{"name": "gpu.example.com", "resources": [resource]}]}
+    path.write_text(yaml.safe_dump({"drivers": [driver], "dra": dra}))
+    return path
+
+
+def sim(tmp_path: Path) -> Path:
+    examples = Path(__file__).resolve().parents[2] / "examples" / "sim.yaml"
+    command = [sys.executable, "-m", "adapters.sim", "--config", str(examples)]
+    return config(tmp_path, {"name": "sim", "command": command}, "example.com/gpu")
+
+
+def pair_param(name: str) -> Any:
+    marks = () if name == NEWEST else (pytest.mark.full_matrix,)
+    return pytest.param(name, marks=marks, id=name)
+
+
+@pytest.mark.parametrize("pair", [pair_param(f"1.{k.minor}/1.{a.minor}") for k, a in supported_pairs()])
+def test_the_simulator_passes_every_scenario(tmp_path: Path, pair: str) -> None:
+    [(kubelet, server)] = choose_pairs([pair])
+    build(kubelet)  # outside the run's own time (the command builds what is missing too)
+    run = compat(tmp_path, "--dra", "--config", str(sim(tmp_path)), "--dra-pair", pair)
+    assert run.code == 0, run.stdout
+    column = f"kubelet-1.{kubelet.minor}/apiserver-1.{server.minor}"
+    assert [(c["scenario"], c["mode"], c["status"]) for c in run.cells] == [
+        (s, column, "pass") for s in SCENARIOS
+    ]
+    said = f"builds the DRA manager of 1.{kubelet.minor} and kube-apiserver and etcd of 1.{server.minor}"
+    assert said in run.stderr
+    service = "v1beta1" if kubelet.minor == 33 else "v1"
+    assert f"through {service}.DRAPlugin" in run.stdout
+
+
+def test_a_driver_whose_allocate_fails_fails_the_rows_that_prepare(tmp_path: Path) -> None:
+    """Two rows that prepare and two that do not, for time (the simulator runs every row)."""
+    driver = {"name": "broken", "command": [sys.executable, str(DRIVERS / "broken.py"), "allocate-fails"]}
+    path = config(tmp_path, driver, "example.com/broken")
+    rows = ["register", "publish", "prepare", "kubelet_restart"]
+    run = compat(
+        tmp_path, "--dra", "--config", str(path), "--dra-pair", NEWEST, *(f"--scenario={r}" for r in rows)
+    )
+    assert run.code == 1
+    failed = run.by_status("fail")
+    assert {scenario for scenario, _ in failed} == PREPARING & set(rows), run.stdout
+    for reason in failed.values():
+        assert "allocate fails on purpose" in reason, reason
+    assert {c["scenario"] for c in run.cells if c["status"] == "pass"} == set(rows) - PREPARING
+    assert table_row(run.stdout, "prepare").split()[1] == "FAIL"
+    repeat = "--scenario prepare --dra --dra-pair kubelet-1.37/apiserver-1.37"
+    assert any(line.strip().startswith("devshim compat --config") and line.endswith(repeat)
+               for line in run.stdout.splitlines()), run.stdout  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--dra"], "--dra takes the driver and its DRA pool from --config FILE"),
+        (["--dra", "--driver", "x", "--config", "c.yaml"], "--driver do not apply to it"),
+        (
+            ["--dra-pair", NEWEST, "--driver", "x"],
+            "--dra-pair chooses the DRA judge's columns: give --dra too",
+        ),
+        (["--dra", "--config", "{sim}", "--dra-pair", "1.33/1.37"], "unknown DRA pair 1.33/1.37"),
+        (["--dra", "--config", "{sim}", "--scenario", "allocate"], "unknown DRA scenario allocate"),
+        (["--dra", "--config", "{plain}"], "has no dra.drivers entry to judge"),
+    ],
+    ids=["no-config", "driver", "pair-without-dra", "unsupported-pair", "unknown-scenario", "no-pool"],
+)
+def test_usage_errors_exit_2_naming_the_problem(tmp_path: Path, args: list[str], says: str) -> None:
+    (tmp_path / "plain.yaml").write_text("drivers: []\n")
+    names = {"{sim}": str(sim(tmp_path)), "{plain}": str(tmp_path / "plain.yaml")}
+    argv = [names.get(a, a) for a in args]
+    done = subprocess.run([*DEVSHIM, "compat", *argv], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr, done.stderr
+
+
+def test_pairs_are_what_upstream_supports() -> None:
+    """The kubelet never newer than its API server, at most three minors older; a 1.33 kubelet
+    only with its own (it reads claims through v1beta1, off by default from 1.34)."""
+    names = {f"1.{k.minor}/1.{a.minor}" for k, a in supported_pairs()}
+    assert names == {"1.33/1.33", "1.34/1.34", "1.34/1.37", "1.37/1.37"}
+    assert [f"1.{k.minor}/1.{a.minor}" for k, a in choose_pairs([])] == ["1.33/1.33", "1.37/1.37"]
