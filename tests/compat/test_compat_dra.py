@@ -107,3 +107,12 @@ def test_pairs_are_what_upstream_supports() -> None:
     names = {f"1.{k.minor}/1.{a.minor}" for k, a in supported_pairs()}
     assert names == {"1.33/1.33", "1.34/1.34", "1.34/1.37", "1.37/1.37"}
     assert [f"1.{k.minor}/1.{a.minor}" for k, a in choose_pairs([])] == ["1.33/1.33", "1.37/1.37"]
+
+
+def test_the_device_plugin_matrix_takes_the_same_config(tmp_path: Path) -> None:
+    """Stage 2 of the migration guide checks both sides with one config: without --dra the DRA
+    section is left to --dra (it needs a node's name) and the driver's entry is judged as ever."""
+    run = compat(tmp_path, "--config", str(sim(tmp_path)), "--profile", "1.33+", "--registration", "classic",
+                 "--scenario", "register")  # fmt: skip
+    assert run.code == 0, run.stdout + run.stderr
+    assert [(c["scenario"], c["status"]) for c in run.cells] == [("register", "pass")]

@@ -351,7 +351,9 @@ def _configured_driver(config: Path, driver_name: str | None) -> dict[str, Any]:
     from shim.settings import Settings
 
     try:
-        drivers = Settings.load(config_file=config).drivers
+        # The driver's entry alone matters here: a DRA section (which needs the node's name) is
+        # --dra's to judge.
+        drivers = Settings.load(config_file=config, dra={"drivers": []}).drivers
     except ConfigError as err:
         raise UsageError(f"--config {config}: {err}") from None
     names = [d.name for d in drivers]
