@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,8 @@ class DraCell:
         path.write_text(yaml.safe_dump(settings))
         return path
 
-    def world(self) -> Any:
+    def world(self) -> AbstractAsyncContextManager[DraNode]:
+        """devshim and the DRA manager on this cell's node (dra_world.dra_node)."""
         self.plane.ensure("/api/v1/nodes", {"metadata": {"name": self.node}})
         return dra_node(
             self.plane, self.kubelet, self.manager_binary, self.folder, self.write_config(),
