@@ -20,7 +20,7 @@ from tests.support.devshim_process import DEVSHIM
 from tests.support.dra_judge import build
 
 NEWEST = "1.37/1.37"
-PREPARING = {"prepare", "kubelet_restart", "devshim_restart"}
+PREPARING = {"prepare", "shared", "kubelet_restart", "devshim_restart"}
 
 
 def config(tmp_path: Path, driver: dict[str, Any], resource: str) -> Path:

@@ -173,6 +173,34 @@ async def prepare(cell: DraCell) -> str:
         return f"through {service}"
 
 
+async def shared(cell: DraCell) -> str:
+    """A claim reserved for two pods: prepared once, still resolving for the second pod after the
+    first is gone, unprepared once after the last."""
+    async with cell.world() as node:
+        pool = await cell.published().until(lambda pool: len(pool) > 0, "devshim published a device")
+        first, second = _pod("shared"), _pod("shared")
+        second = Pod(second.uid, "pod-shared-2", second.resource_claims, second.containers)
+        allocate_claim(
+            cell.plane, claims_version(cell.kubelet.minor), "shared", [("r0", sorted(pool)[0])],
+            node=cell.node, driver=cell.driver, pods=[(p.name, p.uid) for p in (first, second)],
+        )  # fmt: skip
+        await node.manager.prepare(first)
+        await node.manager.prepare(second)
+        ids = {(await node.manager.resources(p.uid, "c0")).cdi_devices for p in (first, second)}
+        expect(len(ids) == 1, f"the two pods of one claim got different CDI devices: {sorted(ids)}")
+        status = await node.kubelet_status(lambda k: k["prepared_claims"] == 1, "one claim prepared")
+        asked = _driver_calls(status, "allocate")
+        expect(asked == 1, f"the driver was asked to allocate {asked} times for one claim")
+        await node.manager.unprepare(first.uid)
+        got = await node.manager.resources(second.uid, "c0")
+        expect(got.cdi_error == "", f"the second pod's devices no longer resolve: {got.cdi_error}")
+        await node.manager.unprepare(second.uid)
+        await node.kubelet_status(
+            lambda k: k["calls"].get(UNPREPARED) == 1 and k["prepared_claims"] == 0, "unprepared once"
+        )
+        return "prepared once for two pods, unprepared after the last"
+
+
 async def kubelet_restart(cell: DraCell) -> str:
     async with cell.world() as node:
         pod, _ = await _prepared(cell, node, "survivor")
@@ -223,6 +251,7 @@ SCENARIOS: dict[str, Callable[[DraCell], Awaitable[str]]] = {
     "register": register,
     "publish": publish,
     "prepare": prepare,
+    "shared": shared,
     "kubelet_restart": kubelet_restart,
     "devshim_restart": devshim_restart,
 }
