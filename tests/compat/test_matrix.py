@@ -40,8 +40,8 @@ def expected_skip(scenario: str, mode: Mode) -> str | None:
 def in_ci_subset(mode: Mode, scenario_index: int) -> bool:
     """`devshim compat --quick`'s cells, but one registration path per v1beta1 kubelet and
     scenario, alternating (for the default suite's time): every (scenario, kubelet), (scenario,
-    path) and (kubelet, path) pair still runs. Both paths of every scenario run against the real
-    device manager in test_upstream_judge.py."""
+    path) and (kubelet, path) pair still runs. Both paths of every scenario run against the newest
+    real device manager in test_upstream_judge.py."""
     if not in_default_subset(mode, scenario_index):
         return False
     if mode.kubelet.speaks != "v1beta1":
