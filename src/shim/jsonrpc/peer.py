@@ -79,6 +79,9 @@ class Peer:
             raise
         finally:
             self._pending.pop(request_id, None)
+            if future.done() and not future.cancelled():
+                # Failed by the closing stream while our own send failed: seen, not "never retrieved".
+                future.exception()
 
     async def notify(self, method: str, params: Any) -> None:
         await self._send({"jsonrpc": "2.0", "method": method, "params": params})
