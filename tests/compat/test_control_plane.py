@@ -208,6 +208,9 @@ def test_dra_flags_and_version_order() -> None:
         "--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true",
     ]
     assert dra_flags(34) == dra_flags(37) == []
+    # What a 1.33 kubelet needs of a newer server: the claims' v1beta1 turned on, nothing twice.
+    assert dra_flags(34, ["v1beta1"]) == ["--runtime-config=resource.k8s.io/v1beta1=true"]
+    assert dra_flags(33, ["v1beta1"]) == dra_flags(33)
     versions = ["v1alpha3", "v1beta1", "v1", "v1beta2", "v2alpha1"]
     assert sorted(versions, key=version_priority, reverse=True) == [
         "v1",

@@ -22,9 +22,10 @@ import grpc
 import pytest
 import yaml
 
+from shim.compat.node.node import free_port
 from shim.kubelet import FakeKubelet
 from tests.support import DRIVERS, ROOT
-from tests.support.devshim_process import DEVSHIM, children, devshim, free_port, http_get
+from tests.support.devshim_process import DEVSHIM, children, devshim, http_get
 
 LIFECYCLE = str(DRIVERS / "lifecycle.py")
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.devshim_process import DEVSHIM, free_port, http_get
+from shim.compat.node.node import free_port
+from tests.support.devshim_process import DEVSHIM, http_get
 
 DOC = Path(__file__).parents[2] / "docs" / "operations.md"
 

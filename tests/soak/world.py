@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -25,6 +24,7 @@ from typing import Any
 import yaml
 
 from shim.compat.modes import KUBELET_LINE, Kubelet
+from shim.compat.node.node import free_port
 from shim.kubelet import PluginSession
 
 from .kubelet import PodResources, RecordingKubelet
@@ -112,13 +112,6 @@ def devshim_config(root: Path) -> dict[str, Any]:
             if s.driver is None
         ],
     }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Devshim:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 import urllib.error
 import urllib.request
@@ -48,13 +47,6 @@ def runs(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
-
-
-def free_port() -> int:
-    """A local TCP port free at the time of asking."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def http_get(url: str) -> tuple[int, str]:

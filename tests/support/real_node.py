@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 
 from shim.compat.node import Node, images
 from shim.compat.node.kubelet import kubelet_releases
+from shim.compat.node.node import free_port
 from shim.kubelet.podresources import PodResourcesReader
 from shim.kubelet.records import AssignedDevice, RunningPod
-from tests.support.devshim_process import free_port
 from tests.support.toolchains import toolchain, unavailable
 
 KUBELETS = kubelet_releases()

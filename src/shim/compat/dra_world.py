@@ -13,7 +13,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from shim.compat.node import ControlPlane
+from shim.compat.node.node import free_port
 from shim.compat.results import Failed
 from shim.compat.upstream.dra_manager import DraManager, running_dra_manager
 from shim.compat.upstream.releases import Release
@@ -114,12 +114,6 @@ def allocate_claim(
     }
     updated: dict[str, Any] = plane.request("PUT", f"{path}/{name}/status", claim)
     return updated
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass

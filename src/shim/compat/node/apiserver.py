@@ -14,6 +14,7 @@ import json
 import ssl
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,20 +38,23 @@ class APIError(RuntimeError):
         self.status, self.body = status, body
 
 
-def dra_flags(minor: int) -> list[str]:
-    """What release 1.`minor` needs to serve resource.k8s.io at its newest version."""
-    if minor >= 34:
-        return []  # v1, GA and enabled by default
-    betas = ["v1beta1", "v1beta2"] if minor == 33 else ["v1beta1"]
-    return [
-        "--feature-gates=DynamicResourceAllocation=true",
-        "--runtime-config=" + ",".join(f"resource.k8s.io/{v}=true" for v in betas),
-    ]
+def dra_flags(minor: int, also: Sequence[str] = ()) -> list[str]:
+    """What release 1.`minor` needs to serve resource.k8s.io at its newest version, and the older
+    versions ``also`` (a 1.33 kubelet reads claims through v1beta1, off by default from 1.34)."""
+    betas = ["v1beta1", "v1beta2"] if minor == 33 else ["v1beta1"] if minor < 34 else []
+    served = list(dict.fromkeys([*betas, *also]))
+    gates = [] if minor >= 34 else ["--feature-gates=DynamicResourceAllocation=true"]
+    if not served:
+        return gates  # v1, GA and enabled by default
+    return [*gates, "--runtime-config=" + ",".join(f"resource.k8s.io/{v}=true" for v in served)]
 
 
-def apiserver_command(binary: Path, minor: int, pki: Path, etcd_url: str, port: int) -> list[str]:
+def apiserver_command(
+    binary: Path, minor: int, pki: Path, etcd_url: str, port: int, also: Sequence[str] = ()
+) -> list[str]:
     """kube-apiserver of release 1.`minor` on https://127.0.0.1:`port`, its data in `etcd_url`,
-    its certificates and keys in `pki` (ca.crt, apiserver.crt/.key, service-account.key/.pub)."""
+    its certificates and keys in `pki` (ca.crt, apiserver.crt/.key, service-account.key/.pub),
+    serving resource.k8s.io versions ``also`` besides its default ones."""
     return [
         str(binary),
         "--bind-address=127.0.0.1",
@@ -68,7 +72,7 @@ def apiserver_command(binary: Path, minor: int, pki: Path, etcd_url: str, port: 
         # The advertised address is 127.0.0.1, which an Endpoints object may not hold.
         "--endpoint-reconciler-type=none",
         "--allow-privileged=true",
-        *dra_flags(minor),
+        *dra_flags(minor, also),
         "--v=2",
     ]
 

@@ -31,7 +31,7 @@ from shim.compat.upstream import releases as upstream
 
 from . import apiserver, certs, containerd, kubelet
 from .controlplane import ControlPlane
-from .node import Node, NodeError, Pod, _free_port, pod_manifest
+from .node import Node, NodeError, Pod, free_port, pod_manifest
 from .scheduler import Scheduler
 
 NODE_USER = f"system:node:{kubelet.NODE_NAME}"
@@ -118,7 +118,7 @@ class ConnectedNode:
             f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", {"metadata": {"name": "default"}}
         )
         self.scheduler = Scheduler(
-            scheduler_binary, self.folder / "scheduler", self.plane.admin_kubeconfig, _free_port()
+            scheduler_binary, self.folder / "scheduler", self.plane.admin_kubeconfig, free_port()
         )
         self.scheduler.start()
         self._node = Node(self.folder, kubelet_binary, self.minor, kubeconfig=self.node_kubeconfig,

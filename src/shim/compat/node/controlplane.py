@@ -26,7 +26,7 @@ from typing import Any
 from shim.compat.upstream import releases as upstream
 
 from . import apiserver, certs, images
-from .node import NodeError, _free_port, _tail
+from .node import NodeError, _tail, free_port
 
 START_TIMEOUT_S = 120.0
 # kube-apiserver does not exit on SIGTERM while a client holds a watch open (seen: still up after
@@ -76,8 +76,19 @@ def _terminate(process: subprocess.Popen[bytes] | None) -> None:
 class ControlPlane:
     """etcd and kube-apiserver 1.`minor` in `folder` (binaries built or taken from the cache)."""
 
-    def __init__(self, minor: int, folder: Path, *, spawn: Spawn = _spawn, log: bool = False) -> None:
+    def __init__(
+        self,
+        minor: int,
+        folder: Path,
+        *,
+        spawn: Spawn = _spawn,
+        log: bool = False,
+        resource_versions: Sequence[str] = (),
+    ) -> None:
+        """``resource_versions``: resource.k8s.io versions to serve besides the release's
+        defaults (over upgrades too), e.g. v1beta1 for a 1.33 kubelet."""
         self.folder, self.minor, self._spawn, self._log = folder, minor, spawn, log
+        self.resource_versions = tuple(resource_versions)
         self.release = release(minor)  # JudgeUnavailable for a release without kube-apiserver
         self.etcd = upstream.etcd_for(self.release)  # etcd stays at this one over upgrades
         self.pki = folder / "pki"
@@ -128,13 +139,13 @@ class ControlPlane:
         self.folder.mkdir(parents=True, exist_ok=True)
         self._make_certificates()
         began = time.monotonic()
-        client_port, peer_port = _free_port(), _free_port()
+        client_port, peer_port = free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{client_port}"
         argv = apiserver.etcd_command(etcd_binary, self.folder / "etcd", client_port, peer_port)
         self._etcd = self._spawn(argv, self.etcd_log)
         self._wait(self._etcd_healthy, "etcd healthy", self.etcd_log)
         self.etcd_started_in_s = time.monotonic() - began
-        self.port = _free_port()
+        self.port = free_port()
         self._start_apiserver()
 
     def stop(self) -> None:
@@ -171,7 +182,9 @@ class ControlPlane:
 
     def _start_apiserver(self) -> None:
         binary = upstream.build(self.release, program=upstream.APISERVER_PROGRAM, log=self._log)
-        argv = apiserver.apiserver_command(binary, self.minor, self.pki, self.etcd_url, self.port)
+        argv = apiserver.apiserver_command(
+            binary, self.minor, self.pki, self.etcd_url, self.port, self.resource_versions
+        )
         began = time.monotonic()
         self._apiserver = self._spawn(argv, self.apiserver_log)
         self._wait(self._ready, f"kube-apiserver {self.release.version} ready (/readyz)", self.apiserver_log)

@@ -74,7 +74,8 @@ def pod_manifest(
     }
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A local TCP port free at the time of asking."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -164,10 +165,10 @@ class Node:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
             if done.returncode != 0:
                 raise NodeError(f"importing {image.name} failed: {(done.stderr or done.stdout).strip()}")
-        self.read_only_port = _free_port()
+        self.read_only_port = free_port()
         conf = kubelet.config(
             self.minor, self.folder, cgroup_root=self._host.cgroup.path,
-            runtime_socket=containerd.socket(self._containerd_dir), port=_free_port(),
+            runtime_socket=containerd.socket(self._containerd_dir), port=free_port(),
             read_only_port=self.read_only_port,
         )  # fmt: skip
         (self.folder / "kubelet.json").write_text(json.dumps(conf, indent=2))
