@@ -1,7 +1,8 @@
-"""`devshim compat --dra` as a real process (shim.compat.dra_matrix): the simulator's DRA pool
-passes every scenario under a real DRA manager and API server (the newest pair by default, every
-supported pair with --full-matrix), a driver whose allocate fails fails exactly the rows that
-prepare a claim, and the table, JSON and JUnit agree."""
+"""`devshim compat --dra` as a real process (shim.compat.dra_matrix): the simulator, given as
+`--driver` alone, passes every scenario that applies under a real DRA manager and API server
+(the oldest and newest pair by default, every supported pair with --full-matrix), a driver whose
+allocate fails fails exactly the rows that prepare a claim, and the table, JSON and JUnit
+agree."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 import yaml
 
 from shim.compat.dra_matrix import SCENARIOS, choose_pairs, supported_pairs
-from tests.support import DRIVERS
+from shim.compat.upstream import releases as upstream
+from tests.support import DRIVERS, control_plane
 from tests.support.compat_run import compat, table_row
 from tests.support.devshim_process import DEVSHIM
 from tests.support.dra_judge import build
@@ -36,25 +38,47 @@ def sim(tmp_path: Path) -> Path:
     return config(tmp_path, {"name": "sim", "command": command}, "example.com/gpu")
 
 
+# The command's own default: the oldest and the newest pair (every pair with --full-matrix).
+DEFAULT = {f"1.{k.minor}/1.{a.minor}" for k, a in choose_pairs([])}
+
+
 def pair_param(name: str) -> Any:
-    marks = () if name == NEWEST else (pytest.mark.full_matrix,)
+    marks = () if name in DEFAULT else (pytest.mark.full_matrix,)
     return pytest.param(name, marks=marks, id=name)
 
 
+SIM = Path(__file__).resolve().parents[2] / "examples" / "sim.yaml"
+# Its control file (sim.ctl, in the working directory) takes a device's health.
+HOOK = 'echo "health $DEVSHIM_COMPAT_RESOURCE $DEVSHIM_COMPAT_DEVICE Unhealthy" >> sim.ctl'
+
+
 @pytest.mark.parametrize("pair", [pair_param(f"1.{k.minor}/1.{a.minor}") for k, a in supported_pairs()])
-def test_the_simulator_passes_every_scenario(tmp_path: Path, pair: str) -> None:
+def test_the_simulator_passes_every_scenario_that_applies(tmp_path: Path, pair: str) -> None:
+    """Issue 30's own command: the driver alone, its pool every resource it declares."""
     [(kubelet, server)] = choose_pairs([pair])
     build(kubelet)  # outside the run's own time (the command builds what is missing too)
-    run = compat(tmp_path, "--dra", "--config", str(sim(tmp_path)), "--dra-pair", pair)
+    upgrade = server.minor == 33  # 1.33 -> 1.34, the one adjacent upgrade carried
+    if upgrade:
+        control_plane.build(upstream.choose(["upstream-1.34"])[0])
+    driver = f"devshim-sim --config {SIM}"
+    run = compat(
+        tmp_path, "--dra", "--driver", driver, "--health-hook", HOOK, "--dra-pair", pair, cwd=tmp_path
+    )
     assert run.code == 0, run.stdout
     column = f"kubelet-1.{kubelet.minor}/apiserver-1.{server.minor}"
+    skipped = {"health"} if kubelet.minor == 33 else set()
+    skipped |= set() if upgrade else {"apiserver_upgrade"}
     assert [(c["scenario"], c["mode"], c["status"]) for c in run.cells] == [
-        (s, column, "pass") for s in SCENARIOS
+        (s, column, "skip" if s in skipped else "pass") for s in SCENARIOS
     ]
     said = f"builds the DRA manager of 1.{kubelet.minor} and kube-apiserver and etcd of 1.{server.minor}"
     assert said in run.stderr
+    assert "DRA driver example.com: example.com/fpga, example.com/gpu" in run.stderr
     service = "v1beta1" if kubelet.minor == 33 else "v1"
     assert f"through {service}.DRAPlugin" in run.stdout
+    assert "6 devices in resource.k8s.io/" in run.stdout  # both resources, one pool
+    if "health" not in skipped:
+        assert f"through {'v1alpha1' if kubelet.minor == 34 else 'v1'}.DRAResourceHealth" in run.stdout
 
 
 def test_a_driver_whose_allocate_fails_fails_the_rows_that_prepare(tmp_path: Path) -> None:
@@ -80,8 +104,9 @@ def test_a_driver_whose_allocate_fails_fails_the_rows_that_prepare(tmp_path: Pat
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--dra"], "--dra takes the driver and its DRA pool from --config FILE"),
-        (["--dra", "--driver", "x", "--config", "c.yaml"], "--driver do not apply to it"),
+        (["--dra"], "--dra judges --driver COMMAND, or the driver and DRA pool of --config FILE"),
+        (["--dra", "--plugin", "x"], "--plugin do not apply to --dra"),
+        (["--dra", "--driver", "{missing}"], "the driver did not start"),
         (
             ["--dra-pair", NEWEST, "--driver", "x"],
             "--dra-pair chooses the DRA judge's columns: give --dra too",
@@ -90,22 +115,35 @@ def test_a_driver_whose_allocate_fails_fails_the_rows_that_prepare(tmp_path: Pat
         (["--dra", "--config", "{sim}", "--scenario", "allocate"], "unknown DRA scenario allocate"),
         (["--dra", "--config", "{plain}"], "has no dra.drivers entry to judge"),
     ],
-    ids=["no-config", "driver", "pair-without-dra", "unsupported-pair", "unknown-scenario", "no-pool"],
+    ids=[
+        "nothing",
+        "plugin",
+        "driver-missing",
+        "pair-without-dra",
+        "unsupported-pair",
+        "unknown-scenario",
+        "no-pool",
+    ],
 )
 def test_usage_errors_exit_2_naming_the_problem(tmp_path: Path, args: list[str], says: str) -> None:
     (tmp_path / "plain.yaml").write_text("drivers: []\n")
-    names = {"{sim}": str(sim(tmp_path)), "{plain}": str(tmp_path / "plain.yaml")}
+    names = {
+        "{sim}": str(sim(tmp_path)),
+        "{plain}": str(tmp_path / "plain.yaml"),
+        "{missing}": str(tmp_path / "no-such-driver"),
+    }
     argv = [names.get(a, a) for a in args]
     done = subprocess.run([*DEVSHIM, "compat", *argv], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert says in done.stderr, done.stderr
+    assert "never retrieved" not in done.stderr, done.stderr  # a failed start leaves no loose future
 
 
 def test_pairs_are_what_upstream_supports() -> None:
-    """The kubelet never newer than its API server, at most three minors older; a 1.33 kubelet
-    only with its own (it reads claims through v1beta1, off by default from 1.34)."""
+    """The kubelet never newer than its API server, at most three minors older (a 1.33 kubelet's
+    newer server serves v1beta1 for it, off by default from 1.34)."""
     names = {f"1.{k.minor}/1.{a.minor}" for k, a in supported_pairs()}
-    assert names == {"1.33/1.33", "1.34/1.34", "1.34/1.37", "1.37/1.37"}
+    assert names == {"1.33/1.33", "1.33/1.34", "1.34/1.34", "1.34/1.37", "1.37/1.37"}
     assert [f"1.{k.minor}/1.{a.minor}" for k, a in choose_pairs([])] == ["1.33/1.33", "1.37/1.37"]
 
 

@@ -11,9 +11,6 @@ publishes the pool. The test allocates claims as the scheduler would, from the p
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -24,6 +21,7 @@ import grpc
 import pytest
 import yaml
 
+from shim.compat.dra_world import RunningDevshim
 from shim.compat.node import ControlPlane
 from shim.compat.upstream import releases as upstream
 from shim.compat.upstream.dra_manager import (
@@ -40,8 +38,7 @@ from shim.compat.upstream.harness import Harness, HarnessError, running_harness
 from shim.compat.upstream.harness import Pod as DpPod
 from shim.kubelet.v1beta1 import PluginClientV1Beta1
 from tests.support import control_plane
-from tests.support.devshim_process import http_get
-from tests.support.dra import GPU_DRIVER, Published, config, make_claim, running_devshim
+from tests.support.dra import GPU_DRIVER, Published, config, make_claim, running
 from tests.support.dra_judge import CLAIMS_VERSION, RELEASES, build, param
 from tests.support.unix import short_temp_dir
 
@@ -70,20 +67,17 @@ class Node:
         self.plane, self.name, self.folder, self.stack = plane, name, folder, stack
         plane.ensure("/api/v1/nodes", {"metadata": {"name": name}})
         self.published = Published(plane, control_plane.NEWEST_DRA[plane.minor], name)
-        self.port = 0
-        self.proc: Any = None
+        self.devshim: RunningDevshim
         self.devices: Harness
         self.dra: DraManager
 
     async def start_devshim(self) -> None:
-        started = running_devshim(self.folder / "devshim.yaml")
-        self.proc, self.port = await self.stack.enter_async_context(started)
+        self.devshim = await self.stack.enter_async_context(running(self.folder / "devshim.yaml"))
 
     async def kill_and_start_devshim(self) -> None:
         """devshim SIGKILLed and started again: it keeps nothing of what it saw but its state
         dir (the DRA checkpoint)."""
-        os.kill(self.proc.pid, signal.SIGKILL)
-        await self.proc.wait()
+        await self.devshim.kill()
         await self.start_devshim()
 
     async def allocatable(self) -> list[str]:
@@ -115,30 +109,18 @@ class Node:
     async def until_restarted(self) -> None:
         """Until this devshim has compared its pool with the published one (and written any
         difference) and the DRA manager has registered it."""
-        async with asyncio.timeout(60):
-            while True:
-                try:
-                    pool = (await self.status())["dra"][GPU_DRIVER]
-                    if pool["rounds"] >= 1 and pool["kubelet"]["registered"] is True:
-                        return
-                except (OSError, KeyError, TypeError):
-                    pass  # not serving yet
-                await asyncio.sleep(0.05)
+
+        def compared(status: dict[str, Any]) -> bool:
+            pool = status["dra"][GPU_DRIVER]
+            return bool(pool["rounds"] >= 1 and pool["kubelet"]["registered"] is True)
+
+        await self.devshim.status(compared, "devshim compared its pool and is registered again")
 
     async def until_held(self, wanted: dict[str, list[str]]) -> None:
-        """Until devshim's /status (a snapshot up to 0.2 s old) shows ``wanted`` held."""
-        held = None
-        try:
-            async with asyncio.timeout(30):
-                while (held := (await self.status())["resources"][GPU]["held"]) != wanted:
-                    await asyncio.sleep(0.05)
-        except TimeoutError:
-            raise AssertionError(f"devshim holds {held}, not {wanted}") from None
+        await self.devshim.status(lambda s: s["resources"][GPU]["held"] == wanted, f"devshim holds {wanted}")
 
     async def status(self) -> dict[str, Any]:
-        code, body = await asyncio.to_thread(http_get, f"http://127.0.0.1:{self.port}/status")
-        assert code == 200, body
-        return dict(json.loads(body))
+        return await self.devshim.status(lambda s: True, "devshim serves /status")
 
     async def allocate_directly(self, device_ids: list[str]) -> None:
         """A v1beta1 Allocate on devshim's device plugin socket, as a kubelet whose view is late."""

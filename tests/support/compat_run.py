@@ -26,15 +26,16 @@ class Run:
         return {(c["scenario"], c["mode"]): c["reason"] for c in self.cells if c["status"] == status}
 
 
-def compat(tmp_path: Path, *args: str) -> Run:
-    """`devshim compat ARGS --json --junit`; the JUnit file and the table's summary line must agree
-    with the JSON, cell by cell."""
+def compat(tmp_path: Path, *args: str, cwd: Path | None = None) -> Run:
+    """`devshim compat ARGS --json --junit` (in ``cwd``); the JUnit file and the table's summary
+    line must agree with the JSON, cell by cell."""
     report, junit = tmp_path / "compat.json", tmp_path / "compat.xml"
     result = subprocess.run(
         [*DEVSHIM, "compat", *args, "--json", str(report), "--junit", str(junit)],
         capture_output=True,
         text=True,
         timeout=240,
+        cwd=cwd,
     )
     assert "Traceback" not in result.stderr, result.stderr
     document = json.loads(report.read_text())

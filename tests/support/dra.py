@@ -78,15 +78,22 @@ def config(
 
 
 @asynccontextmanager
-async def running_devshim(config_file: Path) -> AsyncIterator[tuple[asyncio.subprocess.Process, int]]:
-    """`devshim run --config FILE` for the block (shim.compat.dra_world): its process and ops
-    port; a failing test shows the end of its log (devshim.log beside the config)."""
+async def running(config_file: Path) -> AsyncIterator[world.RunningDevshim]:
+    """`devshim run --config FILE` for the block (shim.compat.dra_world); a failing test shows
+    the end of its log (devshim.log beside the config)."""
     async with world.running_devshim(config_file) as devshim:
         try:
-            yield devshim.proc, devshim.port
+            yield devshim
         except BaseException:
             sys.stderr.write(f"--- devshim's log ({devshim.log}), the end:\n{devshim.log_tail()}\n")
             raise
+
+
+@asynccontextmanager
+async def running_devshim(config_file: Path) -> AsyncIterator[tuple[asyncio.subprocess.Process, int]]:
+    """`running`, as its process and ops port."""
+    async with running(config_file) as devshim:
+        yield devshim.proc, devshim.port
 
 
 async def dra_status(

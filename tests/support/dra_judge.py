@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
+from shim.compat.dra_scenarios import claims_version
 from shim.compat.upstream import releases as upstream
 from shim.compat.upstream.dra_manager import dra_releases
 from tests.support import control_plane
 from tests.support.toolchains import toolchain
 
 RELEASES = dra_releases()
-# The resource.k8s.io version each release's DRA manager reads ResourceClaims through
-# (pkg/kubelet/cm/dra/manager.go: kubeClient.ResourceV1beta1() at 1.33, ResourceV1() after).
-CLAIMS_VERSION = {33: "v1beta1", 34: "v1", 37: "v1"}
+# The resource.k8s.io version each release's DRA manager reads ResourceClaims through.
+CLAIMS_VERSION = {r.minor: claims_version(r.minor) for r in RELEASES}
 _built: set[upstream.Release] = set()
 
 

@@ -23,7 +23,7 @@ from .modes import MODES, PROFILES, REGISTRATIONS, VERSION_SETS, Mode, in_defaul
 from .plugin_checks import PLUGIN_CHECKS, plugin_cells, run_plugin_matrix
 from .plugin_world import PluginUnderTest
 from .report import table, write_json, write_junit
-from .results import Result, Status
+from .results import Failed, Result, Status
 
 if TYPE_CHECKING:
     from .upstream.releases import Release
@@ -286,28 +286,21 @@ def driver_under_test(request: Request, argv: list[str]) -> DriverUnderTest:
 
 
 def _dra(request: Request) -> int:
-    """The DRA judge (dra_matrix.py): --config's drivers and first DRA pool, judged by real DRA
-    managers and API servers."""
+    """The DRA judge (dra_matrix.py): a driver's devices as a DRA pool (--config's first
+    dra.drivers entry, or with --driver alone every resource the driver declares), judged by real
+    DRA managers and API servers."""
     from . import dra_matrix  # the Kubernetes-side imports only when asked for
     from .upstream.releases import JudgeUnavailable
 
     sel = request.selection
     others = [flag for flag, given in (
-        ("--driver", request.driver), ("--plugin", request.plugin), ("--socket", request.socket),
-        ("--health-hook", request.health_hook), ("--judge", sel.judges), ("--profile", sel.profiles),
-        ("--kubelet", sel.kubelets), ("--registration", sel.registrations), ("--quick", sel.quick),
-        ("--expect", request.expect), ("--prebuild", request.prebuild),
+        ("--plugin", request.plugin), ("--socket", request.socket), ("--judge", sel.judges),
+        ("--profile", sel.profiles), ("--kubelet", sel.kubelets), ("--registration", sel.registrations),
+        ("--quick", sel.quick), ("--expect", request.expect), ("--prebuild", request.prebuild),
     ) if given]  # fmt: skip
     if others:
-        raise UsageError(f"--dra takes its driver from --config; {', '.join(others)} do not apply to it")
-    if request.config is None:
-        raise UsageError(
-            "--dra takes the driver and its DRA pool from --config FILE (drivers and dra.drivers)"
-        )
-    settings = _raw_settings(request.config)
-    pools = (settings.get("dra") or {}).get("drivers") or []
-    if not pools or not isinstance(pools[0], dict) or not pools[0].get("name"):
-        raise UsageError(f"--config {request.config} has no dra.drivers entry to judge (docs/dra.md)")
+        raise UsageError(f"{', '.join(others)} do not apply to --dra (docs/compat.md, DRA)")
+    settings, pool, env = _dra_settings(request)
     unknown = sorted(set(sel.scenarios) - set(dra_matrix.SCENARIOS))
     if unknown:
         raise UsageError(
@@ -319,16 +312,68 @@ def _dra(request: Request) -> int:
         raise UsageError(str(err)) from None
     scenarios = [s for s in dra_matrix.SCENARIOS if not sel.scenarios or s in sel.scenarios]
     sys.stderr.write(f"devshim compat: {dra_matrix.requirements(pairs)}\n")
+    sys.stderr.write(f"devshim compat: DRA driver {pool['name']}: {', '.join(pool['resources'])}\n")
     cells = len(pairs) * len(scenarios)
     try:
         results = asyncio.run(dra_matrix.run_dra_matrix(
-            settings, pools[0]["name"], pairs, scenarios, request.cell_timeout_s, _progress(cells)
+            settings, pool["name"], pairs, scenarios, request.cell_timeout_s, _progress(cells),
+            request.health_hook, env,
         ))  # fmt: skip
     except JudgeUnavailable as err:
         raise UsageError(str(err)) from None
     columns = [dra_matrix.pair_name(p) for p in pairs]
-    what = f"DRA driver {pools[0]['name']} of {request.config} (kubelet/API server)"
+    source = request.driver if request.driver is not None else str(request.config)
+    what = f"DRA driver {pool['name']} of {source} (kubelet/API server)"
     return _report(request, results, scenarios, columns, "scenario", what)
+
+
+def _dra_settings(request: Request) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+    """devshim's settings for the DRA judge, the pool judged and the driver's env (for the health
+    hook). --config as written (its first dra.drivers entry; --driver replaces its driver's
+    command); --driver alone: the driver as the device-plugin matrix runs it, its pool every
+    resource it declares at start."""
+    if request.driver is not None and not shlex.split(request.driver):
+        raise UsageError("--driver: the command is empty")
+    if request.config is None:
+        if request.driver is None:
+            raise UsageError(
+                "--dra judges --driver COMMAND, or the driver and DRA pool of --config FILE "
+                "(drivers and dra.drivers)"
+            )
+        return _probed_pool(request)
+    settings = _raw_settings(request.config)
+    pools = (settings.get("dra") or {}).get("drivers") or []
+    if not pools or not isinstance(pools[0], dict) or not pools[0].get("name"):
+        raise UsageError(f"--config {request.config} has no dra.drivers entry to judge (docs/dra.md)")
+    if request.driver is not None:
+        name = _configured_driver(request.config, request.driver_name)["name"]
+        settings["drivers"] = [
+            {**d, "command": shlex.split(request.driver)} if d.get("name") == name else d
+            for d in settings.get("drivers") or []
+        ]
+    return settings, dict(pools[0]), {}
+
+
+def _probed_pool(request: Request) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+    from shim.names import driver_name_problem
+
+    from .driver_world import DRIVER_NAME, declared_resources, settings_entry
+
+    assert request.driver is not None
+    driver = driver_under_test(request, shlex.split(request.driver))
+    said = f"the driver starts once to say its resources; it runs {driver.describe()}"
+    sys.stderr.write(f"devshim compat: {said}\n")
+    try:
+        resources = asyncio.run(declared_resources(driver))
+    except Failed as failed:
+        raise UsageError(f"--driver {request.driver}: {failed}") from None
+    name = resources[0].split("/")[0].lower()  # the resources' domain, e.g. example.com
+    if (problem := driver_name_problem(name)) is not None:
+        raise UsageError(f"the domain {name!r} of {resources[0]} is no DRA driver name ({problem}): "
+                         "give --config with a dra.drivers entry naming one")  # fmt: skip
+    pool = {"name": name, "resources": resources}
+    settings = {"drivers": [settings_entry(driver, DRIVER_NAME)], "dra": {"drivers": [pool]}}
+    return settings, pool, dict(driver.env)
 
 
 def _raw_settings(config: Path) -> dict[str, Any]:

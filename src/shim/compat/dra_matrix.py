@@ -2,9 +2,10 @@
 (its real DRA manager) and an API server release (a real kube-apiserver and etcd).
 
 A pair is a column, chosen as KUBELET/APISERVER (`--dra-pair 1.33/1.33`). Pairs are those upstream supports,
-the kubelet never newer than the API server, among the releases devshim carries a DRA manager and
-an API server of; except a 1.33 kubelet with a newer API server, which needs resource.k8s.io
-v1beta1 turned on there (docs/dra.md, "From the device plugin to DRA"), not yet set up here.
+the kubelet never newer than the API server nor more than three minors older, among the releases
+devshim carries a DRA manager and an API server of. A 1.33 kubelet's newer API server serves
+resource.k8s.io/v1beta1 too, as its operator must turn on (docs/dra.md, "From the device plugin
+to DRA").
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ import asyncio
 import functools
 import itertools
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from shim.compat.dra_scenarios import SCENARIOS, DraCell
+from shim.compat.dra_scenarios import SCENARIOS, DraCell, resource_versions
 
 __all__ = ["SCENARIOS", "choose_pairs", "pair_name", "requirements", "run_dra_matrix", "supported_pairs"]
 from shim.compat.node.controlplane import ControlPlane, apiserver_releases
@@ -42,12 +43,7 @@ def _short(pair: Pair) -> str:
 
 def supported_pairs() -> list[Pair]:
     servers = apiserver_releases()
-    return [
-        (k, a)
-        for k in dra_releases()
-        for a in servers
-        if k.minor <= a.minor <= k.minor + MAX_SKEW and not (k.minor == 33 and a.minor > 33)
-    ]
+    return [(k, a) for k in dra_releases() for a in servers if k.minor <= a.minor <= k.minor + MAX_SKEW]
 
 
 def choose_pairs(given: Sequence[str]) -> list[Pair]:
@@ -70,7 +66,9 @@ def choose_pairs(given: Sequence[str]) -> list[Pair]:
 def requirements(pairs: Sequence[Pair]) -> str:
     """What the run needs, said before it starts (as the device-plugin judge says its own)."""
     kubelets = sorted({f"1.{k.minor}" for k, _ in pairs})
-    servers = sorted({f"1.{a.minor}" for _, a in pairs})
+    carried = {a.minor for a in apiserver_releases()}
+    # The upgrade row's target: the next minor, where carried.
+    servers = sorted({f"1.{m}" for _, a in pairs for m in (a.minor, a.minor + 1) if m in carried})
     return (
         f"the DRA judge builds the DRA manager of {', '.join(kubelets)} and kube-apiserver and etcd "
         f"of {', '.join(servers)} with Go into the judge's cache on first use (minutes and about "
@@ -85,6 +83,8 @@ async def run_dra_matrix(
     scenarios: Sequence[str],
     timeout_s: float,
     progress: Callable[[Result], None],
+    health_hook: str | None = None,
+    hook_env: Mapping[str, str] | None = None,
 ) -> list[Result]:
     """Every (scenario, pair) cell: one API server per pair, a fresh node and devshim per cell."""
     results: list[Result] = []
@@ -95,14 +95,17 @@ async def run_dra_matrix(
             releases.build, kubelet, program=releases.DRAMANAGER_PROGRAM, log=False
         )
         with tempfile.TemporaryDirectory(prefix="ds-dra-cp-", ignore_cleanup_errors=True) as plane_dir:
-            plane = ControlPlane(server.minor, Path(plane_dir))
+            plane = ControlPlane(
+                server.minor, Path(plane_dir), resource_versions=resource_versions(kubelet, server.minor)
+            )
             await asyncio.to_thread(plane.start)
             try:
                 for scenario in scenarios:
                     with tempfile.TemporaryDirectory(prefix="ds-dra-", ignore_cleanup_errors=True) as folder:
                         cell = DraCell(
-                            plane, kubelet, binary, settings, driver, Path(folder), f"compat-{next(nodes)}"
-                        )
+                            plane, kubelet, binary, settings, driver, Path(folder), f"compat-{next(nodes)}",
+                            health_hook, hook_env or {},
+                        )  # fmt: skip
                         check = functools.partial(SCENARIOS[scenario], cell)
                         result = await run_cell(scenario, pair_name(pair), check, timeout_s)
                     progress(result)

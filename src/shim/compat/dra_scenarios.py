@@ -10,20 +10,31 @@ so any driver can be judged.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from shim.compat.dra_world import DraNode, Published, allocate_claim, dra_node, running_devshim
+from shim.compat.driver_world import run_health_hook
 from shim.compat.node import ControlPlane
-from shim.compat.results import Failed, expect
-from shim.compat.upstream.dra_manager import Container, ContainerClaim, DraManagerError, Pod, PodClaim
+from shim.compat.node.controlplane import apiserver_releases
+from shim.compat.results import Failed, Skip, expect
+from shim.compat.upstream.dra_manager import (
+    Container,
+    ContainerClaim,
+    DraManager,
+    DraManagerError,
+    Pod,
+    PodClaim,
+)
 from shim.compat.upstream.releases import Release
+from shim.dra.checkpoint import Checkpoint
 
 # What devshim registers, newest first (shim.dra.plugin.server SERVICES).
 OFFERED = ("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
@@ -54,6 +65,10 @@ class DraCell:
     driver: str  # the DRA driver name
     folder: Path
     node: str
+    # A shell command that makes DEVSHIM_COMPAT_DEVICE of DEVSHIM_COMPAT_RESOURCE Unhealthy (as
+    # for the device-plugin matrix), with the driver's env; without it the health row is skipped.
+    health_hook: str | None = None
+    hook_env: Mapping[str, str] = field(default_factory=dict)
 
     def write_config(self) -> Path:
         dra = {
@@ -123,6 +138,12 @@ async def _prepared(cell: DraCell, node: DraNode, name: str) -> tuple[Pod, str]:
 
 def _spec(cell: DraCell, uid: str) -> Path:
     return cell.folder / "cdi" / f"devshim-{cell.driver}-{uid}.json"
+
+
+def resource_versions(kubelet: Release, server_minor: int) -> tuple[str, ...]:
+    """The resource.k8s.io versions a server must serve besides its defaults for this kubelet's
+    DRA manager: v1beta1, which 1.33 reads claims through, is off by default from 1.34."""
+    return ("v1beta1",) if claims_version(kubelet.minor) == "v1beta1" and server_minor >= 34 else ()
 
 
 def _driver_calls(status: dict[str, Any], method: str) -> int:
@@ -247,6 +268,82 @@ async def _unprepare_retrying(node: DraNode, pod_uid: str, timeout: float = 30) 
         raise Failed(f"unprepare kept failing for {timeout:g} s: {last}") from None
 
 
+async def health(cell: DraCell) -> str:
+    """A prepared device the driver reports Unhealthy (through --health-hook) reaches the pod's
+    status through DRAResourceHealth (1.34: v1alpha1, later v1)."""
+    if cell.kubelet.minor == 33:
+        raise Skip("the 1.33 DRA manager reads no device health")
+    if cell.health_hook is None:
+        raise Skip("give --health-hook to make a device Unhealthy")
+    async with cell.world() as node:
+        pod, uid = await _prepared(cell, node, "watched")
+        await _until_health(node.manager, pod.uid, "Healthy")
+        entry = Checkpoint(cell.folder / "state", cell.driver).get(uid)
+        if entry is None or not entry.groups:
+            raise Failed("devshim's checkpoint does not hold the prepared claim's devices")
+        group = entry.groups[0]
+        status = await node.devshim.status(
+            lambda s: any(d["pid"] and group.resource in d["resources"] for d in s["drivers"].values()),
+            f"the driver of {group.resource} runs",
+        )
+        pid = next(d["pid"] for d in status["drivers"].values() if group.resource in d["resources"])
+        await run_health_hook(cell.health_hook, cell.hook_env, group.resource, group.device_ids[0], pid)
+        await _until_health(node.manager, pod.uid, "Unhealthy")
+        status = await node.kubelet_status(lambda k: k["health_service"] is not None, "a health stream")
+        await node.manager.unprepare(pod.uid)
+        service = status["dra"][cell.driver]["kubelet"]["health_service"]
+        return f"Unhealthy in the pod's status through {service}"
+
+
+async def _until_health(manager: DraManager, pod_uid: str, wanted: str, timeout: float = 60) -> None:
+    """Until the DRA manager reports every device of the pod's container ``wanted``."""
+    last: dict[str, str] = {}
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                last = (await manager.health(pod_uid)).health_of("c0")
+                if last and set(last.values()) == {wanted}:
+                    return
+                await asyncio.sleep(0.1)
+    except TimeoutError:
+        raise Failed(f"the pod's devices never became {wanted} in its status; last {last}") from None
+
+
+def _upgrade_target(cell: DraCell) -> Release | None:
+    """The next API server release carried, if upstream supports the kubelet with it (one minor
+    at a time, at most three minors newer than the kubelet)."""
+    after = [r for r in apiserver_releases() if r.minor == cell.plane.minor + 1]
+    return after[0] if after and after[0].minor <= cell.kubelet.minor + 3 else None
+
+
+async def apiserver_upgrade(cell: DraCell) -> str:
+    """The API server upgraded one minor on the same etcd data between a claim's prepare and
+    unprepare: devshim publishes in the new server's newest version with no device lost, the
+    claim is unprepared, and a claim made after the upgrade is prepared."""
+    target = _upgrade_target(cell)
+    if target is None:
+        raise Skip(f"no API server 1.{cell.plane.minor + 1} is carried to upgrade to (one minor at a time)")
+    also = resource_versions(cell.kubelet, target.minor)  # the kubelet's claims' version, after too
+    plane = ControlPlane(cell.plane.minor, cell.folder / "plane", resource_versions=also)
+    await asyncio.to_thread(plane.start)
+    try:
+        own = dataclasses.replace(cell, plane=plane)
+        async with own.world() as node:
+            pod, _ = await _prepared(own, node, "before")
+            count = len(await own.published().until(lambda pool: len(pool) > 0, "devshim published"))
+            await asyncio.to_thread(plane.upgrade, target.minor)
+            newest = own.published().version
+            publishing = f"devshim publishes in {newest}"
+            await node.devshim.status(lambda s: s["dra"][own.driver]["version"] == newest, publishing, 90)
+            await own.published().until(lambda pool: len(pool) == count, f"all {count} devices in {newest}")
+            await node.manager.unprepare(pod.uid)
+            after, _ = await _prepared(own, node, "after")
+            await node.manager.unprepare(after.uid)
+            return f"1.{cell.plane.minor} to 1.{target.minor}: {count} devices in {newest}"
+    finally:
+        await asyncio.to_thread(plane.stop)
+
+
 SCENARIOS: dict[str, Callable[[DraCell], Awaitable[str]]] = {
     "register": register,
     "publish": publish,
@@ -254,4 +351,6 @@ SCENARIOS: dict[str, Callable[[DraCell], Awaitable[str]]] = {
     "shared": shared,
     "kubelet_restart": kubelet_restart,
     "devshim_restart": devshim_restart,
+    "health": health,
+    "apiserver_upgrade": apiserver_upgrade,
 }

@@ -121,29 +121,8 @@ class DevshimSide:
             raise Failed(f"deallocate called {extra} times for {pods} pods")
 
     async def run_health_hook(self, resource: str, device: str) -> None:
-        hook = self.driver.health_hook
-        assert hook is not None
-        env = {
-            **os.environ,  # the hook is the caller's command, with what the driver is given
-            **self.driver.env,
-            "DEVSHIM_COMPAT_RESOURCE": resource,
-            "DEVSHIM_COMPAT_DEVICE": device,
-            "DEVSHIM_COMPAT_HEALTH": "Unhealthy",
-            "DEVSHIM_COMPAT_DRIVER_PID": str(self.driver_pid()),
-        }
-        process = await asyncio.create_subprocess_shell(
-            hook, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-        )
-        try:
-            async with asyncio.timeout(HOOK_TIMEOUT_S):
-                output, _ = await process.communicate()
-        except TimeoutError:
-            process.kill()
-            await process.wait()
-            raise Failed(f"the health hook did not finish within {HOOK_TIMEOUT_S:g} s") from None
-        if process.returncode != 0:
-            text = output.decode(errors="replace").strip()[-500:]
-            raise Failed(f"the health hook exited with {process.returncode}: {text}")
+        assert self.driver.health_hook is not None
+        await run_health_hook(self.driver.health_hook, self.driver.env, resource, device, self.driver_pid())
 
     def kill_driver(self) -> None:
         os.kill(self.driver_pid(), signal.SIGKILL)
@@ -210,6 +189,31 @@ class DriverWorld(DevshimSide):
         return session
 
 
+async def run_health_hook(hook: str, env: Mapping[str, str], resource: str, device: str, pid: int) -> None:
+    """The caller's --health-hook, told which device to make Unhealthy; Failed if it fails."""
+    env = {
+        **os.environ,  # the hook is the caller's command, with what the driver is given
+        **env,
+        "DEVSHIM_COMPAT_RESOURCE": resource,
+        "DEVSHIM_COMPAT_DEVICE": device,
+        "DEVSHIM_COMPAT_HEALTH": "Unhealthy",
+        "DEVSHIM_COMPAT_DRIVER_PID": str(pid),
+    }
+    process = await asyncio.create_subprocess_shell(
+        hook, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    try:
+        async with asyncio.timeout(HOOK_TIMEOUT_S):
+            output, _ = await process.communicate()
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise Failed(f"the health hook did not finish within {HOOK_TIMEOUT_S:g} s") from None
+    if process.returncode != 0:
+        text = output.decode(errors="replace").strip()[-500:]
+        raise Failed(f"the health hook exited with {process.returncode}: {text}")
+
+
 # `devshim compat --relaxed`: judge how a driver speaks the protocol only, not what a node lets it
 # grant (the operator's grant policy, docs/configuration.md).
 ALLOW_ANY_GRANT: dict[str, Any] = {
@@ -227,6 +231,17 @@ ALLOW_ANY_GRANT: dict[str, Any] = {
 }
 
 
+def settings_entry(driver: DriverUnderTest, name: str) -> dict[str, Any]:
+    """The driver's drivers[] entry in devshim's settings, as `devshim run` would run it."""
+    return {
+        "name": name,
+        **driver.entry,
+        "command": list(driver.command),
+        "env": {**os.environ, **driver.env} if driver.relaxed else dict(driver.env),
+        **({"policy": ALLOW_ANY_GRANT, "resource_policies": {}} if driver.relaxed else {}),
+    }
+
+
 def settings_for(
     driver: DriverUnderTest, registration: str, root: Path, restart_backoff_s: float = 0.05
 ) -> Settings:
@@ -239,13 +254,9 @@ def settings_for(
         registration=registration,
         drivers=[
             {
-                "name": DRIVER_NAME,
-                **driver.entry,
-                "command": list(driver.command),
-                "env": {**os.environ, **driver.env} if driver.relaxed else dict(driver.env),
+                **settings_entry(driver, DRIVER_NAME),
                 # Restart a crashed driver at once (the crash row times its recovery).
                 "restart": {"backoff_initial_s": restart_backoff_s, "backoff_max_s": 1.0},
-                **({"policy": ALLOW_ANY_GRANT, "resource_policies": {}} if driver.relaxed else {}),
             }
         ],
         deallocation={
@@ -281,6 +292,20 @@ async def driver_world(
             world = DriverWorld(shim, driver, root, mode=mode, kubelet=fake, kubelet_now=first)
             await _started(world)
             yield world
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def declared_resources(driver: DriverUnderTest) -> list[str]:
+    """The resources ``driver`` declares when devshim starts it as `run` would, facing no
+    kubelet: what a DRA pool of the driver's devices must name before devshim starts
+    (`devshim compat --dra --driver`)."""
+    root = Path(tempfile.mkdtemp(prefix="ds-probe-", dir="/tmp"))
+    try:
+        async with Shim(settings_for(driver, "classic", root)) as shim:
+            side = DevshimSide(shim, driver, root)
+            await side.driver_up()
+            return side.resources
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
