@@ -1,0 +1,102 @@
+"""`devshim compat --dra --dra-plugin CMD` as a real process (shim.compat.dra_plugin_checks): the
+scripted DRA plugin (tests/support/dra_plugin.py), not behind devshim, passes every check under a
+real DRA manager and API server (the newest pair by default, every supported pair with
+--full-matrix); the same plugin advertising v1.DRAPlugin but serving only v1beta1 fails exactly
+the rows that need the service it advertised; flags that do not make a run exit 2."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shim.compat.command import Request, Selection, UsageError, run
+from shim.compat.dra_matrix import choose_pairs, supported_pairs
+from shim.compat.dra_plugin_checks import CHECKS
+from tests.support.compat_run import compat, table_row
+from tests.support.devshim_process import DEVSHIM
+from tests.support.dra_judge import build
+
+PLUGIN = Path(__file__).resolve().parents[1] / "support" / "dra_plugin.py"
+NEWEST = "1.37/1.37"
+# The rows that need the DRA manager to call the plugin's DRAPlugin service.
+CALLING = {"services", "prepare", "shared", "kubelet_restart", "plugin_restart"}
+BUGGY = {"versions": ["v1.DRAPlugin"], "serves": ["v1beta1.DRAPlugin"]}
+
+
+def plugin(script: dict[str, Any]) -> str:
+    """The scripted plugin's command line, every path from the cell's placeholders."""
+    return shlex.join([
+        sys.executable, str(PLUGIN), "--driver", "gpu.example.com", "--node", "{node}",
+        "--registry", "{registry}", "--socket", "{plugins}/dra.sock", "--cdi-dir", "{cdi}",
+        "--record", "{plugins}/calls.jsonl", "--kubeconfig", "{kubeconfig}", "--script", json.dumps(script),
+    ])  # fmt: skip
+
+
+def pair_param(name: str) -> Any:
+    marks = () if name == NEWEST else (pytest.mark.full_matrix,)
+    return pytest.param(name, marks=marks, id=name)
+
+
+@pytest.mark.parametrize("pair", [pair_param(f"1.{k.minor}/1.{a.minor}") for k, a in supported_pairs()])
+def test_a_good_plugin_passes_every_check(tmp_path: Path, pair: str) -> None:
+    """Registered, every advertised service served, its slice published, prepared claims that
+    resolve through the CDI library, shared and across both restarts."""
+    [(kubelet, server)] = choose_pairs([pair])
+    build(kubelet)  # outside the run's own time (the command builds what is missing too)
+    run = compat(tmp_path, "--dra", "--dra-plugin", plugin({}), "--dra-pair", pair)
+    assert run.code == 0, run.stdout
+    column = f"kubelet-1.{kubelet.minor}/apiserver-1.{server.minor}"
+    assert [(c["scenario"], c["mode"], c["status"]) for c in run.cells] == [
+        (check, column, "pass") for check in CHECKS
+    ]
+    assert f"and kube-apiserver and etcd of 1.{server.minor}" in run.stderr
+    assert "gpu.example.com as a DRAPlugin" in run.stdout
+
+
+def test_a_plugin_advertising_v1_but_serving_v1beta1_fails_the_rows_it_should(tmp_path: Path) -> None:
+    """1.37 takes v1.DRAPlugin from its list: registering and publishing work, everything that
+    calls the plugin fails, naming the service; each failed cell has its repeat command."""
+    build(choose_pairs([NEWEST])[0][0])
+    run = compat(tmp_path, "--dra", "--dra-plugin", plugin(BUGGY), "--dra-pair", NEWEST)
+    assert run.code == 1
+    failed = run.by_status("fail")
+    assert {check for check, _ in failed} == CALLING, run.stdout
+    for reason in failed.values():
+        assert "v1.DRAPlugin" in reason, reason
+    assert {c["scenario"] for c in run.cells if c["status"] == "pass"} == {"register", "publish"}
+    assert table_row(run.stdout, "services").split()[1] == "FAIL"
+    repeat = shlex.join(["devshim", "compat", "--dra", "--dra-plugin", plugin(BUGGY), "--scenario",
+                         "services", "--dra-pair", "kubelet-1.37/apiserver-1.37"])  # fmt: skip
+    assert f"  {repeat}" in run.stdout.splitlines(), run.stdout
+
+
+def test_dra_plugin_without_dra_exits_2_naming_the_fix() -> None:
+    done = subprocess.run(
+        [*DEVSHIM, "compat", "--dra-plugin", "x"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--dra-plugin is judged by the DRA judge: give --dra too" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"config": Path("c.yaml")}, "--config do not apply"),
+        ({"driver": "y"}, "--driver do not apply"),
+        ({"dra_plugin": " "}, "--dra-plugin: the command is empty"),
+        ({"selection": Selection(scenarios=["allocate"])}, "unknown DRA plugin check allocate"),
+        ({"selection": Selection(dra_pairs=["1.33/1.37"])}, "unknown DRA pair 1.33/1.37"),
+    ],
+    ids=["config", "driver", "empty", "unknown-check", "unsupported-pair"],
+)
+def test_flags_that_make_no_run_are_refused_before_anything_starts(given: dict[str, Any], says: str) -> None:
+    """In process, for time (a usage error is exit 2 as above)."""
+    with pytest.raises(UsageError, match=re.escape(says)):
+        run(Request(**{"dra": True, "dra_plugin": "x", **given}))
