@@ -11,6 +11,7 @@ nothing of the plugin needs to be known beforehand but its command.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import itertools
 import tempfile
@@ -38,6 +39,12 @@ def known_services(kubelet_minor: int) -> tuple[str, ...]:
     """The DRAPlugin versions the release's plugin handler accepts (pkg/kubelet/cm/dra/plugin:
     1.33 speaks v1beta1 only; v1 came in 1.34)."""
     return ("v1beta1.DRAPlugin",) if kubelet_minor == 33 else ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+
+
+def chosen_service(kubelet_minor: int, versions: Sequence[str]) -> str:
+    """The DRAPlugin version the release calls: the first of the plugin's list it knows
+    (validateSupportedServices in pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go)."""
+    return next((v for v in versions if v in known_services(kubelet_minor)), "none")
 
 
 def _method(service: str) -> tuple[str, bool] | None:
@@ -90,7 +97,8 @@ async def _prepare(node: PluginNode, pod: Pod) -> tuple[str, ...]:
     try:
         await node.manager.prepare(pod)
     except DraManagerError as err:
-        raise Failed(f"the DRA manager could not prepare the claim: {err}") from None
+        service = chosen_service(node.cell.kubelet.minor, node.registration.versions)
+        raise Failed(f"the DRA manager could not prepare the claim through {service}: {err}") from None
     got = await node.manager.resources(pod.uid, "c0")
     expect(bool(got.cdi_devices), "the plugin prepared the claim with no CDI device")
     expect(got.cdi_error == "", f"the CDI library could not resolve the plugin's answer: {got.cdi_error}")
@@ -130,7 +138,8 @@ async def register(cell: PluginCell) -> str:
             f"only {', '.join(known)}",
         )
         expect(Path(got.endpoint).is_socket(), f"its endpoint {got.endpoint} is not a socket")
-        return f"{got.driver} as a DRAPlugin, offering {', '.join(got.versions)}"
+        chosen = chosen_service(cell.kubelet.minor, got.versions)
+        return f"{got.driver} as a DRAPlugin, offering {', '.join(got.versions)}; {chosen} chosen"
 
 
 async def services(cell: PluginCell) -> str:
@@ -168,7 +177,8 @@ async def shared(cell: PluginCell) -> str:
     """A claim reserved for two pods: both get the same CDI devices, the second still resolving
     after the first is gone."""
     async with cell.world() as node:
-        first, second = _pod("shared"), _pod("shared-2")
+        first = _pod("shared")
+        second = dataclasses.replace(_pod("shared"), name="pod-shared-2")
         await _claim(cell, node, "shared", [first, second])
         ids = {await _prepare(node, first), await _prepare(node, second)}
         expect(len(ids) == 1, f"the two pods of one claim got different CDI devices: {sorted(ids)}")
