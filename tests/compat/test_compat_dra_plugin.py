@@ -19,6 +19,8 @@ import pytest
 from shim.compat.command import Request, Selection, UsageError, run
 from shim.compat.dra_matrix import choose_pairs, supported_pairs
 from shim.compat.dra_plugin_checks import CHECKS
+from shim.compat.dra_plugin_world import PluginCell
+from shim.compat.node import ControlPlane
 from tests.support.compat_run import compat, table_row
 from tests.support.devshim_process import DEVSHIM
 from tests.support.dra_judge import build
@@ -100,3 +102,25 @@ def test_flags_that_make_no_run_are_refused_before_anything_starts(given: dict[s
     """In process, for time (a usage error is exit 2 as above)."""
     with pytest.raises(UsageError, match=re.escape(says)):
         run(Request(**{"dra": True, "dra_plugin": "x", **given}))
+
+
+def test_the_command_gets_the_cells_places_as_placeholders_and_environment(tmp_path: Path) -> None:
+    """Each placeholder in any argument, and the same as environment variables, for a plugin
+    that reads its settings from there."""
+    plane = ControlPlane(37, tmp_path / "plane")
+    [(kubelet, _)] = choose_pairs([NEWEST])
+    cell = PluginCell("p --at={plugins}/dra.sock '{node} {cdi}' {registry} {kubeconfig}", plane, kubelet,
+                      tmp_path / "dramanager", tmp_path, "compat-9", env={"PATH": "/bin"})  # fmt: skip
+    kubeconfig = str(plane.admin_kubeconfig)
+    assert cell.argv() == [
+        "p", f"--at={tmp_path}/plugins/dra.sock", f"compat-9 {tmp_path}/cdi", f"{tmp_path}/registry",
+        kubeconfig,
+    ]  # fmt: skip
+    assert cell.environment() == {
+        "PATH": "/bin",
+        "DEVSHIM_COMPAT_REGISTRY": f"{tmp_path}/registry",
+        "DEVSHIM_COMPAT_PLUGINS": f"{tmp_path}/plugins",
+        "DEVSHIM_COMPAT_CDI": f"{tmp_path}/cdi",
+        "DEVSHIM_COMPAT_NODE": "compat-9",
+        "KUBECONFIG": kubeconfig,
+    }
