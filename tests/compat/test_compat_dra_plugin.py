@@ -2,7 +2,9 @@
 scripted DRA plugin (tests/support/dra_plugin.py), not behind devshim, passes every check under a
 real DRA manager and API server (the newest pair by default, every supported pair with
 --full-matrix); the same plugin advertising v1.DRAPlugin but serving only v1beta1 fails exactly
-the rows that need the service it advertised; flags that do not make a run exit 2."""
+the rows that need the service it advertised; flags that do not make a run exit 2. With
+--full-matrix, upstream's own DRA test driver (k8s.io/kubernetes test/e2e/dra/test-driver) is
+judged as a real peer at every pair."""
 
 from __future__ import annotations
 
@@ -21,14 +23,17 @@ from shim.compat.dra_matrix import choose_pairs, supported_pairs
 from shim.compat.dra_plugin_checks import CHECKS
 from shim.compat.dra_plugin_world import PluginCell
 from shim.compat.node import ControlPlane
+from shim.compat.upstream import releases
 from tests.support.compat_run import compat, table_row
 from tests.support.devshim_process import DEVSHIM
 from tests.support.dra_judge import build
+from tests.support.toolchains import toolchain
 
 PLUGIN = Path(__file__).resolve().parents[1] / "support" / "dra_plugin.py"
 NEWEST = "1.37/1.37"
 # The rows that need the DRA manager to call the plugin's DRAPlugin service.
 CALLING = {"services", "prepare", "shared", "kubelet_restart", "plugin_restart"}
+TEST_DRIVER = "k8s.io/kubernetes/test/e2e/dra/test-driver"
 BUGGY = {"versions": ["v1.DRAPlugin"], "serves": ["v1beta1.DRAPlugin"]}
 
 
@@ -77,6 +82,39 @@ def test_a_plugin_advertising_v1_but_serving_v1beta1_fails_the_rows_it_should(tm
     repeat = shlex.join(["devshim", "compat", "--dra", "--dra-plugin", plugin(BUGGY), "--scenario",
                          "services", "--dra-pair", "kubelet-1.37/apiserver-1.37"])  # fmt: skip
     assert f"  {repeat}" in run.stdout.splitlines(), run.stdout
+
+
+def upstream_test_driver() -> Path:
+    """k8s.io/kubernetes' own DRA test driver (test/e2e/dra/test-driver: the kubeletplugin
+    helper its e2e tests run), built from the module judges/k8s-1.37 pins, into the judge cache
+    beside that release's programs."""
+    [release] = [r for r in releases.releases() if r.minor == 37]
+    binary = release.binary("dra-test-driver")
+    if not binary.is_file():
+        toolchain("go", "upstream's DRA test driver")
+    label = f"the {release.name} DRA test driver"
+    return releases._build(release.folder, TEST_DRIVER, binary, label, release.ldflags(), log=False)
+
+
+@pytest.mark.full_matrix
+@pytest.mark.parametrize("pair", [f"1.{k.minor}/1.{a.minor}" for k, a in supported_pairs()])
+def test_upstreams_own_test_driver_passes_every_check(tmp_path: Path, pair: str) -> None:
+    """A real peer: registered with the health services too, two devices published by the
+    kubeletplugin helper, prepared with CDI specs of its own. It makes only the parent of its
+    socket's folder, so the command makes that first (and reads $DEVSHIM_COMPAT_PLUGINS)."""
+    [(kubelet, _)] = choose_pairs([pair])
+    build(kubelet)
+    driver = "test-driver.cdi.k8s.io"
+    command = shlex.join([
+        "sh", "-c", f'mkdir -p "$DEVSHIM_COMPAT_PLUGINS/{driver}" && exec "$0" "$@"',
+        str(upstream_test_driver()), "--drivername", driver, "kubelet-plugin",
+        "--plugin-registration-path", "{registry}", "--datadir", "{plugins}", "--cdi-dir", "{cdi}",
+        "--node-name", "{node}", "--num-devices", "2",
+    ])  # fmt: skip
+    run = compat(tmp_path, "--dra", "--dra-plugin", command, "--dra-pair", pair)
+    assert run.code == 0, run.stdout
+    assert [(c["scenario"], c["status"]) for c in run.cells] == [(check, "pass") for check in CHECKS]
+    assert "v1.DRAResourceHealth" in run.stdout
 
 
 def test_dra_plugin_without_dra_exits_2_naming_the_fix() -> None:
