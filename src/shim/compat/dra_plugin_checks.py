@@ -42,8 +42,12 @@ def known_services(kubelet_minor: int) -> tuple[str, ...]:
 
 
 def chosen_service(kubelet_minor: int, versions: Sequence[str]) -> str:
-    """The DRAPlugin version the release calls: the first of the plugin's list it knows
-    (validateSupportedServices in pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go)."""
+    """The service the release calls. From 1.34 the first of the plugin's list it knows
+    (validateSupportedServices, pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go); 1.33 goes by
+    its own list, falling back to v1alpha4.Node, which plugins of then did not advertise
+    (registration.go)."""
+    if kubelet_minor == 33:
+        return next((s for s in ("v1beta1.DRAPlugin", "v1alpha4.Node") if s in versions), "v1alpha4.Node")
     return next((v for v in versions if v in known_services(kubelet_minor)), "none")
 
 
@@ -131,14 +135,14 @@ async def register(cell: PluginCell) -> str:
         calls = [r for r in await node.manager.registrations() if r.op == "register"]
         expect(len(calls) == 1, f"the plugin manager registered the plugin {len(calls)} times")
         got = node.registration
-        known = known_services(cell.kubelet.minor)
+        known, chosen = known_services(cell.kubelet.minor), chosen_service(cell.kubelet.minor, got.versions)
+        # Only 1.33 registers a plugin offering none it knows: it falls back to v1alpha4.Node.
         expect(
             any(v in known for v in got.versions),
-            f"{got.driver} offers {list(got.versions)}; the {cell.kubelet.name} kubelet knows "
-            f"only {', '.join(known)}",
+            f"{got.driver} offers {list(got.versions)}; the {cell.kubelet.name} kubelet knows only "
+            f"{', '.join(known)}, and calls {chosen}",
         )
         expect(Path(got.endpoint).is_socket(), f"its endpoint {got.endpoint} is not a socket")
-        chosen = chosen_service(cell.kubelet.minor, got.versions)
         return f"{got.driver} as a DRAPlugin, offering {', '.join(got.versions)}; {chosen} chosen"
 
 
