@@ -31,7 +31,8 @@ from tests.support.toolchains import toolchain
 
 PLUGIN = Path(__file__).resolve().parents[1] / "support" / "dra_plugin.py"
 NEWEST = "1.37/1.37"
-# The rows that need the DRA manager to call the plugin's DRAPlugin service.
+# The rows that call the plugin's DRAPlugin service (services directly, the rest through the
+# DRA manager).
 CALLING = {"services", "prepare", "shared", "kubelet_restart", "plugin_restart"}
 TEST_DRIVER = "k8s.io/kubernetes/test/e2e/dra/test-driver"
 BUGGY = {"versions": ["v1.DRAPlugin"], "serves": ["v1beta1.DRAPlugin"]}
@@ -67,20 +68,28 @@ def test_a_good_plugin_passes_every_check(tmp_path: Path, pair: str) -> None:
     assert "gpu.example.com as a DRAPlugin" in run.stdout
 
 
-def test_a_plugin_advertising_v1_but_serving_v1beta1_fails_the_rows_it_should(tmp_path: Path) -> None:
-    """1.37 takes v1.DRAPlugin from its list: registering and publishing work, everything that
-    calls the plugin fails, naming the service; each failed cell has its repeat command."""
-    build(choose_pairs([NEWEST])[0][0])
-    run = compat(tmp_path, "--dra", "--dra-plugin", plugin(BUGGY), "--dra-pair", NEWEST)
+@pytest.mark.parametrize("pair", [pair_param(f"1.{k.minor}/1.{a.minor}") for k, a in supported_pairs()])
+def test_a_plugin_advertising_v1_but_serving_v1beta1_fails_the_rows_it_should(
+    tmp_path: Path, pair: str
+) -> None:
+    """From 1.34 the kubelet takes v1.DRAPlugin from its list: registering and publishing work,
+    everything that calls the plugin fails, naming the service. 1.33 knows no v1 and calls
+    v1alpha4.Node instead, so register fails there too. Each failed cell has its repeat command."""
+    [(kubelet, server)] = choose_pairs([pair])
+    build(kubelet)
+    run = compat(tmp_path, "--dra", "--dra-plugin", plugin(BUGGY), "--dra-pair", pair)
     assert run.code == 1
+    passing = {"publish"} if kubelet.minor == 33 else {"register", "publish"}
     failed = run.by_status("fail")
-    assert {check for check, _ in failed} == CALLING, run.stdout
-    for reason in failed.values():
-        assert "v1.DRAPlugin" in reason, reason
-    assert {c["scenario"] for c in run.cells if c["status"] == "pass"} == {"register", "publish"}
+    assert {check for check, _ in failed} == set(CHECKS) - passing, run.stdout
+    called = "v1alpha4.Node" if kubelet.minor == 33 else "v1.DRAPlugin"
+    for (check, _), reason in failed.items():
+        assert (called if check in CALLING - {"services"} else "v1.DRAPlugin") in reason, reason
+    assert {c["scenario"] for c in run.cells if c["status"] == "pass"} == passing
     assert table_row(run.stdout, "services").split()[1] == "FAIL"
+    column = f"kubelet-1.{kubelet.minor}/apiserver-1.{server.minor}"
     repeat = shlex.join(["devshim", "compat", "--dra", "--dra-plugin", plugin(BUGGY), "--scenario",
-                         "services", "--dra-pair", "kubelet-1.37/apiserver-1.37"])  # fmt: skip
+                         "services", "--dra-pair", column])  # fmt: skip
     assert f"  {repeat}" in run.stdout.splitlines(), run.stdout
 
 
