@@ -140,10 +140,11 @@ def test_dra_plugin_without_dra_exits_2_naming_the_fix() -> None:
         ({"config": Path("c.yaml")}, "--config do not apply"),
         ({"driver": "y"}, "--driver do not apply"),
         ({"dra_plugin": " "}, "--dra-plugin: the command is empty"),
+        ({"dra_plugin": "p --name 'x"}, "--dra-plugin: No closing quotation"),
         ({"selection": Selection(scenarios=["allocate"])}, "unknown DRA plugin check allocate"),
         ({"selection": Selection(dra_pairs=["1.33/1.37"])}, "unknown DRA pair 1.33/1.37"),
     ],
-    ids=["config", "driver", "empty", "unknown-check", "unsupported-pair"],
+    ids=["config", "driver", "empty", "unclosed-quote", "unknown-check", "unsupported-pair"],
 )
 def test_flags_that_make_no_run_are_refused_before_anything_starts(given: dict[str, Any], says: str) -> None:
     """In process, for time (a usage error is exit 2 as above)."""

@@ -440,7 +440,11 @@ def _dra_plugin(request: Request) -> int:
     ) if given]  # fmt: skip
     if others:
         raise UsageError(f"--dra-plugin runs the plugin from its command; {', '.join(others)} do not apply")
-    if not command.strip():
+    try:
+        argv = shlex.split(command)
+    except ValueError as err:  # an unclosed quote
+        raise UsageError(f"--dra-plugin: {err}") from None
+    if not argv:
         raise UsageError("--dra-plugin: the command is empty")
     checks = dra_plugin_checks.CHECKS
     unknown = sorted(set(sel.scenarios) - set(checks))
