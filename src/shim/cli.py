@@ -377,6 +377,14 @@ def compat(
             "all. Default: the oldest and the newest release, each with its own API server.",
         ),
     ] = None,
+    dra_plugin: Annotated[
+        str | None,
+        typer.Option(
+            metavar="COMMAND",
+            help="With --dra: a DRA kubelet plugin to judge without devshim; {registry}, {plugins}, "
+            "{cdi}, {node} and {kubeconfig} in COMMAND name the cell's (docs/compat.md).",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show devshim's log as well.")] = False,
 ) -> None:
     """Run the compatibility matrix against a driver (behind devshim) or a device plugin, with the
@@ -407,6 +415,7 @@ def compat(
         expect=expect or (),
         health_watch_s=health_watch,
         dra=dra,
+        dra_plugin=dra_plugin,
     )
     command.quiet_logs(verbose)
     try:

@@ -2,21 +2,28 @@
 harness (shim.compat.upstream.dra_manager) without devshim.
 
     python -m tests.support.dra_plugin --driver gpu.example.com --node node-a \\
-        --registry DIR --socket PATH --cdi-dir DIR --record FILE --script JSON
+        --registry DIR --socket PATH --cdi-dir DIR --record FILE --script JSON [--kubeconfig FILE]
 
 It serves pluginregistration.Registration on `<registry>/<driver>-reg.sock` (GetInfo: type
 "DRAPlugin", name the driver, endpoint its --socket, supported_versions from the script), and on
 --socket the DRAPlugin services of k8s.io.kubelet.pkg.apis.dra v1 and v1beta1 that the script
-lists, and with a scripted `health` the DRAResourceHealth services v1 and v1alpha1 (whether or
+says it serves, and with a scripted `health` the DRAResourceHealth services v1 and v1alpha1 (whether or
 not it lists them: 1.34 calls v1alpha1 unasked). NodePrepareResources answers each claim with
 one device (pool: the node's name; device and request names: the script's) whose CDI ID
 `<driver>/claim=<claim UID>` it writes a CDI spec for in --cdi-dir: env FOO=<claim UID> and
 DEVSHIM_TEST_DEVICE=<device>, a device node /dev/devshim-test-<device> made from /dev/null, and a
 read-only bind mount of the CDI dir at /run/devshim-test. NodeUnprepareResources removes the
 spec. Every call is appended to --record as one JSON line: {"service": "v1.DRAPlugin", "method":
-"NodePrepareResources", "claims": [...]}; {"event": "serving"} once both sockets serve.
+"NodePrepareResources", "claims": [...]}; {"event": "serving"} once both sockets serve. With
+--kubeconfig it first publishes one ResourceSlice for its node (pool: the node's name, one
+generation and slice, the script's device) in the newest resource.k8s.io version the API server
+serves, as a DRA driver does for `devshim compat --dra --dra-plugin`. It runs as a script too
+(python tests/support/dra_plugin.py ...): it imports nothing of tests/.
 
-The script (JSON): versions (default ["v1.DRAPlugin", "v1beta1.DRAPlugin"]), device ("gpu-0"),
+The script (JSON): versions (the supported versions it registers with; default ["v1.DRAPlugin",
+"v1beta1.DRAPlugin"]), serves (the DRAPlugin services it really serves; default: versions, so
+{"versions": ["v1.DRAPlugin"], "serves": ["v1beta1.DRAPlugin"]} is a plugin that advertises v1
+but serves only v1beta1), device ("gpu-0"),
 requests (["gpu"]), health (none; "HEALTHY", "UNHEALTHY" or "UNKNOWN": the device's health sent
 once on every NodeWatchResources stream, which then stays open), prepare_error (none; the
 per-claim error NodePrepareResources answers instead).
@@ -40,7 +47,11 @@ from types import ModuleType
 from typing import Any
 
 import grpc
+import yaml
 
+from shim.compat.node.apiserver import APIError, https_request
+from shim.compat.node.certs import KeyPair
+from shim.compat.node.controlplane import version_priority
 from shim.generated.dra.v1 import api_pb2 as dra_v1
 from shim.generated.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from shim.generated.dra.v1beta1 import api_pb2 as dra_v1beta1
@@ -85,6 +96,7 @@ class _Plugin:
         self.cdi_dir = Path(args.cdi_dir)
         self.record_file = Path(args.record)
         self.versions: list[str] = list(script.get("versions", DEFAULT_VERSIONS))
+        self.serves: list[str] = list(script.get("serves", self.versions))
         self.device: str = script.get("device", "gpu-0")
         self.requests: list[str] = list(script.get("requests", ["gpu"]))
         self.health: str | None = script.get("health")
@@ -190,6 +202,39 @@ class _RegistrationServicer(reg_grpc.RegistrationServicer):
         return reg_pb.RegistrationStatusResponse()
 
 
+def publish(kubeconfig: Path, driver: str, node: str, devices: list[str]) -> None:
+    """One complete pool of `devices` for `node`, in the newest resource.k8s.io version served
+    (v1beta1 and older nest a device's attributes under `basic`). Already there (a restarted
+    plugin) is fine."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
+    client = KeyPair(Path(user["client-certificate"]), Path(user["client-key"]))
+
+    def request(method: str, path: str, body: Any = None) -> Any:
+        ca = Path(cluster["certificate-authority"])
+        return https_request(cluster["server"] + path, method, ca=ca, client=client, token=None, body=body)
+
+    found = request("GET", "/apis/resource.k8s.io")["versions"]
+    version = max((v["version"] for v in found), key=version_priority)
+    nested = version in ("v1beta1", "v1alpha3")
+    slice_ = {
+        "apiVersion": f"resource.k8s.io/{version}",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{driver}"},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": d, "basic": {}} if nested else {"name": d} for d in devices],
+        },
+    }
+    try:
+        request("POST", f"/apis/resource.k8s.io/{version}/resourceslices", slice_)
+    except APIError as err:
+        if err.status != 409:
+            raise
+
+
 async def _serve(args: argparse.Namespace) -> None:
     plugin = _Plugin(args, json.loads(args.script))
     registry = Path(args.registry)
@@ -200,13 +245,15 @@ async def _serve(args: argparse.Namespace) -> None:
         path.unlink(missing_ok=True)
     server = grpc.aio.server()
     for service, (pb, pb_grpc) in PLUGIN_SERVICES.items():
-        if service in plugin.versions:
+        if service in plugin.serves:
             pb_grpc.add_DRAPluginServicer_to_server(_DRAServicer(plugin, service, pb), server)
     if plugin.health is not None:
         for service, (pb, pb_grpc) in HEALTH_SERVICES.items():
             pb_grpc.add_DRAResourceHealthServicer_to_server(_HealthServicer(plugin, service, pb), server)
     server.add_insecure_port(f"unix:{plugin.socket}")
     await server.start()
+    if args.kubeconfig:
+        await asyncio.to_thread(publish, Path(args.kubeconfig), plugin.driver, plugin.node, [plugin.device])
     # The registration socket last: the plugin manager finds the plugin only once it serves.
     registration = grpc.aio.server()
     reg_grpc.add_RegistrationServicer_to_server(_RegistrationServicer(plugin), registration)  # type: ignore[no-untyped-call]
@@ -235,6 +282,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cdi-dir", required=True)
     parser.add_argument("--record", required=True, help="a file each call is appended to")
     parser.add_argument("--script", default="{}", help="the script, as JSON")
+    parser.add_argument("--kubeconfig", help="publish a ResourceSlice of the device to this API server")
     asyncio.run(_serve(parser.parse_args(argv)))
 
 

@@ -93,10 +93,15 @@ class Request:
     expect: Sequence[str] = ()  # what every Allocate answer must contain
     health_watch_s: float = 0.0  # how long the health_watch row waits
     dra: bool = False  # the DRA judge: --config's DRA pool under real DRA managers and API servers
+    dra_plugin: str | None = None  # with --dra: a DRA kubelet plugin's command, judged without devshim
 
 
 def run(request: Request) -> int:
     """Run the chosen matrix; 0 only if every cell that applied passed, 1 otherwise."""
+    if request.dra and request.dra_plugin is not None:
+        return _dra_plugin(request)
+    if request.dra_plugin is not None:
+        raise UsageError("--dra-plugin is judged by the DRA judge: give --dra too (--dra --dra-plugin CMD)")
     if request.dra:
         return _dra(request)
     if request.selection.dra_pairs:
@@ -151,6 +156,9 @@ def _report(
 
 def repeat_command(request: Request, result: Result) -> str:
     """The `devshim compat` command that runs just this cell again."""
+    if request.dra_plugin is not None:
+        return shlex.join(["devshim", "compat", "--dra", "--dra-plugin", request.dra_plugin,
+                           "--scenario", result.row, "--dra-pair", result.column])  # fmt: skip
     argv = ["devshim", "compat"]
     given: list[tuple[str, object]] = [
         ("--driver", request.driver), ("--plugin", request.plugin), ("--socket", request.socket),
@@ -457,3 +465,47 @@ def quiet_logs(verbose: bool) -> None:
     logger.remove()
     if verbose:
         logger.add(sys.stderr, level="INFO")
+
+
+def _dra_plugin(request: Request) -> int:
+    """The DRA judge for a DRA kubelet plugin not behind devshim (dra_plugin_checks.py): started
+    from --dra-plugin's command per cell, under real DRA managers and API servers."""
+    from . import dra_matrix, dra_plugin_checks  # the Kubernetes-side imports only when asked for
+    from .upstream.releases import JudgeUnavailable
+
+    sel, command = request.selection, request.dra_plugin
+    assert command is not None
+    others = [flag for flag, given in (
+        ("--config", request.config), ("--driver", request.driver), ("--driver-name", request.driver_name),
+        ("--plugin", request.plugin), ("--socket", request.socket), ("--health-hook", request.health_hook),
+        ("--judge", sel.judges), ("--profile", sel.profiles), ("--kubelet", sel.kubelets),
+        ("--registration", sel.registrations), ("--quick", sel.quick), ("--expect", request.expect),
+        ("--prebuild", request.prebuild), ("--relaxed", request.relaxed),
+        ("--health-watch", request.health_watch_s),
+    ) if given]  # fmt: skip
+    if others:
+        raise UsageError(f"--dra-plugin runs the plugin from its command; {', '.join(others)} do not apply")
+    try:
+        argv = shlex.split(command)
+    except ValueError as err:  # an unclosed quote
+        raise UsageError(f"--dra-plugin: {err}") from None
+    if not argv:
+        raise UsageError("--dra-plugin: the command is empty")
+    checks = dra_plugin_checks.CHECKS
+    unknown = sorted(set(sel.scenarios) - set(checks))
+    if unknown:
+        raise UsageError(f"unknown DRA plugin check {', '.join(unknown)}; choose from {', '.join(checks)}")
+    try:
+        pairs = dra_matrix.choose_pairs(list(sel.dra_pairs))
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    rows = [c for c in checks if not sel.scenarios or c in sel.scenarios]
+    sys.stderr.write(f"devshim compat: {dra_matrix.requirements(pairs)}\n")
+    try:
+        results = asyncio.run(dra_plugin_checks.run_dra_plugin_matrix(
+            command, pairs, rows, request.cell_timeout_s, _progress(len(pairs) * len(rows))
+        ))  # fmt: skip
+    except JudgeUnavailable as err:
+        raise UsageError(str(err)) from None
+    columns = [dra_matrix.pair_name(p) for p in pairs]
+    return _report(request, results, rows, columns, "check", f"DRA plugin: {command} (kubelet/API server)")
