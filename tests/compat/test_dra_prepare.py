@@ -420,10 +420,15 @@ async def test_health_reaches_the_kubelet_through_each_health_version(
 async def test_a_removed_socket_is_served_again(plane: ControlPlane, folder: Path) -> None:
     async with devshim_in(folder, plane) as shim:
         for path in (shim.registration(), shim.socket):
-            before = path.stat().st_ino
+            # The inode and its change time: a new socket may reuse the old one's inode number.
+            before = (path.stat().st_ino, path.stat().st_ctime_ns)
 
-            def back(path: Path = path, before: int = before) -> bool:
-                return path.exists() and path.stat().st_ino != before
+            def back(path: Path = path, before: tuple[int, int] = before) -> bool:
+                try:
+                    now = path.stat()
+                except FileNotFoundError:
+                    return False
+                return (now.st_ino, now.st_ctime_ns) != before
 
             path.unlink()
             await until(back, f"{path.name} is back", timeout=30)

@@ -14,7 +14,8 @@ import asyncio
 import functools
 import itertools
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,52 @@ def requirements(pairs: Sequence[Pair]) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Column:
+    """What a pair's cells share: its API server, running, and the kubelet release's DRA manager."""
+
+    plane: ControlPlane
+    kubelet: releases.Release
+    manager_binary: Path
+
+
+# One row in one cell: (row, its column, a fresh folder, a fresh node's name) -> what it saw.
+RunRow = Callable[[str, Column, Path, str], Awaitable[str]]
+
+
+async def run_pairs(
+    pairs: Sequence[Pair],
+    rows: Sequence[str],
+    timeout_s: float,
+    progress: Callable[[Result], None],
+    run_row: RunRow,
+) -> list[Result]:
+    """Every (row, pair) cell: one API server per pair (serving what its kubelet reads claims
+    through), a fresh folder and node per cell."""
+    results: list[Result] = []
+    nodes = itertools.count(1)
+    for pair in pairs:
+        kubelet, server = pair
+        binary = await asyncio.to_thread(
+            releases.build, kubelet, program=releases.DRAMANAGER_PROGRAM, log=False
+        )
+        with tempfile.TemporaryDirectory(prefix="ds-dra-cp-", ignore_cleanup_errors=True) as plane_dir:
+            also = resource_versions(kubelet, server.minor)
+            plane = ControlPlane(server.minor, Path(plane_dir), resource_versions=also)
+            await asyncio.to_thread(plane.start)
+            try:
+                column = Column(plane, kubelet, binary)
+                for row in rows:
+                    with tempfile.TemporaryDirectory(prefix="ds-dra-", ignore_cleanup_errors=True) as folder:
+                        check = functools.partial(run_row, row, column, Path(folder), f"compat-{next(nodes)}")
+                        result = await run_cell(row, pair_name(pair), check, timeout_s)
+                    progress(result)
+                    results.append(result)
+            finally:
+                await asyncio.to_thread(plane.stop)
+    return results
+
+
 async def run_dra_matrix(
     settings: dict[str, Any],
     driver: str,
@@ -86,30 +133,13 @@ async def run_dra_matrix(
     health_hook: str | None = None,
     hook_env: Mapping[str, str] | None = None,
 ) -> list[Result]:
-    """Every (scenario, pair) cell: one API server per pair, a fresh node and devshim per cell."""
-    results: list[Result] = []
-    nodes = itertools.count(1)
-    for pair in pairs:
-        kubelet, server = pair
-        binary = await asyncio.to_thread(
-            releases.build, kubelet, program=releases.DRAMANAGER_PROGRAM, log=False
-        )
-        with tempfile.TemporaryDirectory(prefix="ds-dra-cp-", ignore_cleanup_errors=True) as plane_dir:
-            plane = ControlPlane(
-                server.minor, Path(plane_dir), resource_versions=resource_versions(kubelet, server.minor)
-            )
-            await asyncio.to_thread(plane.start)
-            try:
-                for scenario in scenarios:
-                    with tempfile.TemporaryDirectory(prefix="ds-dra-", ignore_cleanup_errors=True) as folder:
-                        cell = DraCell(
-                            plane, kubelet, binary, settings, driver, Path(folder), f"compat-{next(nodes)}",
-                            health_hook, hook_env or {},
-                        )  # fmt: skip
-                        check = functools.partial(SCENARIOS[scenario], cell)
-                        result = await run_cell(scenario, pair_name(pair), check, timeout_s)
-                    progress(result)
-                    results.append(result)
-            finally:
-                await asyncio.to_thread(plane.stop)
-    return results
+    """devshim serving ``settings`` (its pool ``driver``) in every (scenario, pair) cell."""
+
+    def run_row(row: str, column: Column, folder: Path, node: str) -> Awaitable[str]:
+        cell = DraCell(
+            column.plane, column.kubelet, column.manager_binary, settings, driver, folder, node,
+            health_hook, hook_env or {},
+        )  # fmt: skip
+        return SCENARIOS[row](cell)
+
+    return await run_pairs(pairs, scenarios, timeout_s, progress, run_row)

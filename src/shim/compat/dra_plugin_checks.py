@@ -10,28 +10,21 @@ nothing of the plugin needs to be known beforehand but its command.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import functools
-import itertools
-import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from shim.compat.dra_matrix import Pair, pair_name
+from shim.compat.dra_matrix import Column, Pair, run_pairs
 from shim.compat.dra_plugin_world import PluginCell, PluginNode, registered
-from shim.compat.dra_scenarios import _pod, claims_version
-from shim.compat.dra_world import allocate_claim
-from shim.compat.node.controlplane import ControlPlane
-from shim.compat.results import Failed, Result, expect, run_cell
-from shim.compat.upstream import releases
-from shim.compat.upstream.dra_manager import DraManager, DraManagerError, Pod
+from shim.compat.dra_scenarios import claims_version
+from shim.compat.dra_world import allocate_claim, claim_pod, unprepare_retrying
+from shim.compat.results import Failed, Result, expect
+from shim.compat.upstream.dra_manager import DraManagerError, Pod
 
 PROBE_TIMEOUT_S = 5.0
-UNPREPARE_RETRY_S = 30.0
 NOT_SERVED = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.UNAVAILABLE)
 
 
@@ -110,24 +103,9 @@ async def _prepare(node: PluginNode, pod: Pod) -> tuple[str, ...]:
 
 
 async def _prepared(cell: PluginCell, node: PluginNode, name: str) -> tuple[Pod, tuple[str, ...]]:
-    pod = _pod(name)
+    pod = claim_pod(name)
     await _claim(cell, node, name, [pod])
     return pod, await _prepare(node, pod)
-
-
-async def unprepare_retrying(manager: DraManager, pod_uid: str) -> None:
-    """As the kubelet retries an unprepare that fails while the restarted plugin is not up yet."""
-    last = ""
-    try:
-        async with asyncio.timeout(UNPREPARE_RETRY_S):
-            while True:
-                try:
-                    return await manager.unprepare(pod_uid)
-                except DraManagerError as refused:
-                    last = str(refused)
-                    await asyncio.sleep(0.1)
-    except TimeoutError:
-        raise Failed(f"unprepare kept failing for {UNPREPARE_RETRY_S:g} s: {last}") from None
 
 
 async def register(cell: PluginCell) -> str:
@@ -181,8 +159,8 @@ async def shared(cell: PluginCell) -> str:
     """A claim reserved for two pods: both get the same CDI devices, the second still resolving
     after the first is gone."""
     async with cell.world() as node:
-        first = _pod("shared")
-        second = dataclasses.replace(_pod("shared"), name="pod-shared-2")
+        first = claim_pod("shared")
+        second = dataclasses.replace(claim_pod("shared"), name="pod-shared-2")
         await _claim(cell, node, "shared", [first, second])
         ids = {await _prepare(node, first), await _prepare(node, second)}
         expect(len(ids) == 1, f"the two pods of one claim got different CDI devices: {sorted(ids)}")
@@ -235,28 +213,11 @@ async def run_dra_plugin_matrix(
     timeout_s: float,
     progress: Callable[[Result], None],
 ) -> list[Result]:
-    """Every (check, pair) cell: one API server per pair, a fresh node and plugin per cell."""
-    results: list[Result] = []
-    nodes = itertools.count(1)
-    for pair in pairs:
-        kubelet, server = pair
-        binary = await asyncio.to_thread(
-            releases.build, kubelet, program=releases.DRAMANAGER_PROGRAM, log=False
+    """The plugin started from ``command`` in every (check, pair) cell."""
+
+    def run_row(row: str, column: Column, folder: Path, node: str) -> Awaitable[str]:
+        return CHECKS[row](
+            PluginCell(command, column.plane, column.kubelet, column.manager_binary, folder, node)
         )
-        with tempfile.TemporaryDirectory(prefix="ds-drap-cp-", ignore_cleanup_errors=True) as plane_dir:
-            plane = ControlPlane(server.minor, Path(plane_dir))
-            await asyncio.to_thread(plane.start)
-            try:
-                for check in checks:
-                    with tempfile.TemporaryDirectory(prefix="ds-drap-", ignore_cleanup_errors=True) as folder:
-                        cell = PluginCell(
-                            command, plane, kubelet, binary, Path(folder), f"compat-{next(nodes)}"
-                        )
-                        result = await run_cell(
-                            check, pair_name(pair), functools.partial(CHECKS[check], cell), timeout_s
-                        )
-                    progress(result)
-                    results.append(result)
-            finally:
-                await asyncio.to_thread(plane.stop)
-    return results
+
+    return await run_pairs(pairs, checks, timeout_s, progress, run_row)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -20,18 +19,22 @@ from typing import Any
 
 import yaml
 
-from shim.compat.dra_world import DraNode, Published, allocate_claim, dra_node, running_devshim
+from shim.compat.dra_world import (
+    DraNode,
+    Published,
+    allocate_claim,
+    claim_pod,
+    dra_node,
+    running_devshim,
+    unprepare_retrying,
+)
 from shim.compat.driver_world import run_health_hook
 from shim.compat.node import ControlPlane
 from shim.compat.node.controlplane import apiserver_releases
 from shim.compat.results import Failed, Skip, expect
 from shim.compat.upstream.dra_manager import (
-    Container,
-    ContainerClaim,
     DraManager,
-    DraManagerError,
     Pod,
-    PodClaim,
 )
 from shim.compat.upstream.releases import Release
 from shim.dra.checkpoint import Checkpoint
@@ -106,19 +109,10 @@ class DraCell:
         return Published(self.plane, version, self.node, self.driver)
 
 
-def _pod(claim: str) -> Pod:
-    return Pod(
-        uid=str(uuid.uuid4()),
-        name=f"pod-{claim}",
-        resource_claims=[PodClaim(claim, resource_claim_name=claim)],
-        containers=[Container("c0", [ContainerClaim(claim)])],
-    )
-
-
 async def _claim_one(cell: DraCell, node: DraNode, name: str) -> tuple[Pod, dict[str, Any]]:
     """A claim of the pool's first device, reserved for a new pod, as the scheduler leaves it."""
     pool = await cell.published().until(lambda pool: len(pool) > 0, "devshim published a device")
-    pod = _pod(name)
+    pod = claim_pod(name)
     claim = allocate_claim(
         cell.plane, claims_version(cell.kubelet.minor), name, [("r0", sorted(pool)[0])],
         node=cell.node, driver=cell.driver, pods=[(pod.name, pod.uid)],
@@ -199,7 +193,7 @@ async def shared(cell: DraCell) -> str:
     first is gone, unprepared once after the last."""
     async with cell.world() as node:
         pool = await cell.published().until(lambda pool: len(pool) > 0, "devshim published a device")
-        first, second = _pod("shared"), _pod("shared")
+        first, second = claim_pod("shared"), claim_pod("shared")
         second = Pod(second.uid, "pod-shared-2", second.resource_claims, second.containers)
         allocate_claim(
             cell.plane, claims_version(cell.kubelet.minor), "shared", [("r0", sorted(pool)[0])],
@@ -247,25 +241,9 @@ async def devshim_restart(cell: DraCell) -> str:
             await restarted.registered()
             got = await node.manager.resources(pod.uid, "c0")
             expect(got.cdi_error == "", f"after the restart the CDI library fails: {got.cdi_error}")
-            await _unprepare_retrying(node, pod.uid)
+            await unprepare_retrying(node.manager, pod.uid)
             expect(not _spec(cell, uid).exists(), "devshim's CDI spec is still there after unprepare")
         return "unprepared by the restarted devshim"
-
-
-async def _unprepare_retrying(node: DraNode, pod_uid: str, timeout: float = 30) -> None:
-    """As the kubelet retries an unprepare that fails while the restarted driver is not up yet."""
-    last = ""
-    try:
-        async with asyncio.timeout(timeout):
-            while True:
-                try:
-                    await node.manager.unprepare(pod_uid)
-                    return
-                except DraManagerError as refused:
-                    last = str(refused)
-                    await asyncio.sleep(0.1)
-    except TimeoutError:
-        raise Failed(f"unprepare kept failing for {timeout:g} s: {last}") from None
 
 
 async def health(cell: DraCell) -> str:

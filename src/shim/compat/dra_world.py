@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -23,7 +24,15 @@ from typing import Any
 from shim.compat.node import ControlPlane
 from shim.compat.node.node import free_port
 from shim.compat.results import Failed
-from shim.compat.upstream.dra_manager import DraManager, running_dra_manager
+from shim.compat.upstream.dra_manager import (
+    Container,
+    ContainerClaim,
+    DraManager,
+    DraManagerError,
+    Pod,
+    PodClaim,
+    running_dra_manager,
+)
 from shim.compat.upstream.releases import Release
 from shim.status import StatusUnavailable, fetch_status
 
@@ -114,6 +123,33 @@ def allocate_claim(
     }
     updated: dict[str, Any] = plane.request("PUT", f"{path}/{name}/status", claim)
     return updated
+
+
+def claim_pod(claim: str) -> Pod:
+    """A new pod whose one container ``c0`` uses the ResourceClaim named ``claim`` (by its own
+    name, as 1.34's manager needs to find the claim's health)."""
+    return Pod(
+        uid=str(uuid.uuid4()),
+        name=f"pod-{claim}",
+        resource_claims=[PodClaim(claim, resource_claim_name=claim)],
+        containers=[Container("c0", [ContainerClaim(claim)])],
+    )
+
+
+async def unprepare_retrying(manager: DraManager, pod_uid: str, timeout: float = 30) -> None:
+    """As the kubelet retries an unprepare that fails while a restarted plugin is not up yet."""
+    last = ""
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                try:
+                    await manager.unprepare(pod_uid)
+                    return
+                except DraManagerError as refused:
+                    last = str(refused)
+                    await asyncio.sleep(0.1)
+    except TimeoutError:
+        raise Failed(f"unprepare kept failing for {timeout:g} s: {last}") from None
 
 
 @dataclass
