@@ -2,7 +2,7 @@
 
 Usage: python -m bench [--quick] [--rows allocate,health,...] [--json FILE] [--claims N]
 Rows (docs/benchmarks.md): allocate, declared, preferred, health, listsize,
-reregister, failover, memory, concurrency, opsflood, listflood, dra and
+reregister, failover, memory, footprint, startup, concurrency, opsflood, listflood, dra and
 dra_prepare (a real kube-apiserver, built on first use). Default settings
 take about 6 minutes on 2 cores; --quick about two.
 """
@@ -30,6 +30,7 @@ from bench import (
     dra_prepare,
     failover,
     flood,
+    footprint,
     health,
     listsize,
     memory,
@@ -48,6 +49,8 @@ ROWS: dict[str, Row] = {
     "reregister": reregister.reregister,
     "failover": failover.failover,
     "memory": memory.memory,
+    "footprint": footprint.footprint,
+    "startup": footprint.startup,
     "concurrency": concurrency.concurrency,
     "opsflood": opsflood.ops_flood,
     "listflood": flood.flood,

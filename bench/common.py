@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from shim.compat.node.node import free_port as free_port  # re-exported for the rows
 
 BENCH_DIR = Path(__file__).parent
 ROOT = BENCH_DIR.parent  # the working directory of every process started here (for -m bench.*)
@@ -81,13 +82,6 @@ async def interleaved(
         for name, call in arms.items():
             results[name] += await timed(call, max(1, calls // rounds))
     return results
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @contextlib.contextmanager

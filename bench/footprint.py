@@ -1,0 +1,159 @@
+"""Rows footprint and startup: what one node pays for devshim, beside the floors it cannot go under.
+
+footprint: VmRSS of `devshim run` idle with one static resource (8 devices) and of the sim
+driver (a Python SDK driver) idle, each beside its floor measured in the same run: a fresh
+interpreter that imports what the process cannot do without (devshim: asyncio, grpcio, loguru,
+tenacity, and pydantic with a model validated, as its config is; a driver: asyncio). The share of
+each of devshim's own imports (RSS after importing it, in import order) goes to the row's extra.
+
+startup: `devshim run` spawned → its first Register received by the fake kubelet, with a static
+resource, and with the sim driver (the driver's share: the difference), median of RUNS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.common import ROOT, Result, children, running, sim_command, start_devshim, workdir, write_config
+from bench.memory import rss_mb
+from shim.kubelet import FakeKubelet
+
+RESOURCE = "example.com/gpu"
+DEVSHIM_GOAL_MB = 40.0
+DRIVER_GOAL_MB = 20.0
+STARTUP_GOAL_MS = 300.0
+RUNS = 5
+SETTLE_S = 1.0  # after the first list: state written, the loops idle
+
+# The interpreter's own VmRSS in kB, as a snippet the measured interpreter runs.
+_RSS_KB = (
+    "def rss_kb():\n"
+    "    for line in open('/proc/self/status'):\n"
+    "        if line.startswith('VmRSS:'):\n"
+    "            return int(line.split()[1])\n"
+)
+# What a devshim process cannot do without: its serving loop, gRPC, its log, its retries, and its
+# config validated (pydantic builds a model's validator on first use, which is most of its cost).
+DEVSHIM_FLOOR = (
+    "import asyncio, grpc.aio, loguru, tenacity, pydantic\nclass M(pydantic.BaseModel):\n    x: int\nM(x=1)\n"
+)
+DRIVER_FLOOR = "import asyncio\n"
+# devshim's own imports, in the order `devshim run` takes them, after the floor.
+SHARES = (
+    "pydantic_settings", "yaml", "shim.settings", "typer", "shim.ops.metrics", "shim.driverhost",
+    "shim.frontend.dirwatch", "shim.core.resource", "shim.status", "shim.bootstrap", "shim.cli",
+)  # fmt: skip
+
+
+def _python_rss_mb(code: str) -> float:
+    """VmRSS in MB of a fresh interpreter that ran ``code``."""
+    return round(int(_run(code + _RSS_KB + "print(rss_kb())").split()[-1]) / 1024, 1)
+
+
+def _run(code: str) -> str:
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    return done.stdout
+
+
+def import_shares() -> dict[str, float]:
+    """MB each of devshim's imports adds after the floor, in import order (one interpreter)."""
+    code = (
+        DEVSHIM_FLOOR
+        + _RSS_KB
+        + (
+            f"import importlib\nlast = rss_kb()\nfor name in {list(SHARES)!r}:\n"
+            "    importlib.import_module(name)\n    now = rss_kb()\n"
+            "    print(name, now - last)\n    last = now\n"
+        )
+    )
+    lines = _run(code).splitlines()
+    return {name: round(int(kb) / 1024, 1) for name, kb in (line.split() for line in lines)}
+
+
+async def _idle(
+    work: Path, name: str, config: Path | None, resources: tuple[str, ...]
+) -> tuple[float, float | None]:
+    """RSS in MB of an idle devshim (and of its driver, if any) once the kubelet has its list."""
+    plugin_dir = work / name
+    async with (
+        FakeKubelet(plugin_dir) as kubelet,
+        running(await start_devshim(plugin_dir, *resources, config=config)) as devshim,
+    ):
+        session = await kubelet.wait_for_plugin(RESOURCE, timeout=60)
+        await session.wait_for_list(timeout=60)
+        await asyncio.sleep(SETTLE_S)
+        drivers = children(devshim.pid)
+        return rss_mb(devshim.pid), rss_mb(drivers[0]) if drivers else None
+
+
+def _sim(work: Path) -> Path:
+    command = sim_command(work, [{"name": RESOURCE, "count": 8}])
+    return write_config(work / "sim-devshim.yaml", {"sim": command})
+
+
+async def footprint(quick: bool) -> Result:
+    with workdir() as work:
+        static, _ = await _idle(work, "static", None, (f"{RESOURCE}=8",))
+        with_sim, driver = await _idle(work, "sim", _sim(work), ())
+    floor, driver_floor = _python_rss_mb(DEVSHIM_FLOOR), _python_rss_mb(DRIVER_FLOOR)
+    assert driver is not None
+    shares = import_shares()
+    met = static <= DEVSHIM_GOAL_MB and driver <= DRIVER_GOAL_MB
+    misses = [
+        f"devshim {static - DEVSHIM_GOAL_MB:.1f} MB over (its floor alone is {floor} MB)"
+        if static > DEVSHIM_GOAL_MB else "",
+        f"driver {driver - DRIVER_GOAL_MB:.1f} MB over (its floor alone is {driver_floor} MB)"
+        if driver > DRIVER_GOAL_MB else "",
+    ]  # fmt: skip
+    return Result(
+        "idle RSS: devshim (static) and an SDK driver (sim)",
+        {"devshim_floor_mb": floor, "driver_floor_mb": driver_floor},
+        {"devshim_mb": static, "devshim_with_sim_mb": with_sim, "driver_mb": driver},
+        f"devshim {static} MB ({static - floor:+.1f} over its floor), driver {driver} MB "
+        f"({driver - driver_floor:+.1f})",
+        f"devshim ≤ {DEVSHIM_GOAL_MB:g} MB, driver ≤ {DRIVER_GOAL_MB:g} MB",
+        met,
+        "; ".join(m for m in misses if m),
+        "floors: fresh interpreters importing what each cannot do without (module docstring)",
+        {"import_shares_mb": shares},
+    )
+
+
+async def _first_register_ms(work: Path, name: str, config: Path | None, resources: tuple[str, ...]) -> float:
+    plugin_dir = work / name
+    async with FakeKubelet(plugin_dir) as kubelet:
+        began = time.monotonic()
+        async with running(await start_devshim(plugin_dir, *resources, config=config)):
+            record = await kubelet.wait_for_registration(RESOURCE, timeout=60)
+            return (record.received_at - began) * 1000
+
+
+async def startup(quick: bool) -> Result:
+    runs = 3 if quick else RUNS
+    with workdir() as work:
+        config = _sim(work)
+        static = [await _first_register_ms(work, f"s{i}", None, (f"{RESOURCE}=8",)) for i in range(runs)]
+        sim = [await _first_register_ms(work, f"d{i}", config, ()) for i in range(runs)]
+    median, with_driver = statistics.median(static), statistics.median(sim)
+    met = median <= STARTUP_GOAL_MS
+    return Result(
+        "start-up: devshim run → first Register",
+        {},
+        {"static_p50_ms": round(median, 1), "sim_p50_ms": round(with_driver, 1)},
+        f"{median:.0f} ms static; the sim driver adds {with_driver - median:.0f} ms",
+        f"≤ {STARTUP_GOAL_MS:g} ms (static)",
+        met,
+        "" if met else f"{median - STARTUP_GOAL_MS:.0f} ms over",
+        f"median of {runs} spawns each; the fake kubelet's receive time of the first Register",
+        {"static_ms": [round(s, 1) for s in static], "sim_ms": [round(s, 1) for s in sim]},
+    )
+
+
+if __name__ == "__main__":  # python -m bench.footprint: the import shares alone
+    print(json.dumps(import_shares(), indent=2))
