@@ -365,8 +365,9 @@ def compat(
         bool,
         typer.Option(
             "--dra",
-            help="Judge --config's driver as its first dra.drivers pool under the kubelet's real DRA "
-            "manager and a real API server (Go; built on first use, docs/compat.md).",
+            help="Judge a driver as a DRA driver (--driver: every resource it declares; --config: its "
+            "first dra.drivers pool), or --dra-plugin, under the kubelet's real DRA manager and a real "
+            "API server (Go; built on first use, docs/compat.md).",
         ),
     ] = False,
     dra_pair: Annotated[
