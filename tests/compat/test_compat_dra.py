@@ -101,6 +101,18 @@ def test_a_driver_whose_allocate_fails_fails_the_rows_that_prepare(tmp_path: Pat
                for line in run.stdout.splitlines()), run.stdout  # fmt: skip
 
 
+def test_driver_replaces_the_command_of_the_configs_driver(tmp_path: Path) -> None:
+    """--config's pool and driver entry, --driver's command: the config's driver fails every
+    allocate, the command given (the sim) prepares the claim."""
+    driver = {"name": "broken", "command": [sys.executable, str(DRIVERS / "broken.py"), "allocate-fails"]}
+    path = config(tmp_path, driver, "example.com/gpu")
+    sim = f"devshim-sim --config {SIM}"
+    run = compat(tmp_path, "--dra", "--config", str(path), "--driver", sim, "--dra-pair", NEWEST,
+                 "--scenario", "prepare", cwd=tmp_path)  # fmt: skip
+    assert run.code == 0, run.stdout
+    assert "DRA driver gpu.example.com: example.com/gpu" in run.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
