@@ -10,6 +10,8 @@ refuses, or read a value differently.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -127,3 +129,19 @@ def test_devshims_own_params_take_the_fast_path() -> None:
     preference["containers"][0]["size"] = "8"  # type: ignore[index]
     assert codec.read_canonical(types.PreferredAllocationParams, descriptor, preference) is None
     assert by_sdk(types.PreferredAllocationParams, preference) == read
+
+
+def test_a_driver_importing_the_sdk_loads_neither_grpc_nor_pydantic() -> None:
+    """What a driver pays (issue 31): the SDK is the JSON-RPC peer and its messages, not
+    devshim's gRPC side, and betterproto2 is kept from loading pydantic, which it would whenever
+    pydantic is installed; a driver may still use pydantic itself."""
+    probe = (
+        "import sys, shim.sdk\n"
+        "print(sorted(m for m in ('grpc', 'pydantic', 'pydantic_core') if m in sys.modules))\n"
+        "import pydantic\n"
+        "class M(pydantic.BaseModel):\n    x: int\n"
+        "print(M(x=1).x, shim.sdk.types.Health.HEALTHY.name)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["[]", "1 HEALTHY"], done.stdout

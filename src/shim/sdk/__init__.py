@@ -33,6 +33,18 @@ a 2-core machine where ``to_dict`` alone takes ~25 s; the simulator answers
 such a list_devices over a pipe in ~1.3 s end to end, the reader's parse included.
 """
 
+import sys
+
+if "betterproto2" not in sys.modules and "pydantic" not in sys.modules:
+    # betterproto2 imports pydantic whenever it is installed (as it is beside devshim), for
+    # pydantic-dataclass messages, which the SDK's are not: 3.4 MB of every driver's memory
+    # (docs/benchmarks.md). Import it seeing no pydantic; a driver may still import pydantic after.
+    sys.modules["pydantic"] = None  # type: ignore[assignment]
+    try:
+        import betterproto2  # noqa: F401
+    finally:
+        del sys.modules["pydantic"]
+
 from shim import __version__ as DEVSHIM_VERSION
 from shim.driverprotocol import PROTOCOL_VERSION
 from shim.jsonrpc import ConnectionClosed, ErrorCode
