@@ -30,6 +30,7 @@ from shim.compat.dra_world import Published
 from shim.compat.node import ControlPlane
 from shim.compat.plugin_process import start_plugin, stop_plugin
 from shim.compat.results import Failed
+from shim.compat.tails import log_tail
 from shim.compat.upstream.dra_manager import DraManager, Registration, running_dra_manager
 from shim.compat.upstream.releases import Release
 
@@ -98,10 +99,7 @@ class PluginNode:
         return self.registration.driver
 
     def log_tail(self) -> str:
-        try:
-            return self.cell.log(self.starts).read_text(errors="replace")[-LOG_TAIL:]
-        except OSError:
-            return ""
+        return log_tail(self.cell.log(self.starts), LOG_TAIL)
 
     async def kill_plugin(self) -> None:
         """SIGKILL to the plugin's process group, as an OOM kill ends it: nothing cleaned up."""
@@ -167,7 +165,7 @@ async def plugin_node(cell: PluginCell) -> AsyncIterator[PluginNode]:
             try:
                 node.registration = await registered(cell, manager, process)
             except Failed as failed:
-                tail = manager_log.read_text(errors="replace")[-LOG_TAIL:] if manager_log.exists() else ""
+                tail = log_tail(manager_log, LOG_TAIL)
                 raise Failed(
                     f"{failed}\n--- the plugin's log, the end:\n{node.log_tail()}\n"
                     f"--- the DRA manager's:\n{tail}"

@@ -24,6 +24,7 @@ from typing import Any
 from shim.compat.node import ControlPlane
 from shim.compat.node.node import free_port
 from shim.compat.results import Failed
+from shim.compat.tails import log_tail
 from shim.compat.upstream.dra_manager import (
     Container,
     ContainerClaim,
@@ -159,10 +160,7 @@ class RunningDevshim:
     log: Path
 
     def log_tail(self) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-LOG_TAIL:]
-        except OSError:
-            return ""
+        return log_tail(self.log, LOG_TAIL)
 
     async def status(
         self, holds: Callable[[dict[str, Any]], bool], what: str, timeout: float = 60
@@ -262,7 +260,7 @@ async def dra_node(
             await manager.registered(driver)
             await world.registered()
         except Failed as failed:
-            tail = log.read_text(errors="replace")[-LOG_TAIL:] if log.exists() else ""
+            tail = log_tail(log, LOG_TAIL)
             raise Failed(
                 f"{failed}\n--- devshim's log, the end:\n{devshim.log_tail()}\n--- the DRA manager's:\n{tail}"
             ) from None

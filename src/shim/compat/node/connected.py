@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from shim.compat.tails import log_tail
 from shim.compat.upstream import releases as upstream
 
 from . import apiserver, certs, containerd, kubelet
@@ -189,6 +190,6 @@ class ConnectedNode:
             if time.monotonic() > deadline:
                 seen = f"; last seen: {detail()}" if detail else ""
                 logs = self.node.kubelet_log if self._node is not None else self.plane.apiserver_log
-                tail = logs.read_text(errors="replace")[-2000:] if logs.is_file() else ""
+                tail = log_tail(logs, 2000)
                 raise NodeError(f"no {what} within {timeout:g} s{seen}\n{tail}")
             time.sleep(0.2)

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from shim.compat.tails import log_tail
 from shim.frontend import sockets
 
 from . import containerd, images, kubelet
@@ -82,10 +83,7 @@ def free_port() -> int:
 
 
 def _tail(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")[-LOG_TAIL:]
-    except OSError:
-        return ""
+    return log_tail(path, LOG_TAIL)
 
 
 class Node:

@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from shim.compat.tails import log_tail
 from shim.compat.upstream import releases as upstream
 
 START_TIMEOUT_S = 120.0
@@ -136,7 +137,4 @@ class Scheduler:
         process.wait()
 
     def _tail(self) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-2000:]
-        except OSError:
-            return ""
+        return log_tail(self.log, 2000)

@@ -29,6 +29,7 @@ from typing import Any
 
 from shim.compat.plugin_process import stop_plugin
 from shim.compat.results import Failed
+from shim.compat.tails import log_tail
 
 from . import releases
 from .releases import Release
@@ -255,11 +256,8 @@ class DraManager:
         return reply.get("result")
 
     def log_tail(self) -> str:
-        try:
-            text = self._log.read_text(errors="replace").strip()
-        except OSError:
-            return ""
-        return f"; its log ends: {text[-LOG_TAIL:]}" if text else ""
+        text = log_tail(self._log, LOG_TAIL).strip()
+        return f"; its log ends: {text}" if text else ""
 
     async def version(self) -> str:
         """The k8s.io/kubernetes release the program links ("v1.37.2")."""
