@@ -9,7 +9,7 @@ import asyncio
 import functools
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,9 +26,11 @@ from .report import table, write_json, write_junit
 from .results import Failed, Result, Status
 
 if TYPE_CHECKING:
+    from .dra_matrix import Pair
     from .upstream.releases import Release
 
 _MARK = {Status.PASS: ".", Status.FAIL: "F", Status.SKIP: "s"}
+Progress = Callable[[Result], None]  # told of each cell as it ends
 
 
 class UsageError(ValueError):
@@ -257,7 +259,7 @@ def _judged_plugin(request: Request, binaries: dict[Release, Path]) -> int:
     return _report(request, results, rows, columns, "check", f"plugin: {request.plugin}")
 
 
-def _progress(total: int) -> Callable[[Result], None]:
+def _progress(total: int) -> Progress:
     """A mark per finished cell on stderr, so a long run shows it is moving."""
     done = 0
 
@@ -298,7 +300,6 @@ def _dra(request: Request) -> int:
     dra.drivers entry, or with --driver alone every resource the driver declares), judged by real
     DRA managers and API servers."""
     from . import dra_matrix  # the Kubernetes-side imports only when asked for
-    from .upstream.releases import JudgeUnavailable
 
     sel = request.selection
     others = [flag for flag, given in (
@@ -309,30 +310,53 @@ def _dra(request: Request) -> int:
     if others:
         raise UsageError(f"{', '.join(others)} do not apply to --dra (docs/compat.md, DRA)")
     settings, pool, env = _dra_settings(request)
-    unknown = sorted(set(sel.scenarios) - set(dra_matrix.SCENARIOS))
-    if unknown:
-        raise UsageError(
-            f"unknown DRA scenario {', '.join(unknown)}; choose from {', '.join(dra_matrix.SCENARIOS)}"
+
+    def run_rows(pairs: list[Pair], rows: list[str], progress: Progress) -> Awaitable[list[Result]]:
+        return dra_matrix.run_dra_matrix(
+            settings, pool["name"], pairs, rows, request.cell_timeout_s, progress, request.health_hook, env
         )
+
+    source = request.driver if request.driver is not None else str(request.config)
+    what = f"DRA driver {pool['name']} of {source} (kubelet/API server)"
+    said = f"DRA driver {pool['name']}: {', '.join(pool['resources'])}"
+    return _dra_rows(request, list(dra_matrix.SCENARIOS), "DRA scenario", "scenario", what, run_rows, said)
+
+
+def _dra_rows(
+    request: Request,
+    known: list[str],
+    kind: str,
+    row_label: str,
+    what: str,
+    run_rows: Callable[[list[Pair], list[str], Progress], Awaitable[list[Result]]],
+    said: str = "",
+) -> int:
+    """The rows chosen of ``known`` at the pairs chosen, run by ``run_rows``, reported."""
+    from . import dra_matrix
+    from .upstream.releases import JudgeUnavailable
+
+    sel = request.selection
+    unknown = sorted(set(sel.scenarios) - set(known))
+    if unknown:
+        raise UsageError(f"unknown {kind} {', '.join(unknown)}; choose from {', '.join(known)}")
     try:
         pairs = dra_matrix.choose_pairs(list(sel.dra_pairs))
     except ValueError as err:
         raise UsageError(str(err)) from None
-    scenarios = [s for s in dra_matrix.SCENARIOS if not sel.scenarios or s in sel.scenarios]
+    rows = [r for r in known if not sel.scenarios or r in sel.scenarios]
     sys.stderr.write(f"devshim compat: {dra_matrix.requirements(pairs)}\n")
-    sys.stderr.write(f"devshim compat: DRA driver {pool['name']}: {', '.join(pool['resources'])}\n")
-    cells = len(pairs) * len(scenarios)
+    if said:
+        sys.stderr.write(f"devshim compat: {said}\n")
+
+    async def run() -> list[Result]:
+        return await run_rows(pairs, rows, _progress(len(pairs) * len(rows)))
+
     try:
-        results = asyncio.run(dra_matrix.run_dra_matrix(
-            settings, pool["name"], pairs, scenarios, request.cell_timeout_s, _progress(cells),
-            request.health_hook, env,
-        ))  # fmt: skip
+        results = asyncio.run(run())
     except JudgeUnavailable as err:
         raise UsageError(str(err)) from None
     columns = [dra_matrix.pair_name(p) for p in pairs]
-    source = request.driver if request.driver is not None else str(request.config)
-    what = f"DRA driver {pool['name']} of {source} (kubelet/API server)"
-    return _report(request, results, scenarios, columns, "scenario", what)
+    return _report(request, results, rows, columns, row_label, what)
 
 
 def _dra_settings(request: Request) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
@@ -470,8 +494,7 @@ def quiet_logs(verbose: bool) -> None:
 def _dra_plugin(request: Request) -> int:
     """The DRA judge for a DRA kubelet plugin not behind devshim (dra_plugin_checks.py): started
     from --dra-plugin's command per cell, under real DRA managers and API servers."""
-    from . import dra_matrix, dra_plugin_checks  # the Kubernetes-side imports only when asked for
-    from .upstream.releases import JudgeUnavailable
+    from . import dra_plugin_checks  # the Kubernetes-side imports only when asked for
 
     sel, command = request.selection, request.dra_plugin
     assert command is not None
@@ -491,21 +514,9 @@ def _dra_plugin(request: Request) -> int:
         raise UsageError(f"--dra-plugin: {err}") from None
     if not argv:
         raise UsageError("--dra-plugin: the command is empty")
-    checks = dra_plugin_checks.CHECKS
-    unknown = sorted(set(sel.scenarios) - set(checks))
-    if unknown:
-        raise UsageError(f"unknown DRA plugin check {', '.join(unknown)}; choose from {', '.join(checks)}")
-    try:
-        pairs = dra_matrix.choose_pairs(list(sel.dra_pairs))
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    rows = [c for c in checks if not sel.scenarios or c in sel.scenarios]
-    sys.stderr.write(f"devshim compat: {dra_matrix.requirements(pairs)}\n")
-    try:
-        results = asyncio.run(dra_plugin_checks.run_dra_plugin_matrix(
-            command, pairs, rows, request.cell_timeout_s, _progress(len(pairs) * len(rows))
-        ))  # fmt: skip
-    except JudgeUnavailable as err:
-        raise UsageError(str(err)) from None
-    columns = [dra_matrix.pair_name(p) for p in pairs]
-    return _report(request, results, rows, columns, "check", f"DRA plugin: {command} (kubelet/API server)")
+
+    def run_rows(pairs: list[Pair], rows: list[str], progress: Progress) -> Awaitable[list[Result]]:
+        return dra_plugin_checks.run_dra_plugin_matrix(command, pairs, rows, request.cell_timeout_s, progress)
+
+    what = f"DRA plugin: {command} (kubelet/API server)"
+    return _dra_rows(request, list(dra_plugin_checks.CHECKS), "DRA plugin check", "check", what, run_rows)

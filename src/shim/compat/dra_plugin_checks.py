@@ -19,29 +19,13 @@ import grpc
 
 from shim.compat.dra_matrix import Column, Pair, run_pairs
 from shim.compat.dra_plugin_world import PluginCell, PluginNode, registered
-from shim.compat.dra_scenarios import claims_version
+from shim.compat.dra_scenarios import chosen_service, claims_version, known_services
 from shim.compat.dra_world import allocate_claim, claim_pod, unprepare_retrying
 from shim.compat.results import Failed, Result, expect
 from shim.compat.upstream.dra_manager import DraManagerError, Pod
 
 PROBE_TIMEOUT_S = 5.0
 NOT_SERVED = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.UNAVAILABLE)
-
-
-def known_services(kubelet_minor: int) -> tuple[str, ...]:
-    """The DRAPlugin versions the release's plugin handler accepts (pkg/kubelet/cm/dra/plugin:
-    1.33 speaks v1beta1 only; v1 came in 1.34)."""
-    return ("v1beta1.DRAPlugin",) if kubelet_minor == 33 else ("v1.DRAPlugin", "v1beta1.DRAPlugin")
-
-
-def chosen_service(kubelet_minor: int, versions: Sequence[str]) -> str:
-    """The service the release calls. From 1.34 the first of the plugin's list it knows
-    (validateSupportedServices, pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go); 1.33 goes by
-    its own list, falling back to v1alpha4.Node, which plugins of then did not advertise
-    (registration.go)."""
-    if kubelet_minor == 33:
-        return next((s for s in ("v1beta1.DRAPlugin", "v1alpha4.Node") if s in versions), "v1alpha4.Node")
-    return next((v for v in versions if v in known_services(kubelet_minor)), "none")
 
 
 def _method(service: str) -> tuple[str, bool] | None:

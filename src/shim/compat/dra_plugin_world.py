@@ -72,8 +72,7 @@ class PluginCell:
         return {**self.env, **named, "KUBECONFIG": places["kubeconfig"]}
 
     def published(self, driver: str) -> Published:
-        version = self.plane.served_versions("resource.k8s.io")[0]
-        return Published(self.plane, version, self.node, driver)
+        return Published.newest(self.plane, self.node, driver)
 
     def world(self) -> AbstractAsyncContextManager[PluginNode]:
         return plugin_node(self)

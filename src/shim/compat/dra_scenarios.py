@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,10 +50,20 @@ def claims_version(kubelet_minor: int) -> str:
     return "v1beta1" if kubelet_minor == 33 else "v1"
 
 
-def chosen_service(kubelet_minor: int) -> str:
-    """The DRAPlugin version the release takes from devshim's list: 1.33 knows only v1beta1 of
-    it; later releases take the first they know (pkg/kubelet/cm/dra/plugin)."""
-    return "v1beta1.DRAPlugin" if kubelet_minor == 33 else "v1.DRAPlugin"
+def known_services(kubelet_minor: int) -> tuple[str, ...]:
+    """The DRAPlugin versions the release's plugin handler accepts (pkg/kubelet/cm/dra/plugin:
+    1.33 speaks v1beta1 only; v1 came in 1.34)."""
+    return ("v1beta1.DRAPlugin",) if kubelet_minor == 33 else ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+
+
+def chosen_service(kubelet_minor: int, versions: Sequence[str]) -> str:
+    """The service the release calls. From 1.34 the first of the plugin's list it knows
+    (validateSupportedServices, pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go); 1.33 goes by
+    its own list, falling back to v1alpha4.Node, which plugins of then did not advertise
+    (registration.go)."""
+    if kubelet_minor == 33:
+        return next((s for s in ("v1beta1.DRAPlugin", "v1alpha4.Node") if s in versions), "v1alpha4.Node")
+    return next((v for v in versions if v in known_services(kubelet_minor)), "none")
 
 
 @dataclass
@@ -105,8 +115,7 @@ class DraCell:
         return list(pool["resources"])
 
     def published(self) -> Published:
-        version = self.plane.served_versions("resource.k8s.io")[0]
-        return Published(self.plane, version, self.node, self.driver)
+        return Published.newest(self.plane, self.node, self.driver)
 
 
 async def _claim_one(cell: DraCell, node: DraNode, name: str) -> tuple[Pod, dict[str, Any]]:
@@ -180,7 +189,7 @@ async def prepare(cell: DraCell) -> str:
         pod, uid = await _prepared(cell, node, "prepared")
         status = await node.kubelet_status(lambda k: k["calls"].get(PREPARED) == 1, "one claim prepared")
         service = status["dra"][cell.driver]["kubelet"]["service"]
-        wanted = chosen_service(cell.kubelet.minor)
+        wanted = chosen_service(cell.kubelet.minor, OFFERED)
         expect(service == wanted, f"the DRA manager called {service}, not {wanted}")
         await node.manager.unprepare(pod.uid)
         await node.kubelet_status(lambda k: k["calls"].get(UNPREPARED) == 1, "the claim unprepared")

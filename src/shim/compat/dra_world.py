@@ -48,6 +48,11 @@ class Published:
     def __init__(self, plane: ControlPlane, version: str, node: str, driver: str) -> None:
         self.plane, self.version, self.node, self.driver = plane, version, node, driver
 
+    @classmethod
+    def newest(cls, plane: ControlPlane, node: str, driver: str) -> Published:
+        """Read in the newest resource.k8s.io version the server serves, as a scheduler would."""
+        return cls(plane, plane.served_versions("resource.k8s.io")[0], node, driver)
+
     def slices(self) -> list[dict[str, Any]]:
         selector = f"spec.nodeName={self.node},spec.driver={self.driver}"
         found = self.plane.request(
