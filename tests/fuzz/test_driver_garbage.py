@@ -483,7 +483,9 @@ class Garbage:
 
 
 async def _follow(channel: grpc.aio.Channel, stream: Stream) -> None:
-    async for raw in channel.unary_stream("/v1beta1.DevicePlugin/ListAndWatch", None, None)(b""):
+    # The endpoint's task may not have bound its socket yet: wait for it as a kubelet's retry would.
+    listing = channel.unary_stream("/v1beta1.DevicePlugin/ListAndWatch", None, None)
+    async for raw in listing(b"", wait_for_ready=True):
         message = v1beta1.ListAndWatchResponse.FromString(raw)
         stream.lists.append(tuple((d.ID, d.health) for d in message.devices))
 

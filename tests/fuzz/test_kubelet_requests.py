@@ -175,10 +175,19 @@ def settings_for(plugin_dir: Path, state_dir: Path) -> Settings:
 
 
 async def _follow(channel: grpc.aio.Channel, version: str, watch: Watch) -> None:
-    stream = channel.unary_stream(f"/{version}.DevicePlugin/ListAndWatch", None, None)(b"")
+    # The endpoint's task may not have bound its socket yet: wait for it as a kubelet's retry would.
+    listing = channel.unary_stream(f"/{version}.DevicePlugin/ListAndWatch", None, None)
+    stream = listing(b"", wait_for_ready=True)
     async for raw in stream:
         message: Any = VERSIONS[version].ListAndWatchResponse.FromString(raw)
         watch.lists.append(tuple((d.ID, d.health) for d in message.devices))
+
+
+def _listed(watch: Watch) -> bool:
+    """Whether the stream has its first list; a stream that failed says why at once."""
+    if not watch.lists and watch.task is not None and watch.task.done():
+        raise AssertionError(f"the stream ended before its first list: {watch.task.exception()!r}")
+    return bool(watch.lists)
 
 
 async def _until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
@@ -213,7 +222,7 @@ async def served(dirs: tuple[Path, Path]) -> AsyncIterator[Served]:
         watches = {(r, v): Watch() for r in RESOURCES for v in VERSIONS}
         for (resource, version), watch in watches.items():
             watch.task = asyncio.create_task(_follow(channels[resource], version, watch))
-        await _until(lambda: all(w.lists for w in watches.values()), "every stream has its first list")
+        await _until(lambda: all(_listed(w) for w in watches.values()), "every stream has its first list")
         result = Served(shim, channels, watches)
         expected = {
             r: (*((i, "Healthy") for i in HEALTHY[r]), (UNHEALTHY[r], "Unhealthy")) for r in RESOURCES
