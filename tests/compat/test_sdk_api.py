@@ -16,7 +16,7 @@ from google.protobuf import json_format
 
 from shim.driverprotocol import PROTOCOL_VERSION
 from shim.jsonrpc import MAX_LINE_BYTES, ConnectionClosed, Peer, RemoteError, StreamTransport
-from shim.sdk import Driver, DriverError, ErrorCode, UnknownDevice, codec, serve, types
+from shim.sdk import Driver, DriverError, ErrorCode, UnknownDevice, codec, serve, strict, types
 from shim.sdk.codec import device_json
 from shim.sdk.generated.protobuf.driver.v1 import driver_pb2
 
@@ -244,8 +244,11 @@ SIXTY_FOUR = [f"d{i}" for i in range(64)]
     ],
 )
 def test_decoded_params_equal_betterproto2s_own_parse(name: str, params: dict[str, Any]) -> None:
-    """codec.from_checked copies fields by descriptor instead of re-parsing bytes: it must give
-    exactly what betterproto2 parses from the same checked message, for every request's params."""
+    """Both readers build the dataclasses themselves instead of re-parsing bytes (codec.py reads
+    devshim's canonical form, strict.py copies protobuf's checked fields by descriptor): each must
+    give exactly what betterproto2 parses from the same checked message, for every request."""
     checked = json_format.ParseDict(params, getattr(driver_pb2, name)())
     cls = getattr(types, name)
-    assert codec.decode(cls, "m", params) == cls.parse(checked.SerializeToString())
+    parsed = cls.parse(checked.SerializeToString())
+    assert codec.read_canonical(cls, params) in (None, parsed)  # None: a form left to strict.py
+    assert codec.decode(cls, "m", params) == strict.decode(cls, "m", params) == parsed

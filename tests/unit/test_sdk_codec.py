@@ -20,7 +20,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shim.sdk import codec, types
+from shim.sdk import codec, strict, types
 from shim.sdk.errors import InvalidParams
 from shim.sdk.generated.protobuf.driver.v1 import driver_pb2
 
@@ -95,7 +95,7 @@ def by_protobuf(cls: type[Any], params: dict[str, Any]) -> Any:
         checked = json_format.ParseDict(params, getattr(driver_pb2, cls.__name__)())
     except (json_format.ParseError, TypeError, ValueError):
         return InvalidParams
-    return codec.from_checked(cls, checked)
+    return strict.from_checked(cls, checked)
 
 
 def by_sdk(cls: type[Any], params: dict[str, Any]) -> Any:
@@ -121,23 +121,27 @@ def test_devshims_own_params_take_the_fast_path() -> None:
         "resource": "example.com/gpu",
         "containers": [{"available": [f"gpu{i}" for i in range(64)], "must_include": ["gpu3"], "size": 8}],
     }
-    descriptor: Any = driver_pb2.PreferredAllocationParams.DESCRIPTOR  # upb or python Descriptor
-    read = codec.read_canonical(types.PreferredAllocationParams, descriptor, preference)
+    read = codec.read_canonical(types.PreferredAllocationParams, preference)
     assert read == by_protobuf(types.PreferredAllocationParams, preference)
     assert read is not None and read.containers[0].size == 8
     # A form only the parser knows (a number as a string) leaves the decision to it.
     preference["containers"][0]["size"] = "8"  # type: ignore[index]
-    assert codec.read_canonical(types.PreferredAllocationParams, descriptor, preference) is None
+    assert codec.read_canonical(types.PreferredAllocationParams, preference) is None
     assert by_sdk(types.PreferredAllocationParams, preference) == read
 
 
-def test_a_driver_importing_the_sdk_loads_neither_grpc_nor_pydantic() -> None:
+def test_a_driver_importing_the_sdk_loads_neither_grpc_pydantic_nor_protobuf() -> None:
     """What a driver pays (issue 31): the SDK is the JSON-RPC peer and its messages, not
-    devshim's gRPC side, and betterproto2 is kept from loading pydantic, which it would whenever
-    pydantic is installed; a driver may still use pydantic itself."""
+    devshim's gRPC side; betterproto2 is kept from loading pydantic, which it would whenever
+    pydantic is installed (a driver may still use pydantic itself); and protobuf's runtime waits
+    for params that are not in devshim's canonical form."""
     probe = (
         "import sys, shim.sdk\n"
-        "print(sorted(m for m in ('grpc', 'pydantic', 'pydantic_core') if m in sys.modules))\n"
+        "from shim.sdk import codec, types\n"
+        "params = {'resource': 'r', 'containers': [{'device_ids': ['a']}]}\n"
+        "codec.decode(types.AllocateParams, 'allocate', params)\n"
+        "heavy = ('grpc', 'pydantic', 'pydantic_core', 'google.protobuf')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
         "import pydantic\n"
         "class M(pydantic.BaseModel):\n    x: int\n"
         "print(M(x=1).x, shim.sdk.types.Health.HEALTHY.name)\n"

@@ -3,12 +3,14 @@
 Incoming params are checked by protobuf's own proto3 JSON parser against the
 schema (wrong types, unknown fields, out-of-range numbers, both field-name
 forms), then read into the betterproto2 dataclasses a driver works with: one
-strict reader instead of a hand-written one that could drift from the schema.
-Params already in the canonical form devshim writes (every value of exactly its
-field's JSON type, in range) skip that parser, whose per-element Python work
-cost ~350 µs for a preference request of 64 IDs; anything else still goes
-through it, so it alone decides what is refused and how, and
-tests/unit/test_sdk_codec.py checks both readers agree on generated params.
+strict reader instead of a hand-written one that could drift from the schema
+(strict.py, imported only when needed: protobuf's runtime is 4 MB of a
+driver's memory). Params already in the canonical form devshim writes (proto
+field names, every value of exactly its field's JSON type, in range) skip that
+parser, whose per-element Python work cost ~350 µs for a preference request of
+64 IDs; anything else still goes through it, so it alone decides what is
+refused and how, and tests/unit/test_sdk_codec.py checks both readers agree on
+generated params.
 
 Outgoing devices and grants are written as dicts straight from the dataclass
 fields: betterproto2's generic ``to_dict`` takes 6-25 s for a 50,000-device
@@ -22,17 +24,15 @@ the schema is written. Everything else is small and goes through ``to_dict``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, TypeVar
 
 import betterproto2
-from google.protobuf import json_format
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from shim.model import MAX_NUMA_NODE
 from shim.sdk.errors import InvalidParams
 from shim.sdk.generated.devshim.driver import v1 as types
-from shim.sdk.generated.protobuf.driver.v1 import driver_pb2
 
 M = TypeVar("M", bound=betterproto2.Message)
 
@@ -46,110 +46,78 @@ def decode(cls: type[M], method: str, params: Any) -> M:
         params = {}
     if not isinstance(params, dict):
         raise InvalidParams(method, f"expected an object, got {type(params).__name__}")
-    canonical = read_canonical(cls, getattr(driver_pb2, cls.__name__).DESCRIPTOR, params)
+    canonical = read_canonical(cls, params)
     if canonical is not None:
         return canonical
-    try:
-        checked = json_format.ParseDict(params, getattr(driver_pb2, cls.__name__)())
-    except (json_format.ParseError, TypeError, ValueError) as exc:
-        raise InvalidParams(method, str(exc)) from None
-    return from_checked(cls, checked)
+    # Imported here: protobuf's runtime is 4 MB of a driver's memory (docs/benchmarks.md), and
+    # devshim only ever sends the canonical form.
+    from shim.sdk import strict
 
-
-def from_checked(cls: type[M], checked: Any) -> M:
-    """The betterproto2 twin of a protobuf message, field by field from the schema's descriptor.
-
-    Re-parsing ``checked``'s bytes with betterproto2 cost ~430 µs for a preference request of 64
-    device IDs (pure Python, per element); copying the already checked fields costs ~10 µs.
-    A map field (none in the params today) takes the byte round trip, which always agrees."""
-    meta: Any = cls._betterproto  # type: ignore[arg-type]  # a classproperty on the Message base
-    kwargs: dict[str, Any] = {}
-    for field in checked.DESCRIPTOR.fields:
-        if field.message_type is not None and field.message_type.GetOptions().map_entry:
-            return cls.parse(checked.SerializeToString())
-        name = meta.field_name_by_number[field.number]
-        value = getattr(checked, field.name)
-        repeated = field.is_repeated
-        if field.type == field.TYPE_MESSAGE:
-            nested = meta.cls_by_field[name]
-            if repeated:
-                kwargs[name] = [from_checked(nested, v) for v in value]
-            elif checked.HasField(field.name):
-                kwargs[name] = from_checked(nested, value)
-        elif field.type == field.TYPE_ENUM:
-            enum = meta.cls_by_field[name]
-            kwargs[name] = [enum(v) for v in value] if repeated else enum(value)
-        else:
-            kwargs[name] = list(value) if repeated else value
-    return cls(**kwargs)
+    return strict.decode(cls, method, params)
 
 
 _INT_RANGES = {
-    FieldDescriptor.TYPE_INT32: (-(2**31), 2**31 - 1),
-    FieldDescriptor.TYPE_SINT32: (-(2**31), 2**31 - 1),
-    FieldDescriptor.TYPE_SFIXED32: (-(2**31), 2**31 - 1),
-    FieldDescriptor.TYPE_UINT32: (0, 2**32 - 1),
-    FieldDescriptor.TYPE_FIXED32: (0, 2**32 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "sint32": (-(2**31), 2**31 - 1),
+    "sfixed32": (-(2**31), 2**31 - 1),
+    "uint32": (0, 2**32 - 1),
+    "fixed32": (0, 2**32 - 1),
 }
+_EXACT_TYPES = {"string": str, "bool": bool}
 
 
 @functools.cache
-def _fields_by_key(descriptor: Descriptor) -> dict[str, FieldDescriptor]:
-    return {key: f for f in descriptor.fields for key in (f.name, f.json_name)}
+def _fields(cls: type[betterproto2.Message]) -> dict[str, Any]:
+    """The schema's fields of ``cls`` by the name devshim writes (the proto name; betterproto2
+    keeps it as the attribute's name), each with its betterproto2 FieldMetadata."""
+    every: Any = dataclasses.fields(cls)  # type: ignore[arg-type]  # generated messages are dataclasses
+    return {f.name: f.metadata["betterproto"] for f in every if "betterproto" in f.metadata}
 
 
-def _canonical_value(field: FieldDescriptor, value: Any) -> bool:
-    """``value`` is exactly the proto3 JSON form devshim writes for a non-message ``field``."""
-    if field.type == FieldDescriptor.TYPE_STRING:
-        return type(value) is str
-    if field.type == FieldDescriptor.TYPE_BOOL:
-        return type(value) is bool
-    limits = _INT_RANGES.get(field.type)
+def _canonical_value(proto_type: str, value: Any) -> bool:
+    """``value`` is exactly the proto3 JSON form devshim writes for a non-message field."""
+    exact = _EXACT_TYPES.get(proto_type)
+    if exact is not None:
+        return type(value) is exact
+    limits = _INT_RANGES.get(proto_type)
     return limits is not None and type(value) is int and limits[0] <= value <= limits[1]
 
 
-_EXACT_TYPES = {FieldDescriptor.TYPE_STRING: str, FieldDescriptor.TYPE_BOOL: bool}
-
-
-def _canonical_list(field: FieldDescriptor, values: list[Any]) -> bool:
-    exact = _EXACT_TYPES.get(field.type)
+def _canonical_list(proto_type: str, values: list[Any]) -> bool:
+    exact = _EXACT_TYPES.get(proto_type)
     if exact is not None:
         # Every element's type collected in C: device-ID lists are long (64 IDs: 12 us -> 2 us).
         return set(map(type, values)) <= {exact}
-    return all(_canonical_value(field, v) for v in values)
+    return all(_canonical_value(proto_type, v) for v in values)
 
 
-def read_canonical(cls: type[M], descriptor: Descriptor, params: dict[str, Any]) -> M | None:
-    """``params`` as a ``cls`` message when every value has exactly its field's JSON type and
-    range; None for anything else (other forms, nulls, maps, enums, 64-bit numbers, unknown or
-    repeated keys), which protobuf's parser then accepts or refuses."""
-    meta: Any = cls._betterproto  # type: ignore[arg-type]  # a classproperty on the Message base
-    fields = _fields_by_key(descriptor)
+def read_canonical(cls: type[M], params: dict[str, Any]) -> M | None:
+    """``params`` as a ``cls`` message when every key is a field's proto name and every value has
+    exactly its field's JSON type and range; None for anything else (camelCase names, other
+    forms, nulls, maps, enums, oneofs, 64-bit numbers, unknown keys), which protobuf's parser
+    then accepts or refuses."""
+    fields = _fields(cls)
+    messages: Any = cls._betterproto  # type: ignore[arg-type]  # a classproperty on the Message base
     kwargs: dict[str, Any] = {}
     for key, value in params.items():
-        field = fields.get(key)
-        if field is None:
+        meta = fields.get(key)
+        if meta is None or meta.map_meta is not None or meta.group is not None:
             return None
-        name = meta.field_name_by_number[field.number]
-        if name in kwargs or field.type == FieldDescriptor.TYPE_ENUM:
-            return None
-        nested = field.message_type
-        if nested is not None:
-            if nested.GetOptions().map_entry:
-                return None
-            items = value if field.is_repeated else [value]
+        if meta.proto_type == "message":
+            items = value if meta.repeated else [value]
             if type(items) is not list or not all(type(v) is dict for v in items):
                 return None
-            read = [read_canonical(meta.cls_by_field[name], nested, v) for v in items]
+            nested = messages.cls_by_field[key]
+            read = [read_canonical(nested, v) for v in items]
             if None in read:
                 return None
-            kwargs[name] = read if field.is_repeated else read[0]
-        elif field.is_repeated:
-            if type(value) is not list or not _canonical_list(field, value):
+            kwargs[key] = read if meta.repeated else read[0]
+        elif meta.repeated:
+            if type(value) is not list or not _canonical_list(meta.proto_type, value):
                 return None
-            kwargs[name] = value
-        elif _canonical_value(field, value):
-            kwargs[name] = value
+            kwargs[key] = value
+        elif _canonical_value(meta.proto_type, value):
+            kwargs[key] = value
         else:
             return None
     return cls(**kwargs)
