@@ -37,7 +37,7 @@ from bench import (
     opsflood,
     reregister,
 )
-from bench.common import Result, table
+from bench.common import Result, compile_bytecode, table
 
 Row = Callable[[bool], Awaitable[Result]]
 ROWS: dict[str, Row] = {
@@ -93,6 +93,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown row(s) {', '.join(unknown)}; rows: {', '.join(ROWS)}")
     started = time.monotonic()
+    compile_bytecode()
     results = asyncio.run(run(names, args.quick))
     total = time.monotonic() - started
     print(table(results))

@@ -28,6 +28,7 @@ from bench.common import (
     Result,
     bench_driver_command,
     children,
+    compile_bytecode,
     running,
     sim_command,
     start_devshim,
@@ -189,4 +190,5 @@ async def startup(quick: bool) -> Result:
 
 
 if __name__ == "__main__":  # python -m bench.footprint: the import shares alone
+    compile_bytecode()
     print(json.dumps(import_shares(), indent=2))
