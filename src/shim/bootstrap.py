@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import secrets
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -13,16 +14,12 @@ from loguru import logger
 
 from shim import __version__
 from shim.core.resource import ResourceService
-from shim.driverhost import DriverHost
 from shim.errors import ClaimRefused
 from shim.frontend.api import ApiVersion
 from shim.frontend.deallocation import DeallocationEmulator
 from shim.frontend.dirwatch import DirWatcher
 from shim.frontend.endpoint import PluginEndpoint
 from shim.frontend.handover import Handover
-from shim.frontend.v1beta1 import API as V1BETA1
-from shim.frontend.v1beta2 import API as V1BETA2
-from shim.inventory import InventoryStore
 from shim.names import check_extended_resource_name
 from shim.policy import GrantPolicy, GrantPolicySettings
 from shim.settings import INSTANCE_ID_DIGITS, DriverSettings, Settings, socket_prefix
@@ -31,6 +28,7 @@ from shim.status import driver_status, resource_status
 
 if TYPE_CHECKING:
     from shim.dra.node import DraDrivers
+    from shim.driverhost import DriverHost
 
 # Settings a running devshim cannot change: a reload warns and keeps them until a restart.
 _RESTART_ONLY = (
@@ -55,6 +53,16 @@ class Served:
     service: ResourceService
     endpoint: PluginEndpoint
     task: asyncio.Task[None]
+
+
+# Each kubelet API version's module (the one place its generated code is imported), newest first:
+# classic registration offers them in this order. Only the configured ones are imported.
+API_MODULES = {"v1beta2": "shim.frontend.v1beta2", "v1beta1": "shim.frontend.v1beta1"}
+
+
+def kubelet_apis(names: Collection[str]) -> list[ApiVersion]:
+    """The configured API versions' modules, newest first."""
+    return [importlib.import_module(module).API for name, module in API_MODULES.items() if name in names]
 
 
 class Shim:
@@ -89,7 +97,7 @@ class Shim:
         self.instance = secrets.token_hex(INSTANCE_ID_DIGITS // 2)
         self.watcher_mode = settings.registration == "watcher"
         # Offered newest first: classic registration tries them in this order.
-        self.apis: list[ApiVersion] = [api for api in (V1BETA2, V1BETA1) if api.name in settings.api_versions]
+        self.apis = kubelet_apis(settings.api_versions)
         # The directory our sockets live in: a deleted one is re-created.
         socket_dir = settings.plugins_registry_dir if self.watcher_mode else settings.device_plugins_dir
         self.watcher = DirWatcher(socket_dir, settings.watch_mode, settings.poll_interval_s)
@@ -308,6 +316,10 @@ class Shim:
         self._tasks.append(self._deallocating)
 
     def _driver_host(self, driver: DriverSettings) -> DriverHost:
+        # Imported here: a node with static resources only does without the driver side.
+        from shim.driverhost import DriverHost
+        from shim.inventory import InventoryStore
+
         store = InventoryStore(self.settings.state_dir / "drivers" / driver.name)
         return DriverHost(driver, _DriverResources(self, driver), store)
 

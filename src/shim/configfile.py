@@ -14,7 +14,6 @@ import stat
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 # A settings file with ten thousand static devices is under 1 MiB.
@@ -70,6 +69,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {path} is not UTF-8 (byte {exc.start} is not)") from None
+    import yaml  # here: a start without a config file (`devshim run -r ...`) does without it
+
     stream = io.StringIO(text)
     stream.name = str(path)  # what YAML's error marks name, instead of "<unicode string>"
     try:

@@ -7,6 +7,7 @@ from pathlib import Path
 from shim.bootstrap import Shim
 from shim.kubelet import FakeKubelet
 from tests.support.shim_fixtures import FOO, settings_for
+from tests.support.waiting import until
 
 
 async def test_a_v1beta1_kubelet_gets_v1beta1_when_v1beta2_is_offered_first(
@@ -20,7 +21,9 @@ async def test_a_v1beta1_kubelet_gets_v1beta1_when_v1beta2_is_offered_first(
         assert record.ok and record.version == "v1beta1"
         session = await kubelet.wait_for_plugin(FOO)
         assert len(await session.wait_for_list()) == 2
-        assert shim.served[FOO].endpoint.negotiated == "v1beta1"
+        # Set when devshim reads Register's answer, which the kubelet may send after it dials.
+        endpoint = shim.served[FOO].endpoint
+        await until(lambda: endpoint.negotiated == "v1beta1", f"v1beta1 negotiated ({endpoint.negotiated})")
 
 
 def test_v1beta2_is_not_offered_by_default(plugin_dir: Path) -> None:

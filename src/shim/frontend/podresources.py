@@ -6,12 +6,14 @@ The only serving-path module that imports the podresources stubs.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 
 from shim.errors import ShimError
-from shim.generated.podresources.v1 import api_pb2 as pb
-from shim.generated.podresources.v1 import api_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    from shim.generated.podresources.v1 import api_pb2 as pb
 
 # Upstream default: /var/lib/kubelet/pod-resources/kubelet.sock (under the kubelet root dir).
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
@@ -45,6 +47,10 @@ class PodResourcesClient:
             raise PodResourcesUnavailable(f"no PodResources socket at {self.socket}")
         if self._channel is None:
             self._channel = grpc.aio.insecure_channel(f"unix:{self.socket}")
+        # The stubs load at the first List: devshim serving static resources only never asks.
+        from shim.generated.podresources.v1 import api_pb2 as pb
+        from shim.generated.podresources.v1 import api_pb2_grpc as pb_grpc
+
         stub = pb_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
         try:
             response = await stub.List(pb.ListPodResourcesRequest(), timeout=timeout_s)
