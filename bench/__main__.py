@@ -1,9 +1,9 @@
 """python -m bench: every benchmark row beside its baseline, as one table with each goal met or missed.
 
 Usage: python -m bench [--quick] [--rows allocate,health,...] [--json FILE] [--claims N]
-Rows (docs/benchmarks.md): allocate, declared, preferred, health, listsize,
-reregister, failover, memory, footprint, startup, concurrency, opsflood, listflood, dra and
-dra_prepare (a real kube-apiserver, built on first use). Default settings
+Rows (docs/benchmarks.md): allocate, declared, preferred, goclient (a Go client, built on
+first use), health, listsize, reregister, failover, memory, footprint, startup, concurrency,
+opsflood, listflood, dra and dra_prepare (a real kube-apiserver, built on first use). Default settings
 take about 6 minutes on 2 cores; --quick about two.
 """
 
@@ -31,6 +31,7 @@ from bench import (
     failover,
     flood,
     footprint,
+    goview,
     health,
     listsize,
     memory,
@@ -44,6 +45,7 @@ ROWS: dict[str, Row] = {
     "allocate": allocate.allocate_per_call,
     "declared": allocate.allocate_declared,
     "preferred": allocate.preferred_allocation,
+    "goclient": goview.goclient,
     "health": health.health_change,
     "listsize": listsize.list_size,
     "reregister": reregister.reregister,

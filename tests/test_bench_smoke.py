@@ -1,4 +1,4 @@
-"""`python -m bench` still runs: one cheap row, --quick; checks the JSON's shape, never its figures."""
+"""`python -m bench` still runs: cheap rows, --quick; checks the JSON's shape, never its figures."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.support.toolchains import toolchain
 
 ROOT = Path(__file__).parent.parent
 FIELDS = {"name", "baseline", "devshim", "value", "goal", "met", "by", "note", "extra"}
@@ -24,3 +26,19 @@ def test_quick_row_writes_every_field(tmp_path: Path) -> None:
     assert row["met"] in (True, False), row["note"]
     assert {"p50_ms", "p99_ms"} <= set(row["devshim"]) and {"p50_ms", "p99_ms"} <= set(row["baseline"])
     assert "| kubelet restart" in done.stdout
+
+
+def test_the_go_client_row_times_the_native_plugin_and_devshims_three_paths(tmp_path: Path) -> None:
+    """Row goclient builds its Go client and goplug (cached by source hash, seconds with Go's
+    caches warm) and times Allocate against all four targets; its shape, never its figures."""
+    toolchain("go", "the goclient benchmark row (bench/goclient)")
+    out = tmp_path / "bench.json"
+    args = [sys.executable, "-m", "bench", "--quick", "--rows", "goclient", "--json", str(out)]
+    # Under pytest-timeout's 120 s; goplug's build with Go's caches cold is 27 s (docs/toolchains.md).
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=110)
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["met"] is None and not row["note"].startswith("failed"), row["note"]
+    targets = row["extra"]["targets"]
+    assert set(targets) == {"native", "static", "sim", "legacy"}
+    assert {t["n"] for t in targets.values()} == {400}
