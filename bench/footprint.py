@@ -61,8 +61,8 @@ DEVSHIM_FLOOR = (
 DRIVER_FLOOR = "import asyncio\n"
 # devshim's own imports, in the order `devshim run` takes them, after the floor.
 SHARES = (
-    "pydantic_settings", "yaml", "shim.settings", "typer", "shim.ops.metrics", "shim.driverhost",
-    "shim.frontend.dirwatch", "shim.core.resource", "shim.status", "shim.bootstrap", "shim.cli",
+    "shim.settings", "typer", "shim.ops.metrics", "shim.frontend.dirwatch", "shim.core.resource",
+    "shim.status", "shim.bootstrap", "shim.cli", "shim.frontend.v1beta1",
 )  # fmt: skip
 
 

@@ -10,23 +10,26 @@ check (shim/names.py) and config-file reading (shim/configfile.py).
 
 from __future__ import annotations
 
+import collections.abc
 import grp
+import json
 import os
 import pwd
-from contextvars import ContextVar
+import types
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, Self, Union, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
+    BaseModel,
     BeforeValidator,
+    ConfigDict,
     Field,
     ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from shim.configfile import ConfigError, StrictModel, format_validation_error, read_config_file
 from shim.errors import GrantRefused
@@ -371,10 +374,9 @@ class DraSettings(StrictModel):
         return self
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="DEVSHIM_", env_nested_delimiter="__", extra="forbid", frozen=True
-    )
+class Settings(BaseModel):
+    # Defaults are validated too: a default path goes through the same checks as a given one.
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
     device_plugins_dir: Path = DEFAULT_DEVICE_PLUGINS_DIR
     # devshim's own state (last known device lists, allocations in use). Never under
@@ -478,18 +480,6 @@ class Settings(BaseSettings):
         return self.device_plugins_dir / KUBELET_SOCKET_NAME
 
     @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Flags (init) over the environment over the config file (load() hands it over).
-        return (init_settings, env_settings, _FileSource(settings_cls))
-
-    @classmethod
     def load(
         cls,
         config_file: Path | None = None,
@@ -507,24 +497,81 @@ class Settings(BaseSettings):
             data["resources"] = [*data.get("resources", []), *extra_resources]
         if extra_drivers:
             data["drivers"] = [*data.get("drivers", []), *extra_drivers]
-        token = _FILE_DATA.set(data)
+        given = {k: v for k, v in overrides.items() if v is not None}
         try:
-            return cls(**{k: v for k, v in overrides.items() if v is not None})
+            return cls.model_validate(_merged(_merged(data, environment(os.environ)), given))
         except ValidationError as exc:
             raise ConfigError(format_validation_error(exc, config_file)) from None
-        finally:
-            _FILE_DATA.reset(token)
 
 
-# The config file's contents while load() builds a Settings (pydantic-settings asks each source).
-_FILE_DATA: ContextVar[dict[str, Any] | None] = ContextVar("devshim_config_file", default=None)
+ENV_PREFIX = "DEVSHIM_"
+ENV_NESTED = "__"
 
 
-class _FileSource(PydanticBaseSettingsSource):
-    """The config file as the lowest-priority settings source, below the environment."""
+def environment(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The settings ``DEVSHIM_<FIELD>`` variables give (docs/configuration.md): names in any case,
+    ``__`` descending into an object's fields (``DEVSHIM_HTTP__PORT``), and a value for a field
+    that holds a list, a mapping or an object read as JSON; the rest stay strings that validation
+    converts. A variable naming no top-level field belongs to something else and is left alone."""
+    found: dict[str, Any] = {}
+    named = [
+        (name, name[len(ENV_PREFIX) :].lower().split(ENV_NESTED), value)
+        for name, value in environ.items()
+        if name.upper().startswith(ENV_PREFIX)
+    ]
+    # Whole objects first, so that DEVSHIM_HTTP__PORT refines a DEVSHIM_HTTP given as JSON.
+    for name, path, value in sorted(named, key=lambda item: len(item[1])):
+        if path[0] not in Settings.model_fields:
+            continue
+        *parents, last = path
+        target, model = found, _model_of(Settings)
+        for key in parents:
+            nested = target.setdefault(key, {})
+            if not isinstance(nested, dict):
+                raise ConfigError(f"{name}: {ENV_NESTED.join(parents)} is not an object here")
+            target, model = nested, _model_of(_annotation(model, key))
+        target[last] = _merged(target.get(last), _env_value(name, value, _annotation(model, last)))
+    return found
 
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return (_FILE_DATA.get() or {}).get(field_name), field_name, False
 
-    def __call__(self) -> dict[str, Any]:
-        return dict(_FILE_DATA.get() or {})
+def _annotation(model: type[BaseModel] | None, key: str) -> Any:
+    field = model.model_fields.get(key) if model is not None else None
+    return field.annotation if field is not None else None
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The model an annotation holds, directly or as ``Model | None``."""
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+_CONTAINERS = (collections.abc.Mapping, collections.abc.Sequence, collections.abc.Set)
+
+
+def _holds_json(annotation: Any) -> bool:
+    if get_origin(annotation) in (Union, types.UnionType):
+        return any(_holds_json(arm) for arm in get_args(annotation))
+    kind = get_origin(annotation) or annotation
+    if not isinstance(kind, type) or issubclass(kind, (str, bytes)):
+        return False
+    return issubclass(kind, (BaseModel, *_CONTAINERS))
+
+
+def _env_value(name: str, value: str, annotation: Any) -> Any:
+    if annotation is None or not _holds_json(annotation):
+        return value  # a scalar, or a key no model names (validation then says so)
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        if str in get_args(annotation):  # `str | list[...]`: a plain string is one of its forms
+            return value
+        raise ConfigError(f"{name}: this setting holds a list or an object, given as JSON: {exc}") from None
+
+
+def _merged(base: Any, over: Any) -> Any:
+    """``over`` on top of ``base``: objects merged key by key, anything else replaced."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        return {**base, **{k: _merged(base.get(k), v) for k, v in over.items()}}
+    return over

@@ -10,7 +10,7 @@ import pytest
 
 from shim.configfile import ConfigError
 from shim.names import check_extended_resource_name
-from shim.settings import Settings, default_socket_name
+from shim.settings import Settings, default_socket_name, environment
 
 
 def static(count: int = 2) -> dict[str, object]:
@@ -113,6 +113,51 @@ def test_environment_variables_set_fields(monkeypatch: pytest.MonkeyPatch) -> No
     """DEVSHIM_<FIELD> sets a field, for DaemonSet manifests that prefer env to files."""
     monkeypatch.setenv("DEVSHIM_POLL_INTERVAL_S", "0.5")
     assert Settings.load().poll_interval_s == 0.5
+
+
+def test_the_environment_reads_lists_and_objects_as_json_and_refines_them_field_by_field() -> None:
+    """What DEVSHIM_* gives, as read without pydantic-settings (which devshim no longer loads):
+    names in any case, JSON for a list or an object, ``__`` into an object's fields on top of it,
+    and another tool's DEVSHIM_ variables left alone."""
+    environ = {
+        "DEVSHIM_API_VERSIONS": '["v1beta1", "v1beta2"]',
+        "DEVSHIM_HTTP": '{"host": "127.0.0.9", "port": 1}',
+        "devshim_http__port": "2",
+        "DEVSHIM_SOCKET__MODE": "0660",
+        "DEVSHIM_JUDGE_CACHE": "/tmp/x",
+        "OTHER": "1",
+    }
+    assert environment(environ) == {
+        "api_versions": ["v1beta1", "v1beta2"],
+        "http": {"host": "127.0.0.9", "port": "2"},
+        "socket": {"mode": "0660"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("environ", "fragment"),
+    [
+        pytest.param(
+            {"DEVSHIM_RESOURCES": "example.com/a"}, "DEVSHIM_RESOURCES: this setting holds", id="not-json"
+        ),
+        pytest.param(
+            {"DEVSHIM_LOG_LEVEL": "INFO", "DEVSHIM_LOG_LEVEL__X": "1"},
+            "log_level is not an object",
+            id="into-a-scalar",
+        ),
+    ],
+)
+def test_a_bad_environment_variable_is_a_config_error_naming_it(
+    environ: dict[str, str], fragment: str
+) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        environment(environ)
+
+
+def test_an_unknown_nested_environment_field_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEVSHIM_HTTP__PORTT", "1")
+    with pytest.raises(ConfigError, match="http.portt"):
+        Settings.load()
 
 
 @pytest.mark.parametrize(
