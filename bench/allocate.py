@@ -5,13 +5,16 @@ echo (bench/echo_server.py, answering with devshim's own reply bytes) run in
 their own processes on unix sockets; one raw grpc.aio client sends both the
 same request bytes in alternating rounds, so the ratio is devshim's own cost.
 Rows 1 and 3 also time the floor of any design with a driver behind a pipe:
-the echo making one round trip to a child that copies lines with blocking reads.
+the echo making one round trip to a child that copies lines with blocking reads,
+and say the CPU each process spends per call (the two sides of a pipe take turns,
+so CPU a side spends is time the call waits).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -23,6 +26,7 @@ import grpc
 from bench.common import (
     ROOT,
     Result,
+    children,
     interleaved,
     ratio,
     running,
@@ -74,6 +78,7 @@ class Setup:
     devshim: dict[str, grpc.aio.Channel]  # resource -> a raw channel to its socket
     echo: grpc.aio.Channel
     floor: grpc.aio.Channel  # the echo with one pipe round trip per call
+    pids: dict[str, int]  # devshim, echo, floor: the serving process of each arm
 
     @staticmethod
     def call(channel: grpc.aio.Channel, method: str, payload: bytes) -> Callable[[], Awaitable[bytes]]:
@@ -87,7 +92,10 @@ async def serving(work: Path) -> AsyncIterator[Setup]:
     """devshim serving the three sim resources to a fake kubelet, and an echo of its replies."""
     plugin_dir = work / "dp"
     config = write_config(work / "devshim.yaml", {"sim": sim_command(work, sim_resources())})
-    async with FakeKubelet(plugin_dir) as kubelet, running(await start_devshim(plugin_dir, config=config)):
+    async with (
+        FakeKubelet(plugin_dir) as kubelet,
+        running(await start_devshim(plugin_dir, config=config)) as devshim,
+    ):
         names = (DECLARED, PER_CALL, NUMA)
         sessions = {r: await kubelet.wait_for_plugin(r, timeout=60) for r in names}
         for session in sessions.values():
@@ -102,11 +110,12 @@ async def serving(work: Path) -> AsyncIterator[Setup]:
             "GetPreferredAllocation": await Setup.call(channels[NUMA], "GetPreferredAllocation", preferred)(),
         }
         async with (
-            echo_server(work / "echo.sock", replies) as echo,
-            echo_server(work / "floor.sock", replies, pipe_hop=True) as floor,
+            echo_server(work / "echo.sock", replies) as (echo, echo_pid),
+            echo_server(work / "floor.sock", replies, pipe_hop=True) as (floor, floor_pid),
         ):
+            pids = {"devshim": devshim.pid, "echo": echo_pid, "floor": floor_pid}
             try:
-                yield Setup(sessions, channels, echo, floor)
+                yield Setup(sessions, channels, echo, floor, pids)
             finally:
                 for channel in channels.values():
                     await channel.close(None)
@@ -115,8 +124,9 @@ async def serving(work: Path) -> AsyncIterator[Setup]:
 @contextlib.asynccontextmanager
 async def echo_server(
     path: Path, replies: dict[str, bytes], pipe_hop: bool = False
-) -> AsyncIterator[grpc.aio.Channel]:
-    """bench/echo_server.py answering ``replies`` on ``path``, in its own process; a channel to it."""
+) -> AsyncIterator[tuple[grpc.aio.Channel, int]]:
+    """bench/echo_server.py answering ``replies`` on ``path``, in its own process; a channel to
+    it, and its pid."""
     args = [*(["--pipe-hop"] if pipe_hop else []), str(path)]
     args += [f"{method}={reply.hex()}" for method, reply in replies.items()]
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.echo_server", *args, cwd=ROOT)
@@ -125,7 +135,7 @@ async def echo_server(
         try:
             async with asyncio.timeout(10):
                 await channel.channel_ready()
-            yield channel
+            yield channel, proc.pid
         finally:
             await channel.close(None)
 
@@ -154,6 +164,30 @@ def judge(
     )
 
 
+def _cpu_s(pid: int) -> float:
+    """User and system CPU seconds ``pid`` has used (/proc/PID/stat, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def cpu_per_call(s: Setup, method: str, payload: bytes, devshim: grpc.aio.Channel, calls: int) -> str:
+    """Microseconds of CPU per call of each process on each path, ``calls`` calls each in turn."""
+    paths = {
+        "echo": (s.echo, [s.pids["echo"]]),
+        "floor": (s.floor, [s.pids["floor"], *children(s.pids["floor"])]),
+        "devshim": (devshim, [s.pids["devshim"], *children(s.pids["devshim"])]),
+    }
+    said = []
+    for name, (channel, pids) in paths.items():
+        call = s.call(channel, method, payload)
+        before = [_cpu_s(pid) for pid in pids]
+        for _ in range(calls):
+            await call()
+        used = [round((_cpu_s(pid) - b) / calls * 1e6) for pid, b in zip(pids, before, strict=True)]
+        said.append(f"{name} {' + '.join(map(str, used))}")
+    return "CPU µs per call (server + pipe peer): " + ", ".join(said)
+
+
 def counts(quick: bool) -> tuple[int, int, int]:
     """calls per arm, rounds, warm-up calls"""
     return (400, 4, 50) if quick else (3000, 10, 200)
@@ -171,10 +205,11 @@ async def allocate_per_call(quick: bool) -> Result:
                 "fake kubelet": lambda: s.sessions[PER_CALL].allocate(["dev1"]),
             }
             results = await interleaved(arms, *counts(quick))
+            cpu = await cpu_per_call(s, "Allocate", payload, s.devshim[PER_CALL], counts(quick)[0])
     row = judge("Allocate, per-call sim driver", results, 1.3, 1.5, "p50 ≤ 1.3x, p99 ≤ 1.5x echo")
     via = stats_ms(results["fake kubelet"])
     row.extra["via_fake_kubelet"] = via
-    row.note += f"; through the fake kubelet's client: p50 {via['p50_ms']} ms, p99 {via['p99_ms']} ms"
+    row.note += f"; through the fake kubelet's client: p50 {via['p50_ms']} ms, p99 {via['p99_ms']} ms; {cpu}"
     return row
 
 
@@ -203,7 +238,8 @@ async def preferred_allocation(quick: bool) -> Result:
                 "floor": s.call(s.floor, "GetPreferredAllocation", payload),
             }
             results = await interleaved(arms, *counts(quick))
+            cpu = await cpu_per_call(s, "GetPreferredAllocation", payload, s.devshim[NUMA], counts(quick)[0])
     row = judge("GetPreferredAllocation, 8 of 64 on 4 NUMA", results, 1.3, None, "p50 ≤ 1.3x echo")
     nodes = sorted({int(i[3:]) // 16 for i in chosen})
-    row.note += f"; the sim chose {len(chosen)} devices on NUMA node(s) {nodes}"
+    row.note += f"; the sim chose {len(chosen)} devices on NUMA node(s) {nodes}; {cpu}"
     return row
