@@ -10,12 +10,16 @@ from typing import Any
 import pytest
 
 from shim.kubelet import FakeKubelet
+from shim.ops import metrics
 from tests.support.shim_fixtures import logged
 from tests.support.unix import short_temp_dir
 
 # Every devshim a test starts picks a free port for its ops endpoint, never the default 9477
 # (a test that needs a known port sets DEVSHIM_HTTP__PORT itself).
 os.environ["DEVSHIM_HTTP__PORT"] = "0"
+# Tests read devshim's series in-process (from shim.ops.series) from Shims they start themselves,
+# where `devshim run` enables them only with its ops endpoint on.
+metrics.enable()
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from shim import logs
 from shim.bootstrap import Shim
 from shim.configfile import ConfigError
 from shim.driverhost.reaper import REAPER
-from shim.ops.http import OpsServer, OpsThread
+from shim.ops import metrics
 from shim.settings import Settings
 
 
@@ -47,6 +47,8 @@ def _adopting_orphans(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
 async def _serve(
     settings: Settings, reload: Callable[[], Settings] | None, stop: asyncio.Event, hangup: asyncio.Event
 ) -> None:
+    if settings.http.enabled:  # what /metrics shows; before the Shim builds its RPC handlers
+        metrics.enable()
     async with Shim(settings) as shim, _ops_server(shim):
         serving = asyncio.create_task(shim.wait())
         stopping = asyncio.create_task(stop.wait())
@@ -73,6 +75,8 @@ async def _ops_server(shim: Shim) -> AsyncIterator[None]:
     http = shim.settings.http
     server = None
     if http.enabled:
+        from shim.ops.http import OpsServer, OpsThread  # with prometheus_client: only when served
+
         ops = OpsServer(http.host, http.port, ready=shim.ready, status=shim.status,
                         status_from_anywhere=http.status_from_anywhere)  # fmt: skip
         server = OpsThread(ops)

@@ -22,7 +22,7 @@ import pytest
 from shim.bootstrap import Shim
 from shim.kubelet import FakeKubelet, PluginSession
 from shim.kubelet.records import HEALTHY
-from shim.ops import metrics
+from shim.ops import series
 from shim.settings import Settings
 from tests.support import DRIVERS
 from tests.support.drivers.granting import DECLARED, PER_CALL, PER_CALL_IDS
@@ -97,7 +97,7 @@ async def world(
 
 def refusals(resource: str, field: str) -> float:
     labels = {"resource": resource, "field": field}
-    return metrics.REGISTRY.get_sample_value("devshim_policy_refusals_total", labels) or 0.0
+    return series.REGISTRY.get_sample_value("devshim_policy_refusals_total", labels) or 0.0
 
 
 async def refused(session: PluginSession, device_ids: list[str]) -> str:

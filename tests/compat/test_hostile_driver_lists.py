@@ -27,7 +27,7 @@ from shim.driverhost.limits import MAX_DEVICES_PER_LIST, MAX_MESSAGE_BYTES, MAX_
 from shim.kubelet import EndpointStopped, FakeKubelet, PluginSession
 from shim.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
 from shim.model import Device, Health
-from shim.ops.metrics import REGISTRY
+from shim.ops.series import REGISTRY
 from shim.settings import Settings
 from shim.sources import StaticSource
 from tests.support import DRIVERS

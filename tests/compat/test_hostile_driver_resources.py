@@ -24,7 +24,7 @@ import pytest
 from shim.bootstrap import Shim
 from shim.driverhost import DriverHost
 from shim.kubelet import FakeKubelet, PluginSession
-from shim.ops.metrics import REGISTRY
+from shim.ops.series import REGISTRY
 from shim.settings import Settings
 from tests.support import DRIVERS
 from tests.support.waiting import until

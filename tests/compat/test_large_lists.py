@@ -17,7 +17,7 @@ import pytest
 
 from shim.frontend.common import KUBELET_MAX_MESSAGE_BYTES
 from shim.kubelet import FakeKubelet
-from shim.ops.metrics import REGISTRY
+from shim.ops.series import REGISTRY
 from shim.status import render_status
 from tests.support.shim_fixtures import logged, running_shim
 

@@ -25,7 +25,7 @@ from shim.core.resource import ResourceService
 from shim.errors import GrantRefused, grpc_status
 from shim.grants import GrantSettings, MountSettings
 from shim.model import ContainerAllocateRequest, ContainerGrant, Device, DeviceNode, Mount
-from shim.ops import metrics
+from shim.ops import series
 from shim.policy import GrantPolicy, GrantPolicySettings
 from shim.settings import Settings
 from shim.sources import StaticSource
@@ -739,7 +739,7 @@ class RecordingSource(StaticSource):
 
 
 def refusals(field: str) -> float:
-    value = metrics.REGISTRY.get_sample_value(
+    value = series.REGISTRY.get_sample_value(
         "devshim_policy_refusals_total", {"resource": RESOURCE, "field": field}
     )
     return value or 0.0

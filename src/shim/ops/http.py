@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from loguru import logger
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from shim.ops.metrics import REGISTRY
+from shim.ops.series import REGISTRY
 
 MAX_HEAD_BYTES = 8192
 READ_TIMEOUT_S = 10.0

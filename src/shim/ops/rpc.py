@@ -28,13 +28,13 @@ Unary = Callable[[Any, Context], Coroutine[Any, Any, Any]]
 def stream_opened(resource: str, version: str, method: str) -> None:
     """A server-streaming call (ListAndWatch) counts as it opens; how it ends is the stream's own
     business (devshim closing it, or the kubelet), so it is not wrapped."""
-    metrics.RPC_REQUESTS.labels(resource, version, method, "OK").inc()
+    metrics.rpc_requests(resource, version, method, "OK").inc()
 
 
 def timed(behavior: Unary, resource: str, version: str, method: str) -> Unary:
     """``behavior`` counted by the code answered, timed, and with ``version`` on its log lines."""
-    duration = metrics.RPC_DURATION.labels(resource, version, method)
-    requests = functools.partial(metrics.RPC_REQUESTS.labels, resource, version, method)
+    duration = metrics.rpc_duration(resource, version, method)
+    requests = functools.partial(metrics.rpc_requests, resource, version, method)
     counters: dict[str, Any] = {}  # label lookups once per code, not per call
 
     async def call(request: Any, context: Context) -> Any:
