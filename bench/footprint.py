@@ -4,7 +4,8 @@ footprint: VmRSS of `devshim run` idle with one static resource (8 devices, and 
 driver (bench/driver.py) and of the sim driver idle, each beside its floor measured in the same run:
 a fresh interpreter that imports what the process cannot do without (devshim: asyncio, grpcio,
 loguru, tenacity, and pydantic with a model validated, as its config is; a driver: asyncio, and
-asyncio with the two packages the SDK is made of, betterproto2 and loguru). The share of
+asyncio with the two packages the SDK is made of, betterproto2 and loguru; the sim: those with
+pydantic and yaml, for its config). The share of
 each of devshim's own imports (RSS after importing it, in import order) goes to the row's extra.
 
 startup: `devshim run` spawned → its first Register received by the fake kubelet, with a static
@@ -66,6 +67,8 @@ SDK_FLOOR = (
     "import asyncio, sys\nsys.modules['pydantic'] = None\nimport betterproto2\n"
     "del sys.modules['pydantic']\nimport loguru\n"
 )
+# The sim validates its YAML config with pydantic, as devshim does its own (shim.sdk.config).
+SIM_FLOOR = SDK_FLOOR + "import yaml, pydantic\nclass M(pydantic.BaseModel):\n    x: int\nM(x=1)\n"
 MANY_DEVICES = 10_000
 MANY_GOAL_MB = 50.0
 # devshim's own imports, in the order `devshim run` takes them, after the floor.
@@ -129,7 +132,7 @@ async def footprint(quick: bool) -> Result:
         plain = write_config(work / "sdk.yaml", {"sdk": bench_driver_command(work / "stamps", {RESOURCE: 8})})
         _, driver = await _idle(work, "sdk", plain, ())
     floor, driver_floor = _python_rss_mb(DEVSHIM_FLOOR), _python_rss_mb(DRIVER_FLOOR)
-    sdk_floor = _python_rss_mb(SDK_FLOOR)
+    sdk_floor, sim_floor = _python_rss_mb(SDK_FLOOR), _python_rss_mb(SIM_FLOOR)
     assert driver is not None and sim is not None
     shares = import_shares()
     met = static <= DEVSHIM_GOAL_MB and many <= MANY_GOAL_MB and driver <= DRIVER_GOAL_MB
@@ -143,11 +146,16 @@ async def footprint(quick: bool) -> Result:
     ]  # fmt: skip
     return Result(
         "idle RSS: devshim (static; 8 and 10k devices), an SDK driver (bench/driver.py), the sim",
-        {"devshim_floor_mb": floor, "driver_floor_mb": driver_floor, "sdk_floor_mb": sdk_floor},
+        {
+            "devshim_floor_mb": floor,
+            "driver_floor_mb": driver_floor,
+            "sdk_floor_mb": sdk_floor,
+            "sim_floor_mb": sim_floor,
+        },
         {"devshim_mb": static, "devshim_10k_mb": many, "sdk_driver_mb": driver, "sim_driver_mb": sim},
         f"devshim {static} MB ({static - floor:+.1f} over its floor), {many} MB with "
         f"{MANY_DEVICES:,} devices; SDK driver {driver} MB ({driver - sdk_floor:+.1f} over the SDK's "
-        f"floor), sim {sim} MB",
+        f"floor), sim {sim} MB ({sim - sim_floor:+.1f} over the SDK's floor with pydantic and yaml)",
         f"devshim ≤ {DEVSHIM_GOAL_MB:g} MB, ≤ {MANY_GOAL_MB:g} MB with {MANY_DEVICES:,} devices; "
         f"SDK driver ≤ {DRIVER_GOAL_MB:g} MB",
         met,
