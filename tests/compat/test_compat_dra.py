@@ -94,6 +94,7 @@ def test_a_driver_whose_allocate_fails_fails_the_rows_that_prepare(tmp_path: Pat
     assert {scenario for scenario, _ in failed} == PREPARING & set(rows), run.stdout
     for reason in failed.values():
         assert "allocate fails on purpose" in reason, reason
+        assert "--- devshim's log, the end:" in reason, reason  # what the driver's author reads next
     assert {c["scenario"] for c in run.cells if c["status"] == "pass"} == set(rows) - PREPARING
     assert table_row(run.stdout, "prepare").split()[1] == "FAIL"
     repeat = "--scenario prepare --dra --dra-pair kubelet-1.37/apiserver-1.37"

@@ -85,6 +85,7 @@ def test_a_plugin_advertising_v1_but_serving_v1beta1_fails_the_rows_it_should(
     called = "v1alpha4.Node" if kubelet.minor == 33 else "v1.DRAPlugin"
     for (check, _), reason in failed.items():
         assert (called if check in CALLING - {"services"} else "v1.DRAPlugin") in reason, reason
+        assert "--- the plugin's log, the end:" in reason, reason  # what its author reads next
     assert {c["scenario"] for c in run.cells if c["status"] == "pass"} == passing
     assert table_row(run.stdout, "services").split()[1] == "FAIL"
     column = f"kubelet-1.{kubelet.minor}/apiserver-1.{server.minor}"

@@ -147,8 +147,8 @@ async def registered(
 @asynccontextmanager
 async def plugin_node(cell: PluginCell) -> AsyncIterator[PluginNode]:
     """The DRA manager started on the cell's folders for its node, then the plugin, the block
-    entered once the plugin registered; Failed with the logs' ends when either does not come up.
-    The plugin is stopped (its process group) after."""
+    entered once the plugin registered; Failed with the logs' ends when either does not come up,
+    and with the plugin's when the block fails. The plugin is stopped (its process group) after."""
     for sub in ("manager-state", "registry", "plugins", "cdi"):
         (cell.folder / sub).mkdir(exist_ok=True)
     cell.plane.ensure("/api/v1/nodes", {"metadata": {"name": cell.node}})
@@ -169,6 +169,9 @@ async def plugin_node(cell: PluginCell) -> AsyncIterator[PluginNode]:
                     f"{failed}\n--- the plugin's log, the end:\n{node.log_tail()}\n"
                     f"--- the DRA manager's:\n{tail}"
                 ) from None
-            yield node
+            try:
+                yield node
+            except Failed as failed:  # a row's check: what the plugin logged is what its author reads next
+                raise Failed(f"{failed}\n--- the plugin's log, the end:\n{node.log_tail()}") from None
         finally:
             await stop_plugin(node.process)

@@ -252,7 +252,7 @@ async def dra_node(
     """devshim run with ``config_file`` (its DRA plugin registering in ``folder``/registry, its
     CDI specs in ``folder``/cdi) and ``release``'s DRA manager started for ``node`` on them, the
     block entered once the manager registered devshim's ``driver``. Failed (with the logs' ends)
-    if either does not come up."""
+    if either does not come up; a Failed of the block gets devshim's log's end."""
     for sub in ("manager-state", "registry", "cdi"):
         (folder / sub).mkdir(exist_ok=True)
     log = folder / "dramanager.log"
@@ -269,4 +269,7 @@ async def dra_node(
             raise Failed(
                 f"{failed}\n--- devshim's log, the end:\n{devshim.log_tail()}\n--- the DRA manager's:\n{tail}"
             ) from None
-        yield world
+        try:
+            yield world
+        except Failed as failed:  # a row's check: what devshim logged is what its author reads next
+            raise Failed(f"{failed}\n--- devshim's log, the end:\n{world.devshim.log_tail()}") from None
