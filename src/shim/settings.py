@@ -564,6 +564,8 @@ def _env_value(name: str, value: str, annotation: Any) -> Any:
         return value  # a scalar, or a key no model names (validation then says so)
     try:
         return json.loads(value)
+    except RecursionError:
+        raise ConfigError(f"{name}: its JSON is nested too deeply to read") from None
     except ValueError as exc:
         if str in get_args(annotation):  # `str | list[...]`: a plain string is one of its forms
             return value

@@ -145,6 +145,10 @@ def test_the_environment_reads_lists_and_objects_as_json_and_refines_them_field_
             "log_level is not an object",
             id="into-a-scalar",
         ),
+        # The kernel bounds one variable at 128 KiB: room for nesting that would exhaust the stack.
+        pytest.param(
+            {"DEVSHIM_RESOURCES": "[" * 100_000 + "]" * 100_000}, "nested too deeply", id="deep-json"
+        ),
     ],
 )
 def test_a_bad_environment_variable_is_a_config_error_naming_it(
