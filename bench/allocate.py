@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -25,8 +24,10 @@ import grpc
 
 from bench.common import (
     ROOT,
+    TICK_S,
     Result,
     children,
+    cpu_ticks,
     interleaved,
     ratio,
     running,
@@ -164,12 +165,6 @@ def judge(
     )
 
 
-def _cpu_s(pid: int) -> float:
-    """User and system CPU seconds ``pid`` has used (/proc/PID/stat, fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def cpu_per_call(s: Setup, method: str, payload: bytes, devshim: grpc.aio.Channel, calls: int) -> str:
     """Microseconds of CPU per call of each process on each path, ``calls`` calls each in turn."""
     paths = {
@@ -180,10 +175,11 @@ async def cpu_per_call(s: Setup, method: str, payload: bytes, devshim: grpc.aio.
     said = []
     for name, (channel, pids) in paths.items():
         call = s.call(channel, method, payload)
-        before = [_cpu_s(pid) for pid in pids]
+        before = [cpu_ticks(pid) for pid in pids]
         for _ in range(calls):
             await call()
-        used = [round((_cpu_s(pid) - b) / calls * 1e6) for pid, b in zip(pids, before, strict=True)]
+        spent = [cpu_ticks(pid) - b for pid, b in zip(pids, before, strict=True)]
+        used = [round(ticks * TICK_S / calls * 1e6) for ticks in spent]
         said.append(f"{name} {' + '.join(map(str, used))}")
     return "CPU µs per call (server + pipe peer): " + ", ".join(said)
 

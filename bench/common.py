@@ -119,6 +119,15 @@ def bench_driver_command(stamps: Path, resources: dict[str, int]) -> list[str]:
     return [sys.executable, "-m", "bench.driver", f"--stamps={stamps}", *args]
 
 
+def cpu_ticks(pid: int) -> int:
+    """User plus system CPU ``pid`` has used, in clock ticks (/proc/PID/stat, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+
 def compile_bytecode() -> None:
     """Write the bytecode an installed devshim has: pip compiles it at install, but a checkout
     run with PYTHONDONTWRITEBYTECODE (as this project's machines are) has every spawned process

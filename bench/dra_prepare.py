@@ -43,8 +43,10 @@ import orjson
 import yaml
 
 from bench.common import (
+    TICK_S,
     Result,
     children,
+    cpu_ticks,
     free_port,
     number,
     ratio,
@@ -77,7 +79,6 @@ ALLOCATE = dp_pb.AllocateRequest(
     container_requests=[dp_pb.ContainerAllocateRequest(devices_ids=[DEVICE])]
 ).SerializeToString()
 PRESTART = dp_pb.PreStartContainerRequest(devices_ids=[DEVICE]).SerializeToString()
-TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 ARMS = ("prepare", "again", "unprepare", "allocate", "prestart", "get")
 # Whose CPU each arm's calls cost: "bench" is this process (the client of every arm).
 PROCESSES = ("devshim", "driver", "kube-apiserver", "etcd", "bench")
@@ -267,11 +268,7 @@ def _make_claim(plane: ControlPlane, name: str) -> Claim:
 
 def _ticks(pids: dict[str, int]) -> dict[str, int]:
     """utime + stime of each process, in clock ticks."""
-    each = {}
-    for name, pid in pids.items():
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        each[name] = int(fields[11]) + int(fields[12])
-    return each
+    return {name: cpu_ticks(pid) for name, pid in pids.items()}
 
 
 def _result(samples: dict[str, list[float]], cpu: dict[str, dict[str, int]], count: int) -> Result:
