@@ -43,10 +43,11 @@ def read_bounded(path: Path, limit: int, *, follow_links: bool = True) -> bytes:
         if exc.errno == errno.ELOOP and not follow_links:
             raise UnreadableFile(exc.errno, "it is a symbolic link") from None
         raise UnreadableFile(exc.errno, exc.strerror) from None
+    # Checked on the bare descriptor: fdopen itself raises IsADirectoryError for a directory.
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnreadableFile(errno.EINVAL, "it is not a regular file")
     with os.fdopen(fd, "rb") as file:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise UnreadableFile(errno.EINVAL, "it is not a regular file")
         data = file.read(limit + 1)
     if len(data) > limit:
         raise UnreadableFile(errno.EFBIG, f"it is larger than {limit} bytes")

@@ -27,12 +27,14 @@ INT64 = (-(2**63), 2**63 - 1)
 
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# Digits are [0-9], never \d: Python's \d also takes "٣" and "١", which the API server refuses.
 # Kubernetes' quantity notation (apimachinery resource.Quantity), non-negative.
-_QUANTITY = re.compile(r"\+?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?\d+)?")
+_QUANTITY = re.compile(r"\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?")
 # semver.org 2.0.0, as the API server checks a version attribute.
-_NUMERIC = r"(0|[1-9]\d*)"
-_PRERELEASE = r"(0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*)"
+_NUMERIC = r"(0|[1-9][0-9]*)"
+_PRERELEASE = r"(0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)"
 _BUILD = r"[0-9A-Za-z-]+"
+_INT64_TEXT = re.compile(r"-?[0-9]{1,19}")
 _SEMVER = re.compile(
     rf"{_NUMERIC}\.{_NUMERIC}\.{_NUMERIC}(-{_PRERELEASE}(\.{_PRERELEASE})*)?(\+{_BUILD}(\.{_BUILD})*)?"
 )
@@ -70,8 +72,9 @@ def _attribute_from_json(name: str, value: Any) -> Attribute:
         raise ValueError(f"{where} must be an object with exactly one of int, bool, string, version")
     ((kind, item),) = value.items()
     if kind == "int":
-        # proto3 JSON writes an int64 as a string of digits; a number is accepted too.
-        if type(item) is str and item.lstrip("-").isdigit() and len(item) <= 20:
+        # proto3 JSON writes an int64 as a string of digits; a number is accepted too. ASCII digits
+        # only: int() and isdigit() also take "١٢" (and isdigit "²", which int() then refuses).
+        if type(item) is str and _INT64_TEXT.fullmatch(item):
             item = int(item)
         if type(item) is not int or not INT64[0] <= item <= INT64[1]:
             raise ValueError(f"{where}: int must be a 64-bit integer, not {item!r}")

@@ -10,6 +10,7 @@ what it may have allocated, and prepares again on a repeated prepare.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from typing import Any
 
 from loguru import logger
 
+from shim.configfile import UnreadableFile, read_bounded
 from shim.dra.cdi import write_atomically
 
 FORMAT = 1
@@ -85,27 +87,37 @@ class Checkpoint:
 
     def _load(self) -> dict[str, Entry]:
         try:
-            with self.path.open("rb") as f:
-                raw = f.read(MAX_BYTES + 1)
-        except FileNotFoundError:
-            return {}
+            # devshim writes this file itself, never as a link: a FIFO, a device or a link put in its
+            # place is refused unread (a FIFO would block start-up, /dev/zero never end).
+            raw = read_bounded(self.path, MAX_BYTES, follow_links=False)
+        except UnreadableFile as exc:
+            if exc.errno == errno.ENOENT:
+                return {}
+            return self._set_aside(exc.strerror or str(exc))
         try:
-            if len(raw) > MAX_BYTES:
-                raise ValueError(f"longer than {MAX_BYTES} bytes")
             body = json.loads(raw)
             if body.get("format") != FORMAT or body.get("driver") != self.driver:
                 raise ValueError(f"format {body.get('format')!r} of driver {body.get('driver')!r}")
             return {uid: _from_json(entry) for uid, entry in body["claims"].items()}
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            # Kept aside for a person to read, never silently overwritten.
-            aside = self.path.with_suffix(".unreadable")
+            return self._set_aside(str(exc))
+        except RecursionError:
+            return self._set_aside("it is nested too deeply to parse")
+
+    def _set_aside(self, why: str) -> dict[str, Entry]:
+        """No claims, with the unreadable file kept for a person to read, never silently overwritten."""
+        aside = self.path.with_suffix(".unreadable")
+        try:
             os.replace(self.path, aside)
-            logger.error(
-                "DRA driver {}: the prepared-claims checkpoint {} is unreadable ({}); moved to {}, "
-                "starting with none: claims prepared before are not undone at unprepare",
-                self.driver, self.path, exc, aside,
-            )  # fmt: skip
-            return {}
+            kept = f"moved to {aside}"
+        except OSError as exc:
+            kept = f"could not be moved to {aside} ({exc.strerror}), the next change replaces it"
+        logger.error(
+            "DRA driver {}: the prepared-claims checkpoint {} is unreadable ({}); {}, "
+            "starting with none: claims prepared before are not undone at unprepare",
+            self.driver, self.path, why, kept,
+        )  # fmt: skip
+        return {}
 
 
 def _to_json(entry: Entry) -> dict[str, Any]:

@@ -13,11 +13,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shim.driverhost.stderr import escaped
 from shim.driverprotocol import (
     MAX_ATTRIBUTES_AND_CAPACITIES,
     PROTOCOL_VERSION,
     attributes_from_json,
     capacity_from_json,
+    version_problem,
 )
 from shim.errors import RequestError, ShimError, SourceFailed, SourceTimeout, SourceUnavailable
 from shim.jsonrpc import ConnectionClosed, ErrorCode, RemoteError
@@ -181,6 +183,11 @@ def resources_from_json(obj: Any) -> list[ResourceInfo]:
 
 
 def check_protocol_version(theirs: Any) -> None:
+    """Semver (ASCII digits: "1.٣.0" is not one), with devshim's major."""
+    if isinstance(theirs, str) and (problem := version_problem(theirs)) is not None:
+        raise DriverProtocolError(
+            f"the driver's protocol version {problem}; devshim speaks {PROTOCOL_VERSION} (majors must match)"
+        )
     if not isinstance(theirs, str) or theirs.split(".")[0] != PROTOCOL_VERSION.split(".")[0]:
         raise DriverProtocolError(
             f"driver speaks protocol version {theirs!r}; "
@@ -267,12 +274,14 @@ def error_for(driver: str, method: str, exc: BaseException) -> ShimError:
     if isinstance(exc, ConnectionClosed):
         return SourceUnavailable(f"{prefix}: the driver is not running ({exc})")
     if isinstance(exc, RemoteError):
+        # The driver's own words, logged and sent to the kubelet: escaped as its log lines are.
+        said = escaped(str(exc))
         invalid = {ErrorCode.INVALID_PARAMS, ErrorCode.UNKNOWN_DEVICE, ErrorCode.DEVICE_UNHEALTHY}
         if exc.code in invalid | {ErrorCode.UNKNOWN_RESOURCE}:
-            return RequestError(f"{prefix}: {exc}")
+            return RequestError(f"{prefix}: {said}")
         if exc.code == ErrorCode.UNAVAILABLE:
-            return SourceUnavailable(f"{prefix}: {exc}")
+            return SourceUnavailable(f"{prefix}: {said}")
         if exc.code == ErrorCode.METHOD_NOT_FOUND:
-            return CapabilityAbsent(f"{prefix}: {exc}")
-        return SourceFailed(f"{prefix}: {exc}")
+            return CapabilityAbsent(f"{prefix}: {said}")
+        return SourceFailed(f"{prefix}: {said}")
     return SourceFailed(f"{prefix}: {type(exc).__name__}: {exc}")

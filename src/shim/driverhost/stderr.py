@@ -6,21 +6,54 @@ nobody drains blocks the driver at its next write. What reaches the log is bound
 A line longer than ``max_line_bytes`` is logged cut, with a marker, and the rest of it is
 skipped as it arrives, so memory stays bounded even for a line with no end. Beyond
 ``max_lines_per_s`` lines in a one-second window, lines are counted and dropped, and one
-warning says how many once the window is over. Control characters are shown escaped, so a
-driver cannot forge or garble log lines with them. A `log` notification (DriverLog) is one line
-under the same rules, with its own budget.
+warning says how many once the window is over. Characters a log viewer acts on rather than
+shows are shown escaped (``escaped``), so a driver cannot forge, split, reverse or garble log
+lines with them. A `log` notification (DriverLog) is one line under the same rules, with its own
+budget.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import sys
+import unicodedata
 from collections.abc import Callable
 
 # (level, message): called for each line to log and for each summary of dropped lines.
 Emit = Callable[[str, str], None]
 
-# C0 controls (except tab) and DEL, shown as \xNN.
-_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F) if c != 0x09}
+# What a terminal or log viewer acts on instead of showing: controls (Cc: C0, DEL and C1, whose
+# NEL ends a line), format characters (Cf: the bidi embeddings, overrides, isolates and marks
+# that reverse what follows them, zero-width ones) and the line and paragraph separators (Zl, Zp:
+# new lines to a viewer). Tab stays: drivers' stack traces indent with it.
+_ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def _escape(code: int) -> str:
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+@functools.cache
+def _escapes() -> dict[int, str]:
+    """The str.translate table of every such character, built once, on the first line that has
+    any (a category per code point: a fifth of a second, not worth paying at every start)."""
+    category = unicodedata.category
+    return {
+        code: _escape(code)
+        for code in range(sys.maxunicode + 1)
+        if code != 0x09 and category(chr(code)) in _ESCAPED_CATEGORIES
+    }
+
+
+def escaped(text: str) -> str:
+    """``text`` with every character of Unicode categories Cc, Cf, Zl and Zp but tab shown as
+    ``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN``: one line, shown as written, left to right."""
+    if text.isprintable():  # none of them (nor tab) in it, found at C speed: the common line
+        return text
+    return text.translate(_escapes())
 
 
 class _Budget:
@@ -72,7 +105,7 @@ class _Budget:
 
 
 def _shown(raw: bytes, max_bytes: int, cut: bool) -> str:
-    text = raw.decode(errors="replace").rstrip().translate(_ESCAPES)
+    text = escaped(raw.decode(errors="replace").rstrip())
     return f"{text} [line cut at {max_bytes} bytes]" if cut else text
 
 

@@ -21,8 +21,9 @@ from shim.sdk.driver import OPTIONAL_METHODS, Driver
 from shim.sdk.errors import DriverError, InvalidParams, NotImplementedByResource, UnknownResource
 from shim.sdk.generated.devshim.driver import v1 as types
 
-# fullmatch: with match, "$" would also accept a version followed by a newline.
-_SEMVER = re.compile(r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:[-+][0-9A-Za-z.+-]+)?")
+# fullmatch: with match, "$" would also accept a version followed by a newline. [0-9], not \d,
+# which also takes non-ASCII digits ("1١.0.0").
+_SEMVER = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(?:[-+][0-9A-Za-z.+-]+)?")
 
 
 def check_protocol_version(theirs: str) -> None:
