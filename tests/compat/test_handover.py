@@ -29,6 +29,7 @@ def args(plugin_dir: Path, state_dir: Path) -> list[str]:
     return [
         *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
         *("-r", "example.com/foo=3", "--driver", f"life={sys.executable} {LIFECYCLE}"),
+        *("--driver-resource", "life=example.com/life"),
     ]
 
 
@@ -114,6 +115,42 @@ async def test_an_instance_that_handed_over_serves_again_when_its_successor_dies
             assert (await kubelet.plugin("example.com/foo").allocate(["dev0"])) is not None
             assert old.returncode is None
         finally:
+            for proc in procs:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.communicate()
+
+
+async def test_an_instance_that_handed_over_serves_again_when_its_successor_hangs(
+    plugin_dir: Path, state_dir: Path
+) -> None:
+    """A second devshim takes over, then is stopped (SIGSTOP: hung, its sockets still accepting
+    connections, which the kernel queues). It answers no health check, so the first registers
+    every resource again within a bound and Allocate works through it (before: a connect was
+    taken for alive, and the first never served again)."""
+    async with FakeKubelet(plugin_dir) as kubelet:
+        procs: list[asyncio.subprocess.Process] = []
+        new = None
+        try:
+            procs.append(old := await start_devshim(*args(plugin_dir, state_dir)))
+            for resource in EXPECTED:
+                await kubelet.wait_for_plugin(resource, timeout=30)
+            procs.append(new := await start_devshim(*args(plugin_dir, state_dir)))
+            for resource in EXPECTED:
+                await kubelet.wait_for_registration(resource, count=2, timeout=30)
+            taken = {r: kubelet.plugin(r).endpoint for r in EXPECTED}
+            new.send_signal(signal.SIGSTOP)
+            for resource, count in EXPECTED.items():
+                # Three looks of ANSWER_S and the registration: well under this on a busy machine.
+                await kubelet.wait_for_registration(resource, count=3, timeout=45)
+                session = kubelet.plugin(resource)
+                assert session.endpoint != taken[resource]  # the old instance's socket again
+                await session.wait_for_list(functools.partial(has_count, count))
+            assert (await kubelet.plugin("example.com/foo").allocate(["dev0"])) is not None
+            assert old.returncode is None
+        finally:
+            if new is not None and new.returncode is None:
+                new.send_signal(signal.SIGCONT)  # a stopped process takes SIGKILL, but let it go on
             for proc in procs:
                 if proc.returncode is None:
                     proc.kill()

@@ -20,15 +20,14 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
-import signal
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from shim.compat.dra_world import Published
 from shim.compat.node import ControlPlane
-from shim.compat.plugin_process import start_plugin, stop_plugin
+from shim.compat.plugin_process import kill_plugin, start_plugin, stop_plugin
 from shim.compat.results import Failed
 from shim.compat.tails import log_tail
 from shim.compat.upstream.dra_manager import DraManager, Registration, running_dra_manager
@@ -101,10 +100,8 @@ class PluginNode:
         return log_tail(self.cell.log(self.starts), LOG_TAIL)
 
     async def kill_plugin(self) -> None:
-        """SIGKILL to the plugin's process group, as an OOM kill ends it: nothing cleaned up."""
-        with suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        await self.process.wait()
+        """SIGKILL to the plugin and what it started, as an OOM kill ends it: nothing cleaned up."""
+        await kill_plugin(self.process)
 
     async def start_plugin(self) -> None:
         """The plugin started again with the same command (its output to a log of its own)."""

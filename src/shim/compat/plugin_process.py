@@ -13,9 +13,13 @@ import contextlib
 import os
 import shutil
 import signal
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
+
+from loguru import logger
+
+from shim.driverhost.reaper import REAPER, descendants
 
 from .results import Failed, Skip
 
@@ -42,20 +46,55 @@ async def start_plugin(argv: list[str], env: Mapping[str, str], log: Path) -> as
 
 
 async def stop_plugin(process: asyncio.subprocess.Process) -> None:
-    """SIGTERM to the plugin's process group, SIGKILL after STOP_GRACE_S; stragglers too."""
+    """SIGTERM to the plugin's process group, SIGKILL after STOP_GRACE_S; then what it started,
+    in its group or not (_end_family)."""
+    family = descendants(process.pid)
     _signal_group(process.pid, signal.SIGTERM)
     try:
         async with asyncio.timeout(STOP_GRACE_S):
             await process.wait()
     except TimeoutError:
+        family |= descendants(process.pid)
         _signal_group(process.pid, signal.SIGKILL)
         await process.wait()
-    _signal_group(process.pid, signal.SIGKILL)  # whatever it started in its group
+    _end_family(process.pid, family)
+
+
+async def kill_plugin(process: asyncio.subprocess.Process) -> None:
+    """SIGKILL to the plugin and everything it started, as an OOM kill ends it: nothing cleaned up."""
+    family = descendants(process.pid)
+    _signal_group(process.pid, signal.SIGKILL)
+    await process.wait()
+    _end_family(process.pid, family)
+
+
+def _end_family(pid: int, family: set[int]) -> None:
+    """What the plugin started, once the plugin is gone. Its group gets SIGKILL; a child in a
+    session of its own escapes that, but came to us (orphans_ended made compat a subreaper) and
+    is killed and reaped here, by pid, before the next cell. A daemon that was orphaned before
+    (found in no plugin's family) is killed when compat ends."""
+    _signal_group(pid, signal.SIGKILL)
+    REAPER.kill_adopted(among=family)
 
 
 def _signal_group(pid: int, signum: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signum)  # start_new_session: the group id is the plugin's pid
+
+
+@contextlib.contextmanager
+def orphans_ended() -> Iterator[None]:
+    """compat's cells, as `devshim run` its drivers: this process is a child subreaper, so what a
+    plugin or driver under test started and left (a child in a session of its own, a daemon)
+    becomes its child rather than init's, and whatever of that still runs at the end is killed
+    and reaped. Children this process had before the block are left alone."""
+    before = REAPER.adopted()
+    if not REAPER.become_subreaper():
+        logger.warning("cannot become a child subreaper: what the cells leave running may outlive compat")
+    try:
+        yield
+    finally:
+        REAPER.kill_adopted(among=REAPER.adopted() - before)
 
 
 @asynccontextmanager

@@ -16,7 +16,7 @@ import contextlib
 import ctypes
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from loguru import logger
@@ -24,11 +24,24 @@ from loguru import logger
 _PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 
 
-def _children() -> set[int]:
+def _children(pid: int | str = "self") -> set[int]:
     found: set[int] = set()
-    for task in Path("/proc/self/task").iterdir():
-        with contextlib.suppress(OSError):
-            found.update(int(pid) for pid in (task / "children").read_text().split())
+    with contextlib.suppress(OSError):  # `pid` gone
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                found.update(int(child) for child in (task / "children").read_text().split())
+    return found
+
+
+def descendants(pid: int) -> set[int]:
+    """`pid`'s children, theirs and so on, as now: a child in a session of its own included,
+    which a group kill misses (once `pid` is gone, they are the subreaper's children)."""
+    found: set[int] = set()
+    parents = [pid]
+    while parents:
+        for child in _children(parents.pop()) - found:
+            found.add(child)
+            parents.append(child)
     return found
 
 
@@ -89,15 +102,17 @@ class Reaper:
                     reaped += os.waitpid(pid, os.WNOHANG)[0] == pid
         return reaped
 
-    def kill_adopted(self) -> None:
-        """devshim is leaving: SIGKILL every adopted child still running, then reap them all."""
-        running = [pid for pid in self.adopted() if not _zombie(pid)]
+    def kill_adopted(self, among: Collection[int] | None = None) -> None:
+        """devshim is leaving: SIGKILL every adopted child still running, then reap them all.
+        `among`: only the adopted children in it (a pid that is our child cannot be reused)."""
+        adopted = self.adopted() if among is None else self.adopted() & set(among)
+        running = [pid for pid in adopted if not _zombie(pid)]
         for pid in running:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         if running:
             logger.info("killed {} process(es) drivers left behind: {}", len(running), sorted(running))
-        for pid in self.adopted():
+        for pid in adopted:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
 

@@ -10,8 +10,10 @@ always ended before the new registration arrives, which kubelets before kubernet
 need: there a replaced stream that ends late tears down the new registration (#121994).
 
 The old instance then watches its successor: should the new instance go away (it crashed, or was
-rolled back) or never serve within ``SUCCESSOR_READY_S``, the old one serves the resource again
-rather than leave the node without it.
+rolled back), hang, or never serve within ``SUCCESSOR_READY_S``, the old one serves the resource
+again rather than leave the node without it. Alive means answering a gRPC health check (every
+devshim socket serves one) within ``ANSWER_S``: a stopped or hung process's socket still accepts
+connections (the kernel queues them), so accepting one proves nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import re
 import time
 from pathlib import Path
 
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from loguru import logger
 
 from shim.frontend import sockets
@@ -33,6 +37,22 @@ FRESH_S = 30.0
 # How long a successor may take to serve after we let go, and how often we look at it.
 SUCCESSOR_READY_S = 30.0
 SUCCESSOR_POLL_S = 0.5
+# How long a successor has to answer one look; three missed looks in a row and it is gone.
+ANSWER_S = 2.0
+MISSES = 3
+
+
+async def answers(path: Path, timeout_s: float = ANSWER_S) -> bool:
+    """The server on the socket at ``path`` answers a health check within ``timeout_s`` (any
+    answer: only a process that runs can give one)."""
+    async with grpc.aio.insecure_channel(f"unix:{path}") as channel:
+        try:
+            await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=timeout_s
+            )
+        except grpc.aio.AioRpcError as err:
+            return err.code() not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE)
+    return True
 
 
 class Handover:
@@ -53,6 +73,8 @@ class Handover:
         # is not a pattern. A "*" there once made every other resource's socket a peer.
         self._socket = re.compile(re.escape(prefix) + r"-[0-9a-f]+\.sock")
         self._request = re.compile(re.escape(prefix) + r"-[0-9a-f]+" + re.escape(SUFFIX))
+        # Sockets of a successor found hung (until_successor_gone): not waited for again.
+        self._hung: set[sockets.FileIdentity] = set()
 
     @property
     def socket_name(self) -> str:
@@ -84,6 +106,12 @@ class Handover:
     async def take_over(self) -> None:
         """Ask every live peer to let go of the resource and wait until they have (or time out)."""
         peers = self.live_peers()
+        hung = [p for p in peers if sockets.identity(p) in self._hung]
+        if hung:  # it cannot let go: waiting for it would only leave the node without the resource
+            logger.warning(
+                "handover: not waiting for {}, which answers nothing", ", ".join(p.name for p in hung)
+            )
+            peers = [p for p in peers if p not in hung]
         if not peers:
             return
         logger.info("handover: asking {} to let go", ", ".join(p.name for p in peers))
@@ -118,22 +146,25 @@ class Handover:
         return age < FRESH_S
 
     async def until_successor_gone(
-        self, ready_within_s: float = SUCCESSOR_READY_S, poll_s: float = SUCCESSOR_POLL_S
-    ) -> str:
+        self, ready_within_s: float = SUCCESSOR_READY_S, poll_s: float = SUCCESSOR_POLL_S,
+        answer_s: float = ANSWER_S,
+    ) -> str:  # fmt: skip
         """After letting go: return once no other instance serves this resource, which is either
-        gone (its socket there, answering nothing at three looks in a row, so one that is only
-        re-binding is not taken for gone) or never came (no socket within ``ready_within_s``);
-        the return value says which. Nothing is removed here: the files are the successor's."""
+        gone (its socket there, answering no health check within ``answer_s`` at three looks in
+        a row, so one that is only re-binding or slow is not taken for gone; or its socket
+        removed) or never came (no socket within ``ready_within_s``); the return value says
+        which. Nothing is removed here: the files are the successor's."""
         deadline = time.monotonic() + ready_within_s
         misses, served = 0, False
         while True:
             others = self._others()
-            if any(sockets.answers(path) for path in others):
+            if any([await answers(path, answer_s) for path in others]):
                 misses, served = 0, True
             elif others or served:  # there, answering nothing; or it served and removed its socket
                 misses += 1
-                if misses >= 3:
-                    return "the instance it was handed over to is gone"
+                if misses >= MISSES:
+                    self._hung = {i for path in others if (i := sockets.identity(path)) is not None}
+                    return "the instance it was handed over to is gone"  # docs/operations.md
             elif time.monotonic() > deadline:
                 return f"no instance served it within {ready_within_s:g} s of the handover"
             await asyncio.sleep(poll_s)
