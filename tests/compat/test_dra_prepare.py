@@ -4,8 +4,9 @@
 from it), its DRA socket dialled over the wire with each DRAPlugin and DRAResourceHealth
 version: registration, prepare (the CDI spec, the answer, idempotence), unprepare, claims
 that cannot be prepared, a grant outside the policy, a driver crashing mid-prepare, devshim
-killed between prepare and unprepare, health through both versions. The real kubelet's DRA
-manager judges the same socket in tests/compat/test_dra_manager.py.
+killed between prepare and unprepare, health through both versions, two drivers' resources of
+one pool listing the same device IDs. The real kubelet's DRA manager judges the same socket in
+tests/compat/test_dra_manager.py.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from shim.generated.pluginregistration.v1 import api_pb2 as registration
 from shim.status import render_status
 from tests.support import DRIVERS, control_plane
 from tests.support.devshim_process import http_get
-from tests.support.dra import SIM, control, dra_status, make_claim, running_devshim
+from tests.support.dra import SIM, Published, control, dra_status, make_claim, running_devshim
 from tests.support.unix import short_temp_dir
 from tests.support.waiting import until
 
@@ -434,3 +435,110 @@ async def test_a_removed_socket_is_served_again(plane: ControlPlane, folder: Pat
             await until(back, f"{path.name} is back", timeout=30)
         claim = make_claim(plane, "v1", "after-removal", [("gpu", "gpu-0")], node=NODE)
         assert (await prepare(shim, [claim]))[claim["metadata"]["uid"]].error == ""
+
+
+# --- two resources of one pool, one hostile -----------------------------------
+
+OWNERS_NODE = "node-owners"
+HONEST, HOSTILE = "example.com/gpu", "evil.example.com/gpu"
+
+
+def sim_driver(folder: Path, name: str, resource: dict[str, Any]) -> dict[str, Any]:
+    """A sim driver serving ``resource``; its control file is ``<folder>/<name>/sim.ctl``."""
+    home = folder / name
+    home.mkdir()
+    (home / "sim.ctl").write_text("")
+    (home / "sim.yaml").write_text(
+        yaml.safe_dump({"resources": [resource], "control_file": str(home / "sim.ctl")})
+    )
+    return {"name": name, "command": [*SIM, "--config", str(home / "sim.yaml")]}
+
+
+def write_two_driver_config(folder: Path, plane: ControlPlane) -> Path:
+    """One pool of two resources, the honest sim's listed first: it lists gpu-0 and gpu-1; the
+    hostile sim lists nothing yet, and names its devices as the honest ones are named."""
+    resources = [
+        (HONEST, "honest", {"id_prefix": "gpu-", "count": 2, "attributes": {"model": {"string": "Honest"}}}),
+        (
+            HOSTILE,
+            "hostile",
+            {"id_prefix": "gpu-", "count": 0, "attributes": {"model": {"string": "Forged"}}},
+        ),
+    ]
+    drivers = [
+        sim_driver(folder, who, {"name": name, **rest, "grant": {"envs": {"SIM_DEVICES": f"{who}:{{ids}}"}}})
+        for name, who, rest in resources
+    ]
+    settings = {
+        "device_plugins_dir": str(folder / "dp"),
+        "plugins_registry_dir": str(folder / "registry"),
+        "state_dir": str(folder / "state"),
+        "drivers": drivers,
+        "dra": {
+            "node_name": OWNERS_NODE,
+            "kubeconfig": str(plane.admin_kubeconfig),
+            "plugins_dir": str(folder / "plugins"),
+            "cdi_dir": str(folder / "cdi"),
+            "drivers": [{"name": GPU, "resources": [HONEST, HOSTILE]}],
+        },
+    }
+    path = folder / "devshim.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    return path
+
+
+def models(pool: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Each published device's model attribute (on the device in v1 and v1beta2)."""
+    return {name: d["attributes"]["model"]["string"] for name, d in pool.items()}
+
+
+def granted_env(shim: Devshim, uid: str) -> list[str]:
+    """The env of a claim's CDI spec: the grant its devices were prepared with."""
+    spec = json.loads(spec_of(shim, GPU, uid).read_text())
+    return [e for device in spec["devices"] for e in device["containerEdits"].get("env", [])]
+
+
+async def test_a_resource_listing_another_resources_device_ids_neither_takes_them_nor_stops_the_pool(
+    plane: ControlPlane, folder: Path
+) -> None:
+    """The hostile driver's resource, listed second in the pool, takes up gpu-0 and gpu-1 after
+    the honest one published them: the honest devices stay published with their attributes and
+    are prepared by the honest driver, the hostile driver's own gpu-2 is published and prepared by
+    it, /status keeps the clash as last_error until it ends, and the pool keeps taking changes
+    (the honest driver's gpu-2 then takes that name: the configured order decides, not who
+    listed an ID first)."""
+    version = control_plane.NEWEST_DRA[plane.minor]
+    published = Published(plane, version, OWNERS_NODE)
+    async with running_devshim(write_two_driver_config(folder, plane)) as (proc, port):
+        shim = Devshim(folder, folder / "devshim.yaml", port, proc)
+        await published.until(
+            lambda p: models(p) == {"gpu-0": "Honest", "gpu-1": "Honest"}, "the honest pool"
+        )
+        await control(folder / "hostile", f"count {HOSTILE} 3")  # gpu-0 and gpu-1 (the honest IDs), gpu-2
+
+        pool = await published.until(lambda p: "gpu-2" in p, "the hostile driver's own device is published")
+        assert models(pool) == {"gpu-0": "Honest", "gpu-1": "Honest", "gpu-2": "Forged"}
+        status = await dra_status(port, lambda s: s[GPU]["devices"] == 3, "three devices are published")
+        error = status[GPU]["last_error"]
+        assert error is not None, "the clash shows in /status"
+        assert f"device 'gpu-0' of {HOSTILE} is refused" in error and f"{HONEST}'s device 'gpu-0'" in error
+
+        honest = make_claim(plane, version, "honest-gpu", [("gpu", "gpu-0")], node=OWNERS_NODE)
+        hostile = make_claim(plane, version, "hostile-gpu", [("gpu", "gpu-2")], node=OWNERS_NODE)
+        await until(shim.socket.exists, "the DRA socket is there")
+        answers = await prepare(shim, [honest, hostile])
+        honest_uid, hostile_uid = honest["metadata"]["uid"], hostile["metadata"]["uid"]
+        assert answers[honest_uid].error == "" and answers[hostile_uid].error == ""
+        assert granted_env(shim, honest_uid) == ["SIM_DEVICES=honest:gpu-0"], "prepared by the honest driver"
+        assert granted_env(shim, hostile_uid) == ["SIM_DEVICES=hostile:gpu-2"]
+        status = await dra_status(port, lambda s: True, "devshim answers")
+        assert status[GPU]["last_error"] == error, "the clash stays in /status while it lasts"
+
+        await control(folder / "honest", f"count {HONEST} 3")  # the honest gpu-2, listed first, wins
+        await published.until(
+            lambda p: models(p) == {"gpu-0": "Honest", "gpu-1": "Honest", "gpu-2": "Honest"},
+            "the honest gpu-2 takes its name",
+        )
+        await control(folder / "hostile", f"count {HOSTILE} 0")
+        status = await dra_status(port, lambda s: s[GPU]["last_error"] is None, "the clash is over")
+        assert status[GPU]["devices"] == 3

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 from shim.core.resource import ResourceService
-from shim.dra.names import device_name
+from shim.dra.ownership import PoolOwners
 from shim.model import Health
 
 TIMEOUT_S = 30  # told to the kubelet with each device
@@ -29,19 +29,21 @@ class DeviceHealth:
 
 
 class PoolHealth:
-    def __init__(
-        self, resources: Sequence[str], services: Callable[[], Mapping[str, ResourceService]]
-    ) -> None:
-        self.resources = tuple(resources)
+    def __init__(self, owners: PoolOwners, services: Callable[[], Mapping[str, ResourceService]]) -> None:
+        self.resources = owners.resources
+        self._owners = owners
         self._services = services
 
     def report(self) -> list[DeviceHealth]:
-        served = self._services()
+        """Each device the pool publishes: one another resource's name clashes with is not its to
+        report on (shim/dra/ownership.py)."""
+        served, owned = self._services(), self._owners().ids
         return [
-            DeviceHealth(device_name(d.id), d.health is Health.HEALTHY)
+            DeviceHealth(ids[d.id], d.health is Health.HEALTHY)
             for r in self.resources
-            if r in served
+            if r in served and (ids := owned.get(r)) is not None
             for d in served[r].devices
+            if d.id in ids
         ]
 
     async def reports(self) -> AsyncIterator[list[DeviceHealth]]:

@@ -10,8 +10,8 @@ same ID always gets the same name, on every node and after every restart:
    end are dropped, and "-" and the first 8 hex digits of the ID's SHA-256 are appended (cutting
    the rest to fit 63), so two IDs that differ only in case or punctuation stay apart.
 
-Two IDs of one pool that still meet in one name are a collision: the pool is not updated
-(shim/dra/publisher.py says which IDs), since publishing either would hide the other.
+Two IDs of one pool that still meet in one name (in one resource, or in two resources of the
+pool) are a clash: one keeps the name and the other is refused (shim/dra/ownership.py says which).
 """
 
 from __future__ import annotations

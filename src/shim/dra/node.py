@@ -1,5 +1,6 @@
 """Every DRA driver on this node: its pool published (publisher.py) and its kubelet plugin
-(plugin/: registration, NodePrepareResources, health), fed by the served resources it names."""
+(plugin/: registration, NodePrepareResources, health), fed by the served resources it names;
+which resource owns each device name of the pool is one PoolOwners (ownership.py) all three ask."""
 
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ from shim.dra.checkpoint import Checkpoint
 from shim.dra.claims import ClaimRef
 from shim.dra.health import PoolHealth
 from shim.dra.kube import ClaimReader
+from shim.dra.ownership import Offer, PoolOwners
 from shim.dra.plugin.common import DraService, PluginStatus
 from shim.dra.plugin.server import DraPluginServer, socket_paths
 from shim.dra.preparer import ClaimPreparer
 from shim.dra.publisher import PoolPublisher
-from shim.model import Device
 from shim.settings import DraDriverSettings, Settings
 
 # A pool is first published once every resource it names is served (each driver has listed its
@@ -46,6 +47,7 @@ class DraDrivers:
         assert node is not None  # DraSettings fills it in, or refuses to load
         self._services = services
         self._in_use, self._in_use_known = in_use, in_use_known
+        self._owners = {driver.name: PoolOwners(driver.resources, services) for driver in dra.drivers}
         self._publishers = {
             driver.name: PoolPublisher(driver.name, node, self._devices_of(driver), kubeconfig=dra.kubeconfig)
             for driver in dra.drivers
@@ -61,12 +63,13 @@ class DraDrivers:
 
             registration, socket = socket_paths(driver.name, settings.plugins_registry_dir, dra.plugins_dir)
             status = PluginStatus(driver.name, str(socket), str(registration))
+            owners = self._owners[driver.name]
             preparer = ClaimPreparer(
-                driver.name, node, driver.resources, services, read_claim, specs,
+                driver.name, node, owners, services, read_claim, specs,
                 Checkpoint(settings.state_dir, driver.name),
             )  # fmt: skip
             self._preparers.update(dict.fromkeys(driver.resources, preparer))
-            service = DraService(preparer, PoolHealth(driver.resources, services), status)
+            service = DraService(preparer, PoolHealth(owners, services), status)
             self._plugins[driver.name] = DraPluginServer(
                 service, settings.plugins_registry_dir, dra.plugins_dir, settings.socket
             )
@@ -76,8 +79,10 @@ class DraDrivers:
         self._waited = False
         self._complete: set[str] = set()  # DRA drivers whose pool has been whole once
 
-    def _devices_of(self, driver: DraDriverSettings) -> Callable[[], list[Device] | None]:
-        def devices() -> list[Device] | None:
+    def _devices_of(self, driver: DraDriverSettings) -> Callable[[], Offer | None]:
+        owners = self._owners[driver.name]
+
+        def devices() -> Offer | None:
             served = self._services()
             if driver.name not in self._complete:
                 if not self._waited and any(r not in served for r in driver.resources):
@@ -85,7 +90,9 @@ class DraDrivers:
                 if not self._waited and not self._in_use_known.is_set():
                     return None  # what containers hold is not known yet: it may not be published
                 self._complete.add(driver.name)  # from now on, what is served is the pool
-            return [d for r in driver.resources if r in served for d in served[r].dra_devices]
+            ownership = owners()
+            lists = {r: served[r].dra_devices for r in driver.resources if r in served}
+            return Offer(ownership.published(lists), ownership.problem())
 
         return devices
 

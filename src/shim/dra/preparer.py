@@ -22,9 +22,9 @@ from shim.core.resource import ResourceService
 from shim.dra import cdi
 from shim.dra.checkpoint import Checkpoint, Entry, Group, PreparedDevice
 from shim.dra.claims import Allocated, ClaimProblem, ClaimRef, allocated
-from shim.dra.names import device_name
+from shim.dra.ownership import PoolOwners
 from shim.errors import ShimError
-from shim.model import ContainerGrant, Device
+from shim.model import ContainerGrant
 
 ReadClaim = Callable[[ClaimRef], Awaitable[Any]]
 
@@ -42,20 +42,19 @@ class ClaimPreparer:
         self,
         driver: str,
         pool: str,
-        resources: Sequence[str],
+        owners: PoolOwners,
         services: Callable[[], Mapping[str, ResourceService]],
         read_claim: ReadClaim,
         specs: cdi.SpecDir,
         checkpoint: Checkpoint,
     ) -> None:
-        self.driver, self.pool, self.resources = driver, pool, tuple(resources)
+        self.driver, self.pool = driver, pool
+        self._owners = owners  # the publisher's: a claim's device is prepared by the resource published
         self._services = services
         self._read_claim = read_claim
         self._specs = specs
         self._checkpoint = checkpoint
         self._locks: dict[str, asyncio.Lock] = {}
-        # The device lists last mapped (held, so compared by identity), and their mapping.
-        self._names: tuple[tuple[tuple[Device, ...], ...], dict[str, tuple[str, str]]] = ((), {})
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, Outcome]:
         """Each claim by uid: prepared (or found prepared: the same answer again) or failed."""
@@ -97,7 +96,7 @@ class ClaimPreparer:
         except Exception as exc:  # the API client's errors, said as they are
             raise ClaimProblem(f"cannot read claim {ref}: {exc}") from None
         results = allocated(claim, ref, self.driver, self.pool)
-        names = self._device_names()
+        names = self._owners().names
         groups = self._groups(ref, results, names)
         if entry is not None:  # a preparation cut short (devshim stopped): undo it first
             await self._undo(entry.groups)
@@ -139,17 +138,6 @@ class ClaimPreparer:
             resource, device_id = found
             by_resource.setdefault(resource, {})[device_id] = None
         return tuple(Group(r, tuple(ids)) for r, ids in sorted(by_resource.items()))
-
-    def _device_names(self) -> dict[str, tuple[str, str]]:
-        """DRA device name -> (resource, device ID) over the pool, redone when a list changes."""
-        served = self._services()
-        lists = tuple(served[r].devices if r in served else () for r in self.resources)
-        mapped = self._names[0]
-        if len(mapped) != len(lists) or any(a is not b for a, b in zip(mapped, lists, strict=True)):
-            pairs = zip(self.resources, lists, strict=True)
-            names = {device_name(d.id): (r, d.id) for r, devices in pairs for d in devices}
-            self._names = (lists, names)
-        return self._names[1]
 
     def _answer(
         self,

@@ -10,7 +10,10 @@ with the pool it should publish and writes the difference, again until they agre
 - a change of the pool's content writes every slice with the generation after the highest seen
   (the scheduler ignores slices of older generations) and ``resourceSliceCount`` slices, updating
   the existing ones in place, creating what is missing, and only then deleting what is extra;
-- health is not content: an Unhealthy device stays published (docs/dra.md).
+- health is not content: an Unhealthy device stays published (docs/dra.md);
+- a device whose DRA device name another resource of the pool owns (shim/dra/ownership.py) is
+  left out, and the clash is an error, in the log when it starts and in ``last_error`` for as
+  long as it lasts, while the rest of the pool is published as usual.
 
 The version is the newest resource.k8s.io version serving ResourceSlices (discovery), found
 again whenever a request says it is gone.
@@ -30,8 +33,8 @@ from typing import Any
 from loguru import logger
 
 from shim.dra.kube import ApiError, ApiServer, VersionGone
-from shim.dra.slices import SPEC_HASH, NameCollision, Pool, slice_object, spec_hash
-from shim.model import Device
+from shim.dra.ownership import Offer
+from shim.dra.slices import SPEC_HASH, Pool, slice_object, spec_hash
 
 BACKOFF_S = (0.5, 30.0)  # after a failed round: first wait, longest wait
 COALESCE_S = 0.05  # changes arriving this close together are written once
@@ -55,14 +58,14 @@ class PublisherStatus:
 
 
 class PoolPublisher:
-    """Publishes the devices that ``devices()`` returns (every resource of this DRA driver; None
-    while they are not all known yet), waking whenever ``changed()`` is called."""
+    """Publishes the devices that ``devices()`` offers (the devices every resource of this DRA
+    driver owns; None while they are not all known yet), waking whenever ``changed()`` is called."""
 
     def __init__(
         self,
         driver: str,
         node: str,
-        devices: Callable[[], list[Device] | None],
+        devices: Callable[[], Offer | None],
         *,
         kubeconfig: Path | None = None,
         connect: Callable[[Path | None], Any] = ApiServer.connect,
@@ -76,7 +79,7 @@ class PoolPublisher:
         self._generation = 0  # never goes back, even when every slice was deleted
         self._observed: dict[str, dict[str, Any]] = {}
         self._selector = f"spec.driver={driver},spec.nodeName={node}"
-        self._collision: str | None = None
+        self._clash: str | None = None  # what the offer last said is refused
 
     def changed(self) -> None:
         self._dirty.set()
@@ -121,7 +124,7 @@ class PoolPublisher:
                 await self._wait_for_change(watching)
                 if await self._reconcile(api, version, owner):
                     self.status.rounds += 1
-                self.status.last_error = None
+                self.status.last_error = self._clash  # set while a clash lasts, whatever was written
         finally:
             watching.cancel()
             with contextlib.suppress(asyncio.CancelledError, ApiError):
@@ -156,17 +159,16 @@ class PoolPublisher:
     async def _reconcile(self, api: ApiServer, version: str, owner: str | None) -> bool:
         """Make the published pool the wanted one; False if the pool is not known yet (nothing
         compared, nothing written)."""
-        devices = self._devices()
-        if devices is None:  # not every resource of the pool is known yet: wait, write nothing
+        offer = self._devices()
+        if offer is None:  # not every resource of the pool is known yet: wait, write nothing
             return False
-        try:
-            pool = Pool.of(self._driver, self._node, devices)
-        except NameCollision as exc:
-            if str(exc) != self._collision:
-                logger.error("DRA {}: {}; the published pool is left as it was", self._driver, exc)
-            self._collision = self.status.last_error = str(exc)
-            return True
-        self._collision = None
+        if offer.problem != self._clash:
+            if offer.problem is not None:
+                logger.error("DRA {}: {}; the rest of the pool is published", self._driver, offer.problem)
+            else:
+                logger.info("DRA {}: no device names clash in the pool any more", self._driver)
+            self._clash = offer.problem
+        pool = Pool.named(self._driver, self._node, offer.devices)
         chunks = pool.chunks()
         observed = sorted(self._observed.values(), key=lambda o: o["metadata"]["name"])
         seen = max((_generation(o) for o in observed), default=0)

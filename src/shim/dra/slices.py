@@ -63,7 +63,12 @@ class Pool:
         if clash:
             said = "; ".join(f"{', '.join(map(repr, ids))} -> {n!r}" for n, ids in sorted(clash.items()))
             raise NameCollision(f"device IDs meet in one DRA device name: {said}")
-        return cls(driver, node, tuple(sorted((PoolDevice(device_name(d.id), d) for d in listed), key=_name)))
+        return cls.named(driver, node, (PoolDevice(device_name(d.id), d) for d in listed))
+
+    @classmethod
+    def named(cls, driver: str, node: str, devices: Iterable[PoolDevice]) -> Pool:
+        """Devices already named, each name once (shim/dra/ownership.py decided who keeps it)."""
+        return cls(driver, node, tuple(sorted(devices, key=_name)))
 
     def chunks(self) -> list[tuple[PoolDevice, ...]]:
         """The devices of each slice; a pool with no devices is one empty slice (so that a
