@@ -2,19 +2,22 @@
 ValidatingAdmissionPolicy(Binding) applied to a real kube-apiserver (RBAC on), then used with a
 token of devshim's service account bound to a pod on node-a, as devshim's pod would hold it.
 
-RBAC grants ResourceSlices cluster-wide (it cannot limit them to a node); the policy lets the
-account write only the slices of the node its token names: node-a's are written, node-b's (and
-a slice of no node) refused on create, update and delete, a token of the account naming no node
-writes nothing, and other users are not matched. The token gets a ResourceClaim in any namespace
-and can do nothing else to claims. `devshim run` with that token and nothing else publishes
-node-a's pool, prepares a claim of it, and is refused node-b's pool (docs/dra.md, "RBAC and the
-admission policy").
+RBAC grants ResourceSlices cluster-wide (it cannot limit them to a node or a driver); the policy
+lets the account write only the slices of the node its token names and of the DRA drivers declared
+(the component declares none; applied here with deploy/overlays/dra-sim's patch declaring
+gpu.example.com): node-a's slices of gpu.example.com are written, node-b's (and a slice of no
+node), and node-a's of another driver, refused on create, update and delete, a token of the
+account naming no node writes nothing, and other users are not matched. The token gets a
+ResourceClaim in any namespace and can do nothing else to claims. `devshim run` with that token
+and nothing else publishes node-a's pool, prepares a claim of it, and is refused node-b's pool
+(docs/dra.md, "RBAC and the admission policy").
 The newest release by default; --full-matrix adds the others (1.33: the policy read in v1beta2
 and v1beta1).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,7 +44,11 @@ from tests.support.dra import (
 from tests.support.unix import short_temp_dir
 from tests.support.waiting import until
 
-COMPONENT = Path(__file__).resolve().parents[2] / "deploy" / "components" / "dra"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+COMPONENT = DEPLOY / "components" / "dra"
+# The overlay's JSON patch of the policy's declaredDrivers: applied here with GPU_DRIVER declared.
+DRIVERS_PATCH = DEPLOY / "overlays" / "dra-sim" / "drivers-policy.yaml"
+OTHER_DRIVER = "other.example.com"  # another vendor's driver with slices on node-a
 NAMESPACE, ACCOUNT = "devshim-system", "devshim"
 NODE_NAME_KEY = "authentication.kubernetes.io/node-name"
 OTHER_NAMESPACE = "team-x"  # a namespace of claims, neither devshim's nor "default"
@@ -70,6 +77,31 @@ def component_objects() -> list[dict[str, Any]]:
     ]
 
 
+def declaring(objects: list[dict[str, Any]], drivers: list[str]) -> list[dict[str, Any]]:
+    """The objects with DRIVERS_PATCH applied to the policy as kustomize applies it (its test of
+    the variable's name, then the replace), the value `drivers` instead of the overlay's."""
+    (policy,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    for op in yaml.safe_load(DRIVERS_PATCH.read_text(encoding="utf-8")):
+        _, spec, variables, index, field = op["path"].split("/")
+        assert (spec, variables) == ("spec", "variables"), op
+        target = policy["spec"]["variables"][int(index)]
+        if op["op"] == "test":
+            assert target[field] == op["value"], op
+        else:
+            assert (op["op"], field) == ("replace", "expression"), op
+            target[field] = json.dumps(drivers)
+    return objects
+
+
+def refused_for_driver(driver: str) -> str:
+    """The policy's message when devshim writes a slice of `driver`, which it does not declare."""
+    return (
+        "devshim may create, update or delete only the ResourceSlices of the DRA drivers declared in "
+        "its admission policy (declaredDrivers: the chart's config.dra.drivers, kustomize's "
+        f"drivers-policy.yaml), not one of driver {driver}"
+    )
+
+
 def refused_for(node: str, other: str) -> str:
     """The policy's message when devshim on `node` writes a slice of `other` ("" for none)."""
     of = f"one of node {other}" if other else "one without spec.nodeName"
@@ -92,10 +124,9 @@ class Slices:
         self.plane, self.version, self.token = plane, version, token
         self.path = f"/apis/resource.k8s.io/{version}/resourceslices"
 
-    def create(self, name: str, node: str) -> dict[str, Any]:
-        return dict(
-            self.plane.request("POST", self.path, resource_slice(self.version, name, node), self.token)
-        )
+    def create(self, name: str, node: str, driver: str = GPU_DRIVER) -> dict[str, Any]:
+        body = resource_slice(self.version, name, node, driver)
+        return dict(self.plane.request("POST", self.path, body, self.token))
 
     def create_for_all_nodes(self, name: str) -> dict[str, Any]:
         body = resource_slice(self.version, name, "unused")
@@ -157,7 +188,7 @@ def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     release: upstream.Release = request.param
     with control_plane.running(release) as running:
         running.ensure("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
-        for obj in component_objects():
+        for obj in declaring(component_objects(), [GPU_DRIVER]):
             running.request("POST", COLLECTIONS[obj["kind"]], obj)
         yield running
 
@@ -203,6 +234,9 @@ def test_the_component_grants_what_the_publisher_calls_and_nothing_more() -> Non
         "policyName": "devshim-dra-node-slices",
         "validationActions": ["Deny"],
     }
+    # Alone it declares no DRA driver: an overlay names its own (declaring(), here).
+    declared = policy["spec"]["variables"][0]
+    assert (declared["name"], json.loads(declared["expression"])) == ("declaredDrivers", [])
 
 
 def test_the_node_bound_token_writes_its_own_nodes_slices(plane: ControlPlane, token: str) -> None:
@@ -235,6 +269,57 @@ def test_another_nodes_slice_is_refused_on_create_update_and_delete(plane: Contr
         assert_refused_by_policy(refusal(slices.delete, name), message)
         assert admin.get(name)["metadata"]["resourceVersion"] == theirs["metadata"]["resourceVersion"]
         admin.delete(name)
+
+
+def test_another_drivers_slice_on_its_own_node_is_refused_on_create_update_and_delete(
+    plane: ControlPlane, token: str
+) -> None:
+    """Another vendor's slice on node-a, created by the admin, cannot be created, updated or
+    deleted with node-a's token, in any version served (on delete the policy reads the old
+    object); the message names the driver. The admin's slice is intact. The declared driver's
+    slice on node-a is written (test_the_node_bound_token_writes_its_own_nodes_slices)."""
+    message = refused_for_driver(OTHER_DRIVER)
+    for version in versions(plane):
+        admin, slices = Slices(plane, version), Slices(plane, version, token)
+        name = f"vendor-{version}"
+        theirs = admin.create(name, "node-a", OTHER_DRIVER)
+        assert_refused_by_policy(refusal(slices.create, f"forged-{version}", "node-a", OTHER_DRIVER), message)
+        assert_refused_by_policy(refusal(slices.update, theirs), message)
+        assert_refused_by_policy(refusal(slices.delete, name), message)
+        assert admin.get(name)["metadata"]["resourceVersion"] == theirs["metadata"]["resourceVersion"]
+        admin.delete(name)
+
+
+async def test_a_policy_declaring_no_driver_refuses_every_write(plane: ControlPlane, token: str) -> None:
+    """The component as shipped declares none (`[]`, which the server must type-check): node-a's
+    slice of gpu.example.com is then refused with the driver's message. The declaration is put
+    back after, and written through again."""
+    path = f"{COLLECTIONS['ValidatingAdmissionPolicy']}/devshim-dra-node-slices"
+    slices = Slices(plane, control_plane.NEWEST_DRA[plane.minor], token)
+    admin = Slices(plane, slices.version)
+
+    def declare(expression: str) -> None:
+        policy = plane.request("GET", path)
+        policy["spec"]["variables"][0]["expression"] = expression
+        plane.request("PUT", path, policy)
+
+    def write() -> str:
+        """Node-a's slice of GPU_DRIVER written (and removed): "written", else the refusal."""
+        try:
+            slices.create("probe-undeclared", "node-a")
+        except APIError as exc:
+            return str(exc)
+        admin.delete("probe-undeclared")
+        return "written"
+
+    declare("[]")
+    try:
+        await until(
+            lambda: refused_for_driver(GPU_DRIVER) in write(), "no driver declared", ENFORCED_TIMEOUT_S
+        )
+    finally:
+        declare(json.dumps([GPU_DRIVER]))
+    await until(lambda: write() == "written", "the declaration is back in force", ENFORCED_TIMEOUT_S)
 
 
 def test_a_slice_of_no_node_is_refused(plane: ControlPlane, token: str) -> None:

@@ -23,14 +23,17 @@ from adapters.sim.config import load_config
 from scripts import build_helm
 from shim.settings import Settings
 from tests.deploy.test_manifests import (
+    DEFAULT_PLUGINS_DIR,
     DRA_KINDS,
     IMAGE_VENV_BIN,
     NAMESPACE,
     NODE_NAME_ENV,
     Doc,
     assert_dra_objects_fit_the_daemonset,
+    assert_only_driver_folders_mounted,
     assert_paths_on_host_volumes,
     config_files,
+    declared_drivers,
     devshim_container,
     mount_for,
     one,
@@ -175,7 +178,8 @@ def test_objects_are_labelled_and_namespaced(values: str) -> None:
 def test_what_no_value_changes_holds_for_every_value_file(values: str) -> None:
     """The base's properties that no value file touches (test_manifests.py asserts them of the
     kustomize forms): surge without host ports, probes on the ops port, devshim's container
-    root without privileges and with the kubelet's directories mounted as the host has them."""
+    root without privileges and with the kubelet's directories mounted as the host has them;
+    no automounted token (the DRA values mount one for devshim alone)."""
     daemonset = one(render_file(values), "DaemonSet")
     pod = daemonset["spec"]["template"]["spec"]
     strategy = daemonset["spec"]["updateStrategy"]
@@ -192,6 +196,7 @@ def test_what_no_value_changes_holds_for_every_value_file(values: str) -> None:
         (mount,) = [m for m in container["volumeMounts"] if m["name"] == name]
         assert volumes(daemonset)[name]["hostPath"]["path"] == mount["mountPath"]
         assert mount.get("readOnly", False) is (name == "pod-resources")
+    assert pod["automountServiceAccountToken"] is False
 
 
 @pytest.mark.parametrize("values", VALUE_FILES)
@@ -323,8 +328,12 @@ def test_legacy_sidecar_values_share_a_private_plugin_dir_with_the_vendor_contai
     command = driver.command
     assert driver.name == "legacy" and command[0] == f"{IMAGE_VENV_BIN}devshim-legacy"
     assert "--" not in command  # the sidecar form: no plugin command
-    assert command[command.index("--kubelet-dir") + 2 :] == sidecar["adapterArgs"]
-    assert [str(p) for p in driver.policy.mount_path_prefixes] == sidecar["policy"]["mount_path_prefixes"]
+    resource_args = [arg for r in sidecar["deviceResources"] for arg in ("--resource", r)]
+    assert command[command.index("--kubelet-dir") + 2 :] == sidecar["adapterArgs"] + resource_args
+    assert driver.resources == sidecar["deviceResources"]
+    assert driver.policy is not None
+    assert driver.policy.mounts == sidecar["policy"]["mounts"]
+    assert driver.policy.device_nodes == sidecar["policy"]["device_nodes"]
     kubelet_dir = Path(command[command.index("--kubelet-dir") + 1])
     shared_mount, shared = mount_for(daemonset, kubelet_dir)
     assert shared_mount["mountPath"] == str(kubelet_dir)
@@ -388,7 +397,7 @@ def test_kubelet_root_dir_values_move_the_dra_plugin_dir(tmp_path: Path, no_devs
     settings, _, _ = loaded_settings(docs, tmp_path)
     assert settings.dra.plugins_dir == root / "plugins"
     assert settings.plugins_registry_dir == root / "plugins_registry"
-    assert volumes(daemonset)["plugins"]["hostPath"]["path"] == str(root / "plugins")
+    assert volumes(daemonset)["dra-plugin-0"]["hostPath"]["path"] == str(root / "plugins" / "sim.example.com")
     assert settings.dra.cdi_dir == Path("/var/run/cdi")
     assert_paths_on_host_volumes(daemonset, settings)
     assert "/var/lib/kubelet" not in yaml.safe_dump_all(docs)
@@ -452,6 +461,10 @@ def test_extras_values_reach_the_pod() -> None:
         ),
         (["--set-string", "configFiles.config\\.yaml=x"], "configFiles cannot hold config.yaml"),
         (
+            ["--set", "legacySidecar.enabled=true"],
+            "legacySidecar.deviceResources: name the resources the vendor plugin registers",
+        ),
+        (
             [
                 "--set",
                 "config.dra.drivers[0].name=gpu.example.com",
@@ -460,6 +473,14 @@ def test_extras_values_reach_the_pod() -> None:
             ],
             "config.dra.drivers publishes ResourceSlices through the API server: set dra.enabled",
         ),  # fmt: skip
+        (
+            ["--set", "dra.enabled=true", "--set", "config.dra.drivers[0].name=../../../etc"],
+            'config.dra.drivers[0].name: "../../../etc" is not a DRA driver name',
+        ),
+        (
+            ["--set", "dra.enabled=true", "--set", "config.dra.drivers[0].resources[0]=example.com/gpu"],
+            'config.dra.drivers[0].name: "" is not a DRA driver name',
+        ),
     ],
 )
 def test_values_the_pods_could_not_run_with_fail_the_render(flags: list[str], message: str) -> None:
@@ -523,11 +544,11 @@ def test_dra_drivers_with_a_kubeconfig_of_their_own_need_no_dra_enabled() -> Non
     )  # fmt: skip
     assert not {d["kind"] for d in docs} & DRA_KINDS
     assert pod_spec(docs)["automountServiceAccountToken"] is False
-    # Still each DRA driver's kubelet plugin: the DRA sockets' and the CDI specs' directories
-    # are mounted, the latter from config.dra.cdi_dir where it is set.
+    assert not any("projected" in v for v in pod_spec(docs)["volumes"])
+    # Still each DRA driver's kubelet plugin: the driver's DRA socket folder and the CDI specs'
+    # directory are mounted, the latter from config.dra.cdi_dir where it is set.
     daemonset = one(docs, "DaemonSet")
-    plugins = {"path": "/var/lib/kubelet/plugins", "type": "Directory"}
-    assert volumes(daemonset)["plugins"]["hostPath"] == plugins
+    assert_only_driver_folders_mounted(daemonset, DEFAULT_PLUGINS_DIR, ["gpu.example.com"])
     assert volumes(daemonset)["cdi"]["hostPath"] == {"path": "/var/run/cdi", "type": "DirectoryOrCreate"}
     moved = one(render("--set", "config.dra.cdi_dir=/etc/cdi", "--set", "dra.enabled=true"), "DaemonSet")
     assert volumes(moved)["cdi"]["hostPath"] == {"path": "/etc/cdi", "type": "DirectoryOrCreate"}
@@ -593,3 +614,39 @@ def test_documented_values_table_names_every_value() -> None:
     table = "\n".join(line for line in section.splitlines() if line.startswith("| `"))
     for key in chart_values():
         assert re.search(rf"`{key}[`.]", table), f"docs/helm.md's values table lacks {key}"
+
+
+def test_dra_values_render_the_dra_sim_overlay(tmp_path: Path, no_devshim_env: None) -> None:
+    """ci/dra-values.yaml and deploy/overlays/dra-sim (the same DRA driver, sim.example.com) give the
+    same DRA objects, the admission policy's declared drivers included, and the same DaemonSet
+    (that one driver's plugins folder alone, the token for devshim alone), once each tool's own
+    ways are set aside; and both configs declare that driver."""
+    chart, base = render_file("dra-values.yaml"), kustomize(DEPLOY / "overlays" / "dra-sim")
+    assert declared_drivers(chart) == declared_drivers(base) == ["sim.example.com"]
+    differences = []
+    for kind in sorted(DRA_KINDS):
+        differences += _differences(_tool_neutral(one(chart, kind)), _tool_neutral(one(base, kind)), kind)
+    differences += _differences(_helm_side(one(chart, "DaemonSet")), _kustomize_side(one(base, "DaemonSet")))
+    assert not differences, "ci/dra-values.yaml and overlays/dra-sim differ:\n" + "\n".join(differences)
+    (tmp_path / "chart").mkdir()
+    (tmp_path / "base").mkdir()
+    charted, _, _ = loaded_settings(chart, tmp_path / "chart")
+    based = Settings.load(config_files(base, tmp_path / "base")[0] / "config.yaml")
+    assert charted.dra.drivers == based.dra.drivers
+
+
+def test_the_policy_declares_every_configured_dra_driver(tmp_path: Path, no_devshim_env: None) -> None:
+    """Two DRA drivers in config.dra.drivers: the policy declares both, in order, the pods mount
+    the two folders and nothing else of plugins/; without drivers it declares none."""
+    docs = render(
+        "--set", "dra.enabled=true",
+        "--set", "config.dra.drivers[0].name=gpu.example.com",
+        "--set", "config.dra.drivers[0].resources[0]=example.com/gpu",
+        "--set", "config.dra.drivers[1].name=nic.example.org",
+        "--set", "config.dra.drivers[1].resources[0]=example.org/nic",
+    )  # fmt: skip
+    assert declared_drivers(docs) == ["gpu.example.com", "nic.example.org"]
+    assert_dra_objects_fit_the_daemonset(docs)
+    settings, _, _ = loaded_settings(docs, tmp_path)
+    assert_paths_on_host_volumes(one(docs, "DaemonSet"), settings)
+    assert declared_drivers(render("--set", "dra.enabled=true")) == []

@@ -84,7 +84,7 @@ def test_the_vendor_dockerfile_lints_clean_and_installs_what_the_config_runs(tmp
 
 
 def test_the_vendor_driver_passes_compat_with_the_examples_config(tmp_path: Path) -> None:
-    """The example's config as devshim runs it in the image (env, default grant policy), with the
+    """The example's config as devshim runs it in the image (env, its declared grant policy), with the
     image's paths mapped to this checkout's: the allocate row passes, showing the grant."""
     toolchain("node", "the Node.js example driver (adapters/examples/node)")
     node = shutil.which("node")

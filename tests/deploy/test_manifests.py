@@ -4,6 +4,7 @@ kubernetes-validate ships, and the properties devshim depends on asserted."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -15,6 +16,7 @@ from typing import Any
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
+from kr8s._auth import KubeAuth
 
 from adapters.sim.config import load_config
 from shim.settings import Settings
@@ -36,6 +38,12 @@ TARGETS = ["base"] + sorted(
     for d in (DEPLOY / kind).iterdir()
     if (d / "kustomization.yaml").exists()
 )
+
+
+def uses_dra(target: str) -> bool:
+    """Whether deploy/TARGET adds components/dra."""
+    kustomization = yaml.safe_load((DEPLOY / target / "kustomization.yaml").read_text(encoding="utf-8"))
+    return any(Path(c).name == "dra" for c in kustomization.get("components", []))
 
 
 @cache
@@ -74,8 +82,10 @@ def mount_for(daemonset: Doc, path: Path) -> tuple[Doc, Doc]:
 def assert_paths_on_host_volumes(daemonset: Doc, settings: Settings) -> None:
     """Every node path of ``settings`` is on a hostPath volume mounted at that same path,
     read-write where devshim writes; with DRA drivers, their kubelet plugin's too (the
-    registration socket in plugins_registry_dir, the DRA socket under dra.plugins_dir, the CDI
-    specs in dra.cdi_dir; the checkpoint is in state_dir)."""
+    registration socket in plugins_registry_dir, the CDI specs in dra.cdi_dir; the checkpoint is in
+    state_dir), each DRA socket's folder <dra.plugins_dir>/<driver> a volume of its own (made if
+    missing), and the plugins directory itself on no volume at all (other drivers' sockets, CSI's
+    staged volumes)."""
     paths = [
         (settings.device_plugins_dir, True),
         (settings.plugins_registry_dir, True),
@@ -83,11 +93,34 @@ def assert_paths_on_host_volumes(daemonset: Doc, settings: Settings) -> None:
         (settings.deallocation.pod_resources_socket, False),
     ]
     if settings.dra.drivers:
-        paths += [(settings.dra.plugins_dir, True), (settings.dra.cdi_dir, True)]
+        paths += [(settings.dra.cdi_dir, True)]
     for path, writes in paths:
         mount, volume = mount_for(daemonset, path)
         assert volume["hostPath"]["path"] == mount["mountPath"], path
         assert not (writes and mount.get("readOnly", False)), path
+    assert_only_driver_folders_mounted(
+        daemonset, settings.dra.plugins_dir, [d.name for d in settings.dra.drivers]
+    )
+
+
+def assert_only_driver_folders_mounted(daemonset: Doc, plugins_dir: Path, drivers: list[str]) -> None:
+    """Under the kubelet's plugins directory the devshim container mounts exactly each driver's
+    folder, read-write, from that host path (DirectoryOrCreate: the kubelet makes plugins/, not
+    a driver's folder); no container mounts the directory itself or one above it."""
+    mounted = {}
+    for container in daemonset["spec"]["template"]["spec"]["containers"]:
+        for mount in container.get("volumeMounts", []):
+            path = Path(mount["mountPath"])
+            assert not plugins_dir.is_relative_to(path), (
+                f"{container['name']} mounts {path}, all of {plugins_dir}"
+            )
+            if path.is_relative_to(plugins_dir):
+                assert container["name"] == "devshim", f"{container['name']} mounts {path}"
+                mounted[path] = mount
+    assert sorted(mounted) == sorted(plugins_dir / name for name in drivers)
+    for path, mount in mounted.items():
+        host = volumes(daemonset)[mount["name"]]["hostPath"]
+        assert host == {"path": str(path), "type": "DirectoryOrCreate"} and not mount.get("readOnly"), path
 
 
 def config_files(docs: tuple[Doc, ...], tmp_path: Path) -> tuple[Path, Doc]:
@@ -118,9 +151,11 @@ def validate_strictly(doc: Doc, version: str) -> None:
 
 @pytest.fixture
 def no_devshim_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Settings read DEVSHIM_* variables too: check the shipped files alone."""
+    """Settings read DEVSHIM_* variables too: check the shipped files alone. NODE_NAME is the
+    pod's (the downward API's, with components/dra), which a config with DRA drivers needs."""
     for key in [k for k in os.environ if k.startswith("DEVSHIM_")]:
         monkeypatch.delenv(key)
+    monkeypatch.setenv("NODE_NAME", "node-a")
     yield
 
 
@@ -128,7 +163,8 @@ def no_devshim_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_every_object_validates_strictly(target: str) -> None:
     version = kubernetes_validate.latest_version()
     docs = render(DEPLOY / target)
-    assert {d["kind"] for d in docs} == {"Namespace", "ConfigMap", "DaemonSet"}
+    dra = DRA_KINDS if uses_dra(target) else set()
+    assert {d["kind"] for d in docs} == {"Namespace", "ConfigMap", "DaemonSet"} | dra
     for doc in docs:
         validate_strictly(doc, version)
 
@@ -143,6 +179,8 @@ def test_objects_are_labelled_and_namespaced(target: str) -> None:
             assert doc["metadata"]["name"] == NAMESPACE
             # hostPath volumes are refused below the privileged Pod Security level.
             assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+        elif doc["kind"] in DRA_KINDS - {"ServiceAccount"}:
+            assert "namespace" not in doc["metadata"]  # components/dra's cluster-scoped objects
         else:
             assert doc["metadata"]["namespace"] == NAMESPACE
     daemonset = one(render(DEPLOY / target), "DaemonSet")
@@ -305,17 +343,64 @@ def test_podmonitor_component_scrapes_the_ops_port(tmp_path: Path) -> None:
 DRA_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
              "ValidatingAdmissionPolicyBinding"}  # fmt: skip
 NODE_NAME_ENV = {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+# Where devshim's API client (kr8s, src/shim/dra/kube.py) reads the in-cluster token, CA and
+# namespace: its default, as devshim never names another.
+TOKEN_DIR = KubeAuth()._serviceaccount
+DEFAULT_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
+
+
+def declared_drivers(docs: tuple[Doc, ...]) -> list[str]:
+    """The admission policy's declaredDrivers: its first variable, a CEL list of strings (which
+    the JSON of a list of strings is)."""
+    first = one(docs, "ValidatingAdmissionPolicy")["spec"]["variables"][0]
+    assert first["name"] == "declaredDrivers"
+    names = json.loads(first["expression"])
+    assert isinstance(names, list) and all(isinstance(n, str) for n in names), names
+    return names
+
+
+def configured_dra_drivers(docs: tuple[Doc, ...]) -> list[str]:
+    """The DRA driver names of the DaemonSet's config.yaml, in order."""
+    daemonset = one(docs, "DaemonSet")
+    args = devshim_container(daemonset)["args"]
+    _, volume = mount_for(daemonset, Path(args[args.index("--config") + 1]))
+    config = yaml.safe_load(one(docs, "ConfigMap", volume["configMap"]["name"])["data"]["config.yaml"])
+    return [driver["name"] for driver in (config.get("dra") or {}).get("drivers", [])]
+
+
+def assert_token_readable_by_devshim_alone(daemonset: Doc) -> None:
+    """No automounted token (mode 0644, in every container); a projected volume of the pod-bound
+    token (the API server's audience, an hour), the cluster's CA and the namespace, mode 0400
+    (root's: devshim's, not its drivers', which run as their own user), mounted read-only at
+    TOKEN_DIR in devshim's container and in no other."""
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    projected = [v for v in pod["volumes"] if "projected" in v]
+    assert [v["name"] for v in projected] == ["api-token"]
+    assert projected[0]["projected"] == {
+        "defaultMode": 0o400,
+        "sources": [
+            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [
+                {"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+        ],
+    }  # fmt: skip
+    holders = {c["name"]: m for c in pod["containers"] for m in c["volumeMounts"] if m["name"] == "api-token"}
+    assert holders == {"devshim": {"name": "api-token", "mountPath": TOKEN_DIR, "readOnly": True}}
 
 
 def assert_dra_objects_fit_the_daemonset(docs: tuple[Doc, ...]) -> None:
     """components/dra's objects (or the chart's with dra.enabled) point at each other and at the
-    DaemonSet: its pods run as the account, mount its token and know their node; the binding
-    grants the account the role; the policy matches the account's username and is bound."""
+    DaemonSet: its pods run as the account, mount its token for devshim alone and know their node;
+    the binding grants the account the role; the policy matches the account's username, declares
+    the config's DRA drivers, and is bound."""
     daemonset = one(docs, "DaemonSet")
     pod = daemonset["spec"]["template"]["spec"]
     account = one(docs, "ServiceAccount")["metadata"]
     assert account["namespace"] == daemonset["metadata"]["namespace"]
-    assert pod["serviceAccountName"] == account["name"] and pod["automountServiceAccountToken"] is True
+    assert pod["serviceAccountName"] == account["name"]
+    assert_token_readable_by_devshim_alone(daemonset)
     assert NODE_NAME_ENV in devshim_container(daemonset)["env"]
     role, binding = one(docs, "ClusterRole"), one(docs, "ClusterRoleBinding")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
@@ -330,13 +415,9 @@ def assert_dra_objects_fit_the_daemonset(docs: tuple[Doc, ...]) -> None:
         (("resource.k8s.io",), ("resourceclaims",)): ["get"],
         (("",), ("nodes",)): ["get"],
     }
-    # The kubelet plugin's directories: the kubelet's plugins dir (it makes it: Directory), the
-    # CDI dir (made if missing), both read-write at the host's path; plugins_registry is the base's.
-    for name, kind in (
-        ("plugins", "Directory"),
-        ("cdi", "DirectoryOrCreate"),
-        ("plugins-registry", "Directory"),
-    ):
+    # The kubelet plugin's directories: the CDI dir (made if missing), read-write at the host's
+    # path; plugins_registry is the base's. Each driver's plugins folder: assert_paths_on_host_volumes.
+    for name, kind in (("cdi", "DirectoryOrCreate"), ("plugins-registry", "Directory")):
         (mount,) = [m for m in devshim_container(daemonset)["volumeMounts"] if m["name"] == name]
         host = volumes(daemonset)[name]["hostPath"]
         assert (host["path"], host["type"]) == (mount["mountPath"], kind) and not mount.get("readOnly"), name
@@ -350,6 +431,7 @@ def assert_dra_objects_fit_the_daemonset(docs: tuple[Doc, ...]) -> None:
                     "operations": ["CREATE", "UPDATE", "DELETE"]}  # fmt: skip
     assert policy["spec"]["matchConstraints"]["matchPolicy"] == "Equivalent"
     assert policy["spec"]["failurePolicy"] == "Fail"
+    assert declared_drivers(docs) == configured_dra_drivers(docs)
     assert policy_binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
 
 
@@ -358,9 +440,8 @@ def test_dra_component_grants_the_publisher_its_calls_and_the_policy_its_account
 ) -> None:
     """components/dra added to an overlay: every object strictly valid (the cluster-scoped ones
     without a namespace), labelled as the base's, and fitting the DaemonSet; the base alone
-    still mounts no token and no DRA directory; a config naming DRA drivers finds every path of
-    theirs (at their defaults) on the DaemonSet's host volumes. tests/compat/test_dra_rbac.py
-    applies it to a real API server."""
+    still mounts no token and no DRA directory; alone it declares no DRA driver (overlays/dra-sim
+    declares one). tests/compat/test_dra_rbac.py applies it to a real API server."""
     docs = render(with_component(tmp_path, "overlays/sim-demo", "dra"))
     version = kubernetes_validate.latest_version()
     assert {d["kind"] for d in docs} == {"Namespace", "ConfigMap", "DaemonSet"} | DRA_KINDS
@@ -372,14 +453,36 @@ def test_dra_component_grants_the_publisher_its_calls_and_the_policy_its_account
             namespaced = doc["kind"] == "ServiceAccount"
             assert doc["metadata"].get("namespace") == (NAMESPACE if namespaced else None), doc["kind"]
     assert_dra_objects_fit_the_daemonset(docs)
-    folder, _ = config_files(docs, tmp_path)
-    config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
-    config["dra"] = {
-        "node_name": "node-a",
-        "drivers": [{"name": "sim.example.com", "resources": ["example.com/sim"]}],
-    }
-    (folder / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    assert_paths_on_host_volumes(daemonset, Settings.load(folder / "config.yaml"))
+    # Alone it declares no driver: no slice may be written, no plugins folder is mounted.
+    assert declared_drivers(docs) == []
+    assert_only_driver_folders_mounted(daemonset, DEFAULT_PLUGINS_DIR, [])
     base_pod = one(render(DEPLOY / "base"), "DaemonSet")["spec"]["template"]["spec"]
     assert base_pod["automountServiceAccountToken"] is False and "serviceAccountName" not in base_pod
     assert not {"plugins", "cdi"} & {v["name"] for v in base_pod["volumes"]}
+
+
+def test_dra_sim_overlay_names_its_driver_alike_in_config_policy_and_mounts(
+    tmp_path: Path, no_devshim_env: None
+) -> None:
+    """overlays/dra-sim, the example to copy: the driver config.yaml publishes is the one the
+    admission policy lets devshim write slices of and the one plugins folder mounted (no other,
+    nor all of plugins/); the token is devshim's alone; the sim serves its pool's four devices."""
+    docs = render(DEPLOY / "overlays" / "dra-sim")
+    assert_dra_objects_fit_the_daemonset(docs)
+    folder, mount = config_files(docs, tmp_path)
+    settings = Settings.load(folder / "config.yaml")
+    (driver,) = settings.dra.drivers
+    assert driver.name == "sim.example.com" and declared_drivers(docs) == [driver.name]
+    assert_only_driver_folders_mounted(one(docs, "DaemonSet"), settings.dra.plugins_dir, [driver.name])
+    (sim,) = settings.drivers
+    sim_file = folder / Path(sim.command[sim.command.index("--config") + 1]).relative_to(mount["mountPath"])
+    (resource,) = load_config(sim_file).resources
+    assert resource.name in driver.resources and len(resource.initial_devices()) == 4
+
+
+def test_the_token_path_mounted_is_where_devshims_api_client_reads() -> None:
+    """devshim's in-cluster credentials come from kr8s's default folder (src/shim/dra/kube.py
+    passes none other): the projected volume must be mounted exactly there."""
+    assert TOKEN_DIR == "/var/run/secrets/kubernetes.io/serviceaccount"
+    source = (ROOT / "src" / "shim" / "dra" / "kube.py").read_text(encoding="utf-8")
+    assert "serviceaccount=" not in source

@@ -78,8 +78,8 @@ def listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def resource_slice(version: str, name: str, node: str) -> dict[str, Any]:
-    """A ResourceSlice of one device, `gpu-0`, in resource.k8s.io/`version`'s shape."""
+def resource_slice(version: str, name: str, node: str, driver: str = "gpu.example.com") -> dict[str, Any]:
+    """A ResourceSlice of `driver`'s one device, `gpu-0`, in resource.k8s.io/`version`'s shape."""
     attributes = {"model": {"string": "sim-gpu"}}
     # v1beta1 wraps a device's fields in `basic`; v1beta2 and v1 do not.
     device = {
@@ -91,7 +91,7 @@ def resource_slice(version: str, name: str, node: str) -> dict[str, Any]:
         "kind": "ResourceSlice",
         "metadata": {"name": name},
         "spec": {
-            "driver": "gpu.example.com",
+            "driver": driver,
             "nodeName": node,
             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
             "devices": [device],

@@ -52,8 +52,8 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- $root }}
 {{- end }}
 
-{{/* The kubelet directories devshim mounts: volume name and host (= container) path. The first
-three always, plugins (the DRA sockets) where "devshim.dra" says so. */}}
+{{/* The kubelet directories: volume name and host (= container) path. The first three devshim
+mounts always; plugins is dra.plugins_dir, of which it mounts only each DRA driver's folder. */}}
 {{- define "devshim.kubeletDirs" -}}
 {{- $root := include "devshim.kubeletRootDir" . }}
 device-plugins: {{ printf "%s/device-plugins" $root | quote }}
@@ -67,6 +67,22 @@ a kubeconfig of its own), so the pods mount the kubelet's plugins directory and 
 "" otherwise. */}}
 {{- define "devshim.dra" -}}
 {{- if or .Values.dra.enabled (dig "dra" "drivers" list .Values.config) }}true{{ end }}
+{{- end }}
+
+{{/* config.dra.drivers' names as a JSON list, in order: the drivers whose folders the pods mount
+(<plugins>/<name>) and whose ResourceSlices the admission policy lets them write. Each must be a
+lowercase DNS subdomain (as devshim requires), or the render fails: it names a host path. */}}
+{{- define "devshim.draDriverNames" -}}
+{{- $names := list }}
+{{- range $i, $driver := (dig "dra" "drivers" list .Values.config) }}
+{{- $name := "" }}
+{{- if kindIs "map" $driver }}{{ $name = get $driver "name" | toString }}{{ end }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" $name) }}
+{{- fail (printf "config.dra.drivers[%d].name: %q is not a DRA driver name (a lowercase DNS subdomain)" $i $name) }}
+{{- end }}
+{{- $names = append $names $name }}
+{{- end }}
+{{- toJson $names }}
 {{- end }}
 
 {{/* Where devshim writes the prepared claims' CDI specs, mounted from the same host path. */}}
@@ -118,8 +134,14 @@ kubeconfig of config.dra's own. */}}
 {{- $drivers := concat ($config.drivers | default list) .Values.drivers }}
 {{- with .Values.legacySidecar }}
 {{- if .enabled }}
+{{- if not .deviceResources }}
+{{- fail "legacySidecar.deviceResources: name the resources the vendor plugin registers (devshim serves no others)" }}
+{{- end }}
 {{- $command := concat (list "/opt/devshim/bin/devshim-legacy" "--kubelet-dir" (include "devshim.legacyDir" $)) .adapterArgs }}
-{{- $legacy := dict "name" "legacy" "command" $command }}
+{{- range .deviceResources }}
+{{- $command = concat $command (list "--resource" .) }}
+{{- end }}
+{{- $legacy := dict "name" "legacy" "command" $command "resources" .deviceResources }}
 {{- with .policy }}
 {{- $_ = set $legacy "policy" . }}
 {{- end }}
