@@ -3,7 +3,7 @@
 Usage: python -m bench [--quick] [--rows allocate,health,...] [--json FILE] [--claims N]
 Rows (docs/benchmarks.md): allocate, declared, preferred, goclient (a Go client, built on
 first use), health, listsize, reregister, failover, memory, footprint, startup, concurrency,
-opsflood, listflood, dra and dra_prepare (a real kube-apiserver, built on first use). Default settings
+opsflood, listflood, bound, dra and dra_prepare (a real kube-apiserver, built on first use). Default settings
 take about 6 minutes on 2 cores; --quick about two.
 """
 
@@ -25,6 +25,7 @@ import grpc
 
 from bench import (
     allocate,
+    bound,
     concurrency,
     dra,
     dra_prepare,
@@ -56,6 +57,7 @@ ROWS: dict[str, Row] = {
     "concurrency": concurrency.concurrency,
     "opsflood": opsflood.ops_flood,
     "listflood": flood.flood,
+    "bound": bound.bound,
     "dra": dra.dra_publish,
     "dra_prepare": dra_prepare.dra_prepare,
 }

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -81,7 +82,9 @@ def hostile_settings(plugin_dir: Path, state_dir: Path, env: dict[str, str]) -> 
         device_plugins_dir=plugin_dir,
         state_dir=state_dir,
         register_backoff_max_s=0.5,
-        drivers=[{"name": "hostile", "command": [sys.executable, str(DRIVER)], "env": env}],
+        drivers=[
+            {"name": "hostile", "command": [sys.executable, str(DRIVER)], "env": env, "resources": [HOSTILE]}
+        ],
     )
 
 
@@ -102,6 +105,7 @@ async def devshim_run(plugin_dir: Path, state_dir: Path, env: dict[str, str]) ->
         "name": "hostile",
         "command": [sys.executable, str(DRIVER)],
         "env": env,
+        "resources": [HOSTILE],
         "restart": {"backoff_initial_s": 0.05},
     }
     config.write_text(yaml.safe_dump({"drivers": [driver], "register_backoff_max_s": 0.5}))
@@ -271,3 +275,164 @@ async def test_a_list_that_cannot_be_encoded_ends_the_stream_with_a_clear_status
                 ("n-1", UNHEALTHY, ()),
             ]
             assert encode_failures(BAD) == before + 1
+
+
+# --- issue 41, item 5: devices in all, over many resources and drivers --------------------------
+
+MANY = DRIVERS / "many_resources.py"
+GROWN = "example.com/c"  # the resource the hostile driver grows in the tests below
+HONEST = "example.com/ok"
+
+
+def many_driver(name: str, run_file: Path, resources: dict[str, int], **more: Any) -> dict[str, Any]:
+    """drivers[] entry for tests/support/drivers/many_resources.py serving ``resources``; ``more``
+    sets GROW or GROW_LISTED (name -> (resource, count)) and any other driver setting."""
+    env = {"RUN_FILE": str(run_file), "RESOURCES": ",".join(f"{r}={n}" for r, n in resources.items())}
+    for switch in ("GROW", "GROW_LISTED"):
+        if (grown := more.pop(switch, None)) is not None:
+            env[switch] = f"{grown[0]}={grown[1]}"
+    return {
+        "name": name,
+        "command": [sys.executable, str(MANY)],
+        "env": env,
+        "resources": list(resources),
+        "restart": {"backoff_initial_s": 0.05},
+        **more,
+    }
+
+
+def ids(resource: str, count: int) -> tuple[str, ...]:
+    """The device IDs many_resources.py lists for ``resource``."""
+    return tuple(f"{resource.rpartition('/')[2]}-{n}" for n in range(count))
+
+
+async def unhealthy_then_healthy(session: PluginSession, devices: tuple[str, ...], since: int) -> None:
+    """Lists after index ``since`` hold ``devices`` all Unhealthy, then all Healthy again."""
+
+    def seen() -> tuple[bool, bool]:
+        history = session.lists[since:]
+        down = next((i for i, ds in enumerate(history) if listed(UNHEALTHY, devices)(ds)), None)
+        return down is not None, down is not None and any(map(listed(HEALTHY, devices), history[down + 1 :]))
+
+    await session.wait_for_list(lambda _: seen()[0], timeout=WAIT_S)
+    await session.wait_for_list(lambda _: seen()[1], timeout=WAIT_S)
+
+
+async def refused_unread_while_honest_serves(
+    kubelet: FakeKubelet, hostile: dict[str, int], run_file: Path, errors: list[str], bound: str
+) -> None:
+    """Signal the hostile driver to grow GROWN; then check what every test below shares: the
+    refusal (an ERROR naming ``bound``) comes before a device of the list is read, the hostile
+    driver's devices go Unhealthy (never removed) and come back once it is restarted, and the
+    honest driver's resource serves Allocate all along."""
+    sessions = {r: await kubelet.wait_for_plugin(r, timeout=WAIT_S) for r in hostile}
+    for resource, count in hostile.items():
+        await sessions[resource].wait_for_list(listed(HEALTHY, ids(resource, count)), timeout=WAIT_S)
+    honest = await kubelet.wait_for_plugin(HONEST, timeout=WAIT_S)
+    await honest.wait_for_list(lambda ds: bool(ds) and all(d.health == HEALTHY for d in ds), timeout=WAIT_S)
+    since = {r: len(s.lists) for r, s in sessions.items()}
+    os.kill(starts(run_file)[0], signal.SIGUSR1)
+
+    await sessions[GROWN].wait_for_list(listed(UNHEALTHY, ids(GROWN, hostile[GROWN])), timeout=WAIT_S)
+    assert await honest.allocate(["ok-0"]) is not None  # served while the hostile driver is down
+    for resource, count in hostile.items():
+        await unhealthy_then_healthy(sessions[resource], ids(resource, count), since[resource])
+    assert len(starts(run_file)) == 2
+    assert await honest.allocate(["ok-1"]) is not None
+    for resource, count in hostile.items():
+        assert all([d.id for d in ds] == list(ids(resource, count)) for ds in sessions[resource].lists), (
+            f"{resource}: a device went missing, or the refused list got through"
+        )
+        assert not sessions[resource].stream_ended.is_set(), sessions[resource].stream_error
+    assert not honest.stream_ended.is_set(), honest.stream_error
+    assert all(d.health == HEALTHY for d in honest.latest)
+    assert any("driver 'hostile' failed: its list was refused: " in e and bound in e for e in errors), errors
+    # Its last device's health is BOGUS: reading the list would have refused it for that instead.
+    assert not any("BOGUS" in e for e in errors), errors
+
+
+async def test_a_list_taking_a_driver_over_its_device_bound_is_refused_unread_and_others_keep_serving(
+    plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet
+) -> None:
+    """One driver, three resources of 30 devices under drivers[].max_devices 100: growing one to
+    50 (110 in all, each list far under the bound of one list) is refused before the list is
+    read, with an ERROR naming the setting; its devices are Unhealthy, never removed, until the
+    restarted driver lists them again, and another driver's resource serves Allocate meanwhile."""
+    run_file = state_dir / "runs"
+    hostile = {"example.com/a": 30, "example.com/b": 30, GROWN: 30}
+    drivers = [
+        many_driver("hostile", run_file, hostile, GROW=(GROWN, 50), max_devices=100),
+        many_driver("honest", state_dir / "honest-runs", {HONEST: 4}),
+    ]
+    settings = Settings.load(
+        device_plugins_dir=plugin_dir, state_dir=state_dir, register_backoff_max_s=0.5, drivers=drivers
+    )
+    with logged("WARNING") as errors:
+        async with Shim(settings):
+            await refused_unread_while_honest_serves(
+                kubelet,
+                hostile,
+                run_file,
+                errors,
+                f"devices_changed for {GROWN!r} lists 50 devices and the driver's other resources hold "
+                "60: more than the 100 devices drivers[hostile].max_devices allows in all",
+            )
+
+
+async def test_a_list_taking_devshim_over_its_device_bound_is_refused_unread_and_others_keep_serving(
+    plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet
+) -> None:
+    """Two drivers and a static resource under max_devices 100: the honest driver's 50 devices,
+    10 static and the hostile driver's 30 fit; its list of 45 (105 in all, under its own bound)
+    is refused before it is read, with an ERROR naming max_devices, and the honest driver's
+    resource serves Allocate meanwhile."""
+    run_file = state_dir / "runs"
+    hostile = {GROWN: 30}
+    drivers = [
+        many_driver("hostile", run_file, hostile, GROW=(GROWN, 45)),
+        many_driver("honest", state_dir / "honest-runs", {HONEST: 50}),
+    ]
+    static = [{"name": "example.com/static", "static": {"count": 10}}]
+    settings = Settings.load(
+        device_plugins_dir=plugin_dir,
+        state_dir=state_dir,
+        register_backoff_max_s=0.5,
+        drivers=drivers,
+        resources=static,
+        max_devices=100,
+    )
+    with logged("WARNING") as errors:
+        async with Shim(settings):
+            await refused_unread_while_honest_serves(
+                kubelet,
+                hostile,
+                run_file,
+                errors,
+                f"devices_changed for {GROWN!r} lists 45 devices and devshim's other resources (of every "
+                "driver and the static ones) hold 60: more than the 100 devices max_devices allows in all",
+            )
+
+
+async def test_a_list_devices_answer_over_the_drivers_bound_fails_the_start_and_the_next_run_serves(
+    plugin_dir: Path, state_dir: Path, warnings: list[str], kubelet: FakeKubelet
+) -> None:
+    """The same bound holds for the answers to list_devices, counted resource after resource:
+    the start whose second list takes the driver over drivers[].max_devices fails, saying why,
+    and the next run's devices are served."""
+    run_file = state_dir / "runs"
+    hostile = {"example.com/a": 20, "example.com/b": 20}
+    driver = many_driver("hostile", run_file, hostile, GROW_LISTED=("example.com/b", 40), max_devices=50)
+    settings = Settings.load(
+        device_plugins_dir=plugin_dir, state_dir=state_dir, register_backoff_max_s=0.5, drivers=[driver]
+    )
+    async with Shim(settings):
+        for resource, count in hostile.items():
+            session = await kubelet.wait_for_plugin(resource, timeout=WAIT_S)
+            await session.wait_for_list(listed(HEALTHY, ids(resource, count)), timeout=WAIT_S)
+            assert all(len(ds) == count for ds in session.lists), session.lists
+        assert len(starts(run_file)) == 2
+    refusal = (
+        "its list was refused: list_devices for 'example.com/b' lists 40 devices and the driver's other "
+        "resources hold 20: more than the 50 devices drivers[hostile].max_devices allows in all"
+    )
+    assert any("driver 'hostile' failed to start" in w and refusal in w for w in warnings), warnings

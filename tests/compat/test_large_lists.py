@@ -65,7 +65,8 @@ async def test_the_limit_is_the_kubelets_exactly(plugin_dir: Path, kubelet: Fake
     exact, over = ids_totalling(KUBELET_MAX_MESSAGE_BYTES), ids_totalling(KUBELET_MAX_MESSAGE_BYTES + 1)
     resources = {EXACT: {"devices": [{"id": i} for i in exact]}, OVER: {"devices": [{"id": i} for i in over]}}
     before = refused_lists(OVER)
-    async with running_shim(plugin_dir, resources):
+    # Over 110,000 static devices: more than max_devices' default allows in all.
+    async with running_shim(plugin_dir, resources, max_devices=120_000):
         fits = await kubelet.wait_for_plugin(EXACT, timeout=30)
         assert len(await fits.wait_for_list(timeout=30)) == len(exact)
         refused = await kubelet.wait_for_plugin(OVER, timeout=30)

@@ -154,3 +154,46 @@ def test_the_simulator_refuses_a_numa_node_outside_the_kernels_range() -> None:
     resource = {"name": "example.com/sim", "devices": [{"id": "a", "numa_nodes": [1024]}]}
     with pytest.raises(ValidationError, match=r"less than or equal to 1023"):
         SimConfig.model_validate({"resources": [resource]})
+
+
+# --- devices in all: per driver and per devshim ------------------------------------------------
+
+
+def test_the_bounds_in_all_default_to_one_lists_worth_per_driver_and_two_drivers_per_devshim() -> None:
+    """drivers[].max_devices defaults to the bound of one list, so a driver declaring ten
+    resources costs what one at the list bound does; max_devices to two such drivers, where
+    devshim's peak RSS stays under the DaemonSet's 256 MiB (docs/benchmarks.md, row "bound")."""
+    settings = Settings.load(drivers=[{"name": "d", "command": ["d"], "resources": ["example.com/a"]}])
+    assert settings.drivers[0].max_devices == limits.MAX_DEVICES_PER_LIST == 50_000
+    assert settings.max_devices == 100_000
+
+
+def test_static_devices_over_max_devices_are_a_config_error_naming_the_setting() -> None:
+    """Static devices count toward max_devices like a driver's: more than it is refused at load."""
+    resources = [
+        {"name": "example.com/a", "static": {"count": 60}},
+        {"name": "example.com/b", "static": {"devices": [{"id": f"b{n}"} for n in range(50)]}},
+    ]
+    with pytest.raises(
+        ConfigError, match=r"resources list 110 static devices: more than the 100 max_devices"
+    ):
+        Settings.load(resources=resources, max_devices=100)
+    assert Settings.load(resources=resources, max_devices=110).max_devices == 110
+
+
+@pytest.mark.parametrize("where", ["max_devices", "drivers"])
+def test_a_bound_in_all_below_one_device_is_refused(where: str) -> None:
+    driver: dict[str, Any] = {"name": "d", "command": ["d"], "resources": ["example.com/a"]}
+    if where == "drivers":
+        driver["max_devices"] = 0
+    extra: dict[str, Any] = {"max_devices": 0} if where == "max_devices" else {}
+    with pytest.raises(ConfigError, match=r"max_devices: Input should be greater than or equal to 1"):
+        Settings.load(drivers=[driver], **extra)
+
+
+@pytest.mark.parametrize(
+    ("message", "count"),
+    [({"devices": [{}] * 3}, 3), ({"devices": []}, 0), ({"devices": "many"}, None), ([], None), (None, None)],
+)
+def test_a_list_is_counted_by_its_length_alone(message: Any, count: int | None) -> None:
+    assert limits.listed_devices(message) == count

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -25,8 +25,8 @@ from tenacity import (
 )
 
 from shim import __version__
-from shim.driverhost import protocol
-from shim.driverhost.process import DriverFailed, DriverProcess
+from shim.driverhost import limits, protocol
+from shim.driverhost.process import DriverFailed, DriverProcess, over_one_list
 from shim.driverhost.source import DriverSource
 from shim.driverhost.stderr import DriverLog
 from shim.errors import ClaimRefused, ShimError, SourceUnavailable
@@ -34,7 +34,7 @@ from shim.inventory import InventoryStore
 from shim.model import Capabilities
 from shim.names import check_extended_resource_name
 from shim.ops import metrics
-from shim.settings import DriverSettings
+from shim.settings import DriverSettings, Settings, static_device_count
 from shim.sources.base import DeviceSource
 
 # Calls worth waiting for while the driver restarts (the kubelet chose a device that was
@@ -52,8 +52,21 @@ def _as_is(result: Any) -> Any:
     return result
 
 
+class Devshim(Protocol):
+    """What a driver host reads of the devshim it runs in, to bound the devices it holds in all."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def drivers(self) -> Sequence[DriverHost]: ...
+
+
 class ResourceRegistry(Protocol):
     """Where a driver's resources are served (the composition root implements it)."""
+
+    @property
+    def shim(self) -> Devshim: ...
 
     def claim(self, name: str) -> None:
         """Make this driver the owner of ``name``, or raise ClaimRefused: another source's, or
@@ -167,7 +180,7 @@ class DriverHost:
 
     async def _start_once(self) -> None:
         self.status = "starting"
-        run = DriverProcess(self.settings, self._notification_handlers())
+        run = DriverProcess(self.settings, self._notification_handlers(), self._list_refusal)
         self._run = run
         try:
             await run.start()
@@ -217,6 +230,38 @@ class DriverHost:
             await source.close()
 
     # --- resources ---------------------------------------------------------
+
+    @property
+    def device_count(self) -> int:
+        """The devices this driver's resources hold now (Unhealthy ones through an outage too)."""
+        return sum(source.device_count for source in self.sources.values())
+
+    def _list_refusal(self, method: str, message: Any, resource: Any) -> str | None:
+        """Why the run must fail rather than this device list be taken, or None: checked by the
+        list's length before any device of it is read (driverhost/limits.py). A list replaces its
+        resource's, so that one's devices are not counted twice."""
+        if (refusal := over_one_list(method, message, resource)) is not None:
+            return refusal
+        source = self.sources.get(resource) if isinstance(resource, str) else None
+        listed = limits.listed_devices(message)
+        if source is None or listed is None:
+            return None  # not a list of a resource it serves: the handler or the reader says so
+        others = self.device_count - source.device_count
+        if others + listed > self.settings.max_devices:
+            why = f"the driver's other resources hold {others:,}"
+            setting = f"drivers[{self.name}].max_devices"
+            refusal = limits.total_refusal(method, resource, listed, why, self.settings.max_devices, setting)
+            return f"its list was refused: {refusal}"
+        shim = self._registry.shim
+        static = static_device_count(shim.settings.resources)
+        others += static + sum(host.device_count for host in shim.drivers if host is not self)
+        if others + listed > shim.settings.max_devices:
+            why = f"devshim's other resources (of every driver and the static ones) hold {others:,}"
+            refusal = limits.total_refusal(
+                method, resource, listed, why, shim.settings.max_devices, "max_devices"
+            )
+            return f"its list was refused: {refusal}"
+        return None
 
     def _source_for(self, info: protocol.ResourceInfo) -> DriverSource:
         source = self.sources.get(info.name)
@@ -337,13 +382,17 @@ class DriverHost:
             logger.warning("driver {!r}: notification for unknown resource {}", self.name, _cut(repr(name)))
         return source
 
+    # Each is taken at once, as counted (_list_refusal) and in the order sent; only telling the
+    # followers waits.
     def _on_devices_changed(self, params: Any) -> None:
         if source := self._notified_source(params):
-            self._spawn(source.set_devices(protocol.devices_from_json(params)))
+            source.take_devices(protocol.devices_from_json(params))
+            self._spawn(source.publish())
 
     def _on_health_changed(self, params: Any) -> None:
         if source := self._notified_source(params):
-            self._spawn(source.set_health(protocol.health_changes_from_json(params)))
+            source.take_health(protocol.health_changes_from_json(params))
+            self._spawn(source.publish())
 
     def _on_resources_changed(self, params: Any) -> None:
         self._spawn(self._reconcile_logged(protocol.resources_from_json(params)))

@@ -10,7 +10,10 @@ bounds below are checked in this order, each before what it protects is built:
 1. bytes, by the stream reader, which stops at MAX_MESSAGE_BYTES instead of buffering more;
 2. JSON values, counted in the raw line (in C, allocating nothing) before orjson parses it:
    that count bounds the Python objects parsing can create, whatever the message's shape;
-3. devices per list, by ``len`` of the parsed list, before any device enters the model.
+3. devices per list, by ``len`` of the parsed list, before any device enters the model;
+4. devices in all, by the same ``len`` against what is held already: per driver over all its
+   resources (``drivers[].max_devices``) and per devshim over every driver and static resource
+   (``max_devices``), so that ten resources of one driver cannot cost ten lists' worth.
 
 Any message can carry the bulk (a log notification, an allocate answer), so 1 and 2 apply to
 all of them; the largest a driver needs are device lists, so their bounds are derived from the
@@ -92,4 +95,20 @@ def device_list_refusal(method: str, message: Any, resource: Any) -> str | None:
     return (
         f"{method}{about} lists {len(devices):,} devices: more than the "
         f"{MAX_DEVICES_PER_LIST:,} devices a list may hold"
+    )
+
+
+def listed_devices(message: Any) -> int | None:
+    """How many devices a parsed list (devices_changed params, a list_devices result) holds, or
+    None where it holds no list."""
+    devices = message.get("devices") if isinstance(message, dict) else None
+    return len(devices) if isinstance(devices, list) else None
+
+
+def total_refusal(method: str, resource: str, listed: int, held: str, bound: int, setting: str) -> str:
+    """Why a list is refused for the bound on devices in all that ``setting`` sets; ``held``
+    says what the list's devices would join."""
+    return (
+        f"{method} for {resource!r} lists {listed:,} devices and {held}: more than the {bound:,} "
+        f"devices {setting} allows in all"
     )

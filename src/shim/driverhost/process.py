@@ -14,6 +14,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from loguru import logger
@@ -113,9 +114,26 @@ class DriverFailed(Exception):
     """A driver run ended or could not start; the message says why."""
 
 
+# Why a device list (method, the message holding it, the resource it is for) may not be taken,
+# or None: it is read by its length alone, before a device of it is.
+ListRefusal = Callable[[str, Any, Any], str | None]
+
+
+def over_one_list(method: str, message: Any, resource: Any) -> str | None:
+    """The bound every list has, whoever runs the driver."""
+    refusal = limits.device_list_refusal(method, message, resource)
+    return None if refusal is None else f"it broke the protocol: {refusal}"
+
+
 class DriverProcess:
-    def __init__(self, settings: DriverSettings, notifications: dict[str, NotificationHandler]) -> None:
+    def __init__(
+        self,
+        settings: DriverSettings,
+        notifications: dict[str, NotificationHandler],
+        refuse_list: ListRefusal = over_one_list,
+    ) -> None:
         self.settings = settings
+        self._refuse_list = refuse_list
         self.name = settings.name
         self.failed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.process: asyncio.subprocess.Process | None = None
@@ -234,12 +252,14 @@ class DriverProcess:
         return result
 
     def _over_device_bound(self, method: str, message: Any, params: Any) -> bool:
-        """A device list longer than the protocol allows breaks it, as a line too long does: the
-        run fails (its devices Unhealthy, restarted) before a device of it is read."""
+        """A device list over a bound (of one list, of the driver's devices, of devshim's) fails
+        the run, as a line too long does (its devices Unhealthy, restarted), before a device of
+        it is read. Nothing runs between this check and the list's being taken (the caller parses
+        and takes it synchronously), so two lists cannot both pass against the same count."""
         resource = params.get("resource") if isinstance(params, dict) else None
-        refusal = limits.device_list_refusal(method, message, resource)
+        refusal = self._refuse_list(method, message, resource)
         if refusal is not None:
-            self.fail(f"it broke the protocol: {refusal}")
+            self.fail(refusal)
         return refusal is not None
 
     async def _watch_exit(self, process: asyncio.subprocess.Process) -> None:

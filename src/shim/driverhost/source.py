@@ -104,6 +104,13 @@ class DriverSource(DeviceSource):
         return listed
 
     async def set_devices(self, devices: Sequence[tuple[Device, ContainerGrant | None]]) -> None:
+        self.take_devices(devices)
+        await self._publish()
+
+    def take_devices(self, devices: Sequence[tuple[Device, ContainerGrant | None]]) -> None:
+        """Hold ``devices`` as the driver's list now (``publish`` tells the followers). Not async:
+        the driver host counts what its sources hold before it takes a list (driverhost/limits.py),
+        so a list must be held from the moment it is counted in, with nothing run in between."""
         self._declared = {d.id: g for d, g in devices if g is not None}
         self._merged = grants.ByDevices(self._merge_declared)  # anew: the merges it kept are stale
         # A full list re-sent (devices_changed, a restart's list_devices) mostly repeats devices
@@ -115,9 +122,14 @@ class DriverSource(DeviceSource):
         )
         self._index = {d.id: i for i, d in enumerate(self._real)}
         self._down = False
-        await self._publish()
 
     async def set_health(self, changes: dict[str, Health]) -> None:
+        self.take_health(changes)
+        await self._publish()
+
+    def take_health(self, changes: dict[str, Health]) -> None:
+        """Apply health changes to the held list (``publish`` tells the followers); not async, so
+        that changes and lists apply in the order the driver sent them."""
         unknown = [i for i in changes if i not in self._index]
         if unknown:
             logger.warning("{}: health_changed names unknown devices {}", self.name, sorted(unknown))
@@ -129,11 +141,19 @@ class DriverSource(DeviceSource):
             if i is not None and real[i].health != health:
                 real[i] = replace(real[i], health=health)
         self._real = tuple(real)
-        await self._publish()
+
+    @property
+    def device_count(self) -> int:
+        """How many devices this resource holds (Unhealthy ones through an outage included)."""
+        return len(self._real)
 
     async def outage(self) -> None:
         """The driver is gone: every device stays listed, as Unhealthy."""
         self._down = True
+        await self._publish()
+
+    async def publish(self) -> None:
+        """Tell the followers the list held now."""
         await self._publish()
 
     async def _publish(self) -> None:
