@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import secrets
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -21,7 +21,7 @@ from shim.frontend.dirwatch import DirWatcher
 from shim.frontend.endpoint import PluginEndpoint
 from shim.frontend.handover import Handover
 from shim.names import check_extended_resource_name
-from shim.policy import GrantPolicy, GrantPolicySettings
+from shim.policy import GrantPolicy
 from shim.settings import INSTANCE_ID_DIGITS, DriverSettings, Settings, socket_prefix
 from shim.sources import DeviceSource, StaticSource
 from shim.status import driver_status, resource_status
@@ -72,20 +72,29 @@ class Shim:
     time through ``add_resource``/``remove_resource`` (the ResourceRegistry).
 
     Every resource has one owner: the static config, or the driver that lists it in its
-    ``drivers[].resources`` or, where no config names it, the driver that claimed it first. Only
-    the owner may serve it and only the owner's removal applies, so a driver can neither take
-    over nor remove another source's resource.
+    ``drivers[].resources``. Only the owner may serve it and only the owner's removal applies, so
+    a driver can neither take over nor remove another source's resource.
+
+    ``policies`` sees each resource's grant policy before it is used: `devshim compat` notes what
+    a driver grants there, to suggest its declaration.
     """
 
-    def __init__(self, settings: Settings, sources: Mapping[str, DeviceSource] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        sources: Mapping[str, DeviceSource] | None = None,
+        *,
+        policies: Callable[[GrantPolicy], GrantPolicy] | None = None,
+    ) -> None:
         self.settings = settings
+        self.policies = policies or (lambda policy: policy)
         given = dict(sources or {})
         self._static = [
             (
                 r.name,
                 r.socket_name,
                 given.pop(r.name) if r.name in given else StaticSource.from_settings(r.static),
-                r.policy,
+                r.grant_policy(),
             )
             for r in settings.resources
         ]
@@ -137,7 +146,7 @@ class Shim:
         source: DeviceSource,
         socket_name: str | None = None,
         *,
-        policy: GrantPolicySettings | None = None,
+        policy: GrantPolicy | None = None,
         driver: str | None = None,
     ) -> None:
         # Every caller checked the name; this guards the socket and file names made from it.
@@ -161,9 +170,14 @@ class Shim:
             prestart_timeout_s=self.settings.prestart_timeout_s,
             on_allocated=self.deallocation.allocated if tracked else None,
             on_released=self.deallocation.released if tracked else None,
-            policy=GrantPolicy(name, policy),
+            policy=self.policies(policy or GrantPolicy(name)),
             driver=driver,
         )
+        if service.policy.floor.lifted:
+            logger.warning(
+                "{}: {} lifts the floor's rule(s) {}: its grants may hold what they guard",
+                name, service.policy.where, ", ".join(service.policy.floor.lifted),
+            )  # fmt: skip
         if self.dra is not None and self._dra_only(name):
             with logger.contextualize(resource=name):
                 await service.start()
@@ -200,6 +214,7 @@ class Shim:
         holder = self.owners.get(name) or self._configured_owner(name)
         if holder is not None and holder != driver.name:
             raise ClaimRefused(f"{name} belongs to {describe_owner(holder)}", describe_owner(holder))
+        # None only where the settings were read to learn what a driver declares (`devshim compat`).
         if driver.resources is not None and name not in driver.resources:
             raise ClaimRefused(f"{name} is not in drivers[{driver.name}].resources", None)
         self.owners[name] = driver.name
@@ -283,7 +298,7 @@ class Shim:
                     resource.name,
                     StaticSource.from_settings(resource.static),
                     resource.socket_name,
-                    policy=resource.policy,
+                    policy=resource.grant_policy(),
                 )
         for name, driver_settings in wanted.items():
             if old_drivers.get(name) is None or old_drivers[name].settings != driver_settings:
@@ -401,7 +416,7 @@ class _DriverResources:
 
     async def add_resource(self, name: str, source: DeviceSource) -> None:
         self.shim.claim(name, self.driver)
-        policy = self.driver.policy_for(name)
+        policy = self.driver.grant_policy(name)
         await self.shim.add_resource(name, source, policy=policy, driver=self.driver.name)
 
     async def remove_resource(self, name: str) -> None:

@@ -10,7 +10,7 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from loguru import logger
@@ -58,6 +58,37 @@ def driver_envs(specs: list[str], drivers: set[str]) -> dict[str, dict[str, str]
             raise typer.BadParameter(f"{spec!r}: {key} is not set in devshim's environment")
         envs.setdefault(name, {})[key] = value if has_value else os.environ[key]
     return envs
+
+
+ALLOWLISTS = ("envs", "device_nodes", "mounts", "cdi_kinds")
+
+
+def driver_declarations(
+    resources: list[str], allows: list[str], drivers: set[str]
+) -> dict[str, dict[str, Any]]:
+    """``sim=example.com/gpu`` lets driver sim serve example.com/gpu; ``sim=envs:SIM_*`` lets its
+    grants set SIM_* variables: by driver name, its ``resources`` and ``policy``."""
+    declared: dict[str, dict[str, Any]] = {}
+    for spec in resources:
+        name, sep, resource = spec.partition("=")
+        if not sep or not resource:
+            raise typer.BadParameter(f"{spec!r}: expected NAME=RESOURCE, e.g. sim=example.com/gpu")
+        if name not in drivers:
+            raise typer.BadParameter(f"{spec!r}: no --driver is named {name!r}")
+        declared.setdefault(name, {}).setdefault("resources", []).append(resource)
+    for spec in allows:
+        name, sep, allowed = spec.partition("=")
+        setting, colon, value = allowed.partition(":")
+        if not sep or not colon or setting not in ALLOWLISTS or not value:
+            raise typer.BadParameter(
+                f"{spec!r}: expected NAME=SETTING:VALUE with SETTING one of {', '.join(ALLOWLISTS)}, "
+                "e.g. sim=envs:SIM_DEVICES"
+            )
+        if name not in drivers:
+            raise typer.BadParameter(f"{spec!r}: no --driver is named {name!r}")
+        policy = declared.setdefault(name, {}).setdefault("policy", {})
+        policy.setdefault(setting, []).append(value)
+    return declared
 
 
 def parse_resource(spec: str) -> dict[str, object]:
@@ -126,6 +157,25 @@ def run(
             "own value. A driver gets no other variables, not even PATH.",
         ),
     ] = None,
+    driver_resource: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--driver-resource",
+            metavar="NAME=RESOURCE",
+            help="A resource --driver NAME may serve (repeatable; at least one per --driver): a driver "
+            "never chooses its own.",
+        ),
+    ] = None,
+    driver_allow: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--driver-allow",
+            metavar="NAME=SETTING:VALUE",
+            help="Let --driver NAME's grants hold VALUE (repeatable): SETTING is envs (a name, or a prefix "
+            "ending in *), device_nodes or mounts (host path globs) or cdi_kinds (vendor/class). "
+            'Nothing else is allowed (docs/configuration.md, "Grant policy").',
+        ),
+    ] = None,
     log_level: Annotated[
         str | None,
         typer.Option(metavar="LEVEL", help="TRACE, DEBUG, INFO, WARNING or ERROR. Default: INFO."),
@@ -139,12 +189,16 @@ def run(
     SIGTERM or SIGINT: stop, removing our sockets. SIGHUP: reload --config, restarting only the
     drivers whose settings changed."""
     drivers = [parse_driver(spec) for spec in driver or []]
-    envs = driver_envs(driver_env or [], {str(d["name"]) for d in drivers})
+    names = {str(d["name"]) for d in drivers}
+    envs = driver_envs(driver_env or [], names)
+    declared = driver_declarations(driver_resource or [], driver_allow or [], names)
     load = functools.partial(
         Settings.load,
         config,
         extra_resources=[parse_resource(spec) for spec in resource or []],
-        extra_drivers=[{**d, "env": envs.get(str(d["name"]), {})} for d in drivers],
+        extra_drivers=[
+            {**d, "env": envs.get(str(d["name"]), {}), **declared.get(str(d["name"]), {})} for d in drivers
+        ],
         device_plugins_dir=device_plugins_dir,
         state_dir=state_dir,
         log_level=log_level,
@@ -345,6 +399,14 @@ def compat(
             "grants held to its grant policy).",
         ),
     ] = False,
+    suggest_policy: Annotated[
+        bool,
+        typer.Option(
+            "--suggest-policy",
+            help="Print the declaration (drivers[]: resources and policy) the driver's grants needed. "
+            "Printed anyway without --config, or when the declared policy refused a grant.",
+        ),
+    ] = False,
     expect: Annotated[
         list[str] | None,
         typer.Option(
@@ -413,6 +475,7 @@ def compat(
         config=config,
         driver_name=driver_name,
         relaxed=relaxed,
+        suggest_policy=suggest_policy,
         expect=expect or (),
         health_watch_s=health_watch,
         dra=dra,

@@ -134,8 +134,16 @@ async def demo(out: Callable[[str], None] = print) -> None:
             {
                 "name": "sim",
                 "command": [sys.executable, "-m", "devshim_adapters.sim", "--config", str(config)],
-                # The NICs' grant mounts a host directory: beyond the default grant policy.
-                "resource_policies": {NIC: {"mount_path_prefixes": ["/opt/demo-nic"]}},
+                "resources": [GPU, NIC],
+                # What each resource's grants may hold: nothing is allowed unless declared.
+                "resource_policies": {
+                    GPU: {
+                        "envs": ["DEMO_GPUS"],
+                        "device_nodes": ["/dev/null"],
+                        "cdi_kinds": [GPU],
+                    },
+                    NIC: {"envs": ["DEMO_NICS"], "mounts": ["/opt/demo-nic"]},
+                },
             }
         ],
     )

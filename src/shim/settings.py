@@ -14,6 +14,7 @@ import collections.abc
 import grp
 import json
 import os
+import posixpath
 import pwd
 import types
 from collections.abc import Mapping
@@ -27,6 +28,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -93,11 +95,39 @@ class StaticSourceSettings(StrictModel):
         return self
 
 
+def declared_by(template: GrantSettings) -> GrantPolicySettings:
+    """The policy a static grant declares: exactly its names and paths, ``{id}`` as ``*`` (the
+    operator wrote both the grant and this file). The floor still holds."""
+    return GrantPolicySettings(
+        envs=sorted(template.envs),
+        device_nodes=sorted({_normal(n.host_path.replace("{id}", "*")) for n in template.device_nodes}),
+        mounts=sorted({_normal(m.host_path) for m in template.mounts}),
+        read_only_mounts=all(m.read_only for m in template.mounts),
+        cdi_kinds=sorted({_cdi_kind(name) for name in template.cdi_devices}),
+        annotation_key_prefixes=sorted(template.annotations),
+    )
+
+
+def _normal(path: str) -> str:
+    return "/" + posixpath.normpath(path).lstrip("/") if path.startswith("/") else path
+
+
+def _cdi_kind(name: str) -> str:
+    kind = name.partition("=")[0]
+    return kind if "{id}" not in kind else kind.replace("{id}", "*")
+
+
 class ResourceSettings(StrictModel):
     name: str
     socket_name: str | None = None
     static: StaticSourceSettings
-    policy: GrantPolicySettings = GrantPolicySettings()
+    # null: what static.grant holds is declared, and nothing else.
+    policy: GrantPolicySettings | None = None
+
+    def grant_policy(self) -> GrantPolicy:
+        declared = self.policy if self.policy is not None else declared_by(self.static.grant)
+        where = f"resources[{self.name}].policy"
+        return GrantPolicy(self.name, declared, where)
 
     @field_validator("name")
     @classmethod
@@ -122,7 +152,10 @@ class ResourceSettings(StrictModel):
             ids = [d.id for d in static.devices]
         else:  # devices named by count differ only in their number, which cannot change a verdict
             ids = [f"{static.id_prefix}0"] if static.count else []
-        policy = GrantPolicy(self.name, self.policy)
+        try:
+            policy = self.grant_policy()
+        except ValidationError as invalid:  # a static grant naming something no policy can allow
+            raise ValueError(f"static.grant cannot be declared: {invalid.errors()[0]['msg']}") from None
         for device_id in ids:
             try:
                 policy.check_as_written(expand(static.grant, [device_id]))
@@ -233,6 +266,11 @@ class DriverStderrSettings(StrictModel):
     max_lines_per_s: Annotated[int, Field(ge=1, le=100_000)] = 100
 
 
+# A validation context key: drivers without `resources` serve what they declare. Only for
+# `devshim compat`, learning in its own sandbox what a driver would need declared.
+DISCOVER = "discover_resources"
+
+
 class DriverSettings(StrictModel):
     """A driver subprocess: started from ``command`` (an argv list, never a shell)
     with exactly ``env`` as its environment."""
@@ -248,13 +286,17 @@ class DriverSettings(StrictModel):
     user: UserName | None = None
     group: GroupName | None = None
     stderr: DriverStderrSettings = DriverStderrSettings()
-    # The grant policy of every resource the driver serves, unless resource_policies names it:
+    # What the driver may grant for every resource it serves, unless resource_policies names it:
     # a policy there replaces this one whole (nothing is inherited, so nothing widens by surprise).
+    # Empty by default: the driver grants nothing but device IDs.
     policy: GrantPolicySettings = GrantPolicySettings()
     resource_policies: dict[ResourceName, GrantPolicySettings] = {}
-    # The only resources the driver may serve; None: any name no other source owns. Listed names
-    # are reserved for it from the start (docs/driver-protocol.md, "Which resources a driver serves").
+    # The only resources the driver may serve, reserved for it from the start: required, since a
+    # driver never chooses its own (docs/driver-protocol.md, "Which resources a driver serves").
     resources: list[ResourceName] | None = None
+    # The most devices the driver may hold over all its resources; a list that would take it
+    # over is refused before it is read (docs/driver-protocol.md, "Limits").
+    max_devices: Annotated[int, Field(ge=1)] = 50_000
 
     @field_validator("command")
     @classmethod
@@ -264,13 +306,30 @@ class DriverSettings(StrictModel):
         return value
 
     @model_validator(mode="after")
+    def _resources_declared(self, info: ValidationInfo) -> Self:
+        if self.resources is None and not (info.context or {}).get(DISCOVER):
+            raise ValueError(
+                f"drivers[{self.name}].resources is not set: list the resources this driver may serve "
+                f"(on the command line: --driver-resource {self.name}=RESOURCE); a driver never chooses "
+                'its own (docs/configuration.md, "Drivers")'
+            )
+        unlisted = sorted(set(self.resource_policies) - set(self.resources or ()))
+        if unlisted:
+            raise ValueError(f"resource_policies names {', '.join(unlisted)}, not in this driver's resources")
+        return self
+
+    @model_validator(mode="after")
     def _group_known(self) -> Self:
         if self.user is not None and self.group is None and account(self.user) is None:
             raise ValueError(f"user {self.user} is not in this node's user database: give its group too")
         return self
 
-    def policy_for(self, resource: str) -> GrantPolicySettings:
-        return self.resource_policies.get(resource, self.policy)
+    def grant_policy(self, resource: str) -> GrantPolicy:
+        """The policy of ``resource``, named by the setting it is read from."""
+        if resource in self.resource_policies:
+            where = f"drivers[{self.name}].resource_policies[{resource}]"
+            return GrantPolicy(resource, self.resource_policies[resource], where)
+        return GrantPolicy(resource, self.policy, f"drivers[{self.name}].policy")
 
 
 def _octal_mode(value: object) -> object:
@@ -374,6 +433,13 @@ class DraSettings(StrictModel):
         return self
 
 
+def static_device_count(resources: collections.abc.Iterable[ResourceSettings]) -> int:
+    """How many devices the static resources hold (they count toward max_devices)."""
+    return sum(
+        r.static.count if r.static.count is not None else len(r.static.devices or ()) for r in resources
+    )
+
+
 class Settings(BaseModel):
     # Defaults are validated too: a default path goes through the same checks as a given one.
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
@@ -409,6 +475,21 @@ class Settings(BaseModel):
     # The plugin sockets' permissions (and group), set before the kubelet can see them.
     socket: SocketSettings = SocketSettings()
     dra: DraSettings = DraSettings()
+    # The most devices devshim holds over every driver and static resource: two drivers at their
+    # bound. At it devshim peaked at 181 MB re-sending lists, under the DaemonSet's 256 MiB
+    # (268 MB) with room for its drivers; at 150,000 it reached the limit (docs/benchmarks.md,
+    # row "bound").
+    max_devices: Annotated[int, Field(ge=1)] = 100_000
+
+    @model_validator(mode="after")
+    def _static_devices_fit(self) -> Self:
+        static = static_device_count(self.resources)
+        if static > self.max_devices:
+            raise ValueError(
+                f"resources list {static:,} static devices: more than the {self.max_devices:,} "
+                "max_devices allows in all"
+            )
+        return self
 
     @model_validator(mode="after")
     def _resources_fit(self) -> Self:
@@ -485,6 +566,8 @@ class Settings(BaseModel):
         config_file: Path | None = None,
         extra_resources: list[dict[str, Any]] | None = None,
         extra_drivers: list[dict[str, Any]] | None = None,
+        *,
+        discover_resources: bool = False,
         **overrides: Any,
     ) -> Settings:
         """Build settings from a config file, the environment and overrides, or raise ConfigError.
@@ -499,7 +582,8 @@ class Settings(BaseModel):
             data["drivers"] = [*data.get("drivers", []), *extra_drivers]
         given = {k: v for k, v in overrides.items() if v is not None}
         try:
-            return cls.model_validate(_merged(_merged(data, environment(os.environ)), given))
+            merged = _merged(_merged(data, environment(os.environ)), given)
+            return cls.model_validate(merged, context={DISCOVER: discover_resources})
         except ValidationError as exc:
             raise ConfigError(format_validation_error(exc, config_file)) from None
 

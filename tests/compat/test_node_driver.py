@@ -63,7 +63,7 @@ async def test_the_node_drivers_devices_reach_the_kubelet_with_numa_nodes(node: 
 async def test_allocate_is_answered_per_call_by_the_node_driver(node: PluginSession) -> None:
     """The grant the kubelet receives is the one the Node.js driver computed for these IDs."""
     grant = await node.allocate(["n-b", "n-d"])
-    assert grant.envs == {"NODE_DEVICES": "n-b,n-d"}
+    assert grant.envs == {"EXAMPLE_NODE_DEVICES": "n-b,n-d"}
     assert grant.device_nodes == (("/dev/node/n-b", "/dev/null", "rw"), ("/dev/node/n-d", "/dev/null", "rw"))
     assert grant.cdi_devices == ("example.com/node=n-b", "example.com/node=n-d")
 
@@ -129,4 +129,4 @@ async def test_a_killed_driver_is_restarted_and_its_devices_return(
         back = await session.wait_for_list(lambda ds: all(d.healthy for d in ds))
         assert [d.id for d in back] == ["k-0", "k-1"]
         assert shim.drivers[0].process is not process
-        assert (await session.allocate(["k-0"])).envs == {"NODE_DEVICES": "k-0"}
+        assert (await session.allocate(["k-0"])).envs == {"EXAMPLE_NODE_DEVICES": "k-0"}

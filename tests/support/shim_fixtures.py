@@ -25,11 +25,11 @@ def settings_for(
     **extra: Any,
 ) -> Settings:
     """Settings serving each resource from a static source described by its dict, under its
-    grant policy in ``policies`` (the default policy where none is given)."""
+    grant policy in ``policies`` (where none is given, what its static grant holds)."""
     return Settings.load(
         device_plugins_dir=plugin_dir,
         resources=[
-            {"name": name, "static": static, "policy": (policies or {}).get(name, {})}
+            {"name": name, "static": static, "policy": (policies or {}).get(name)}
             for name, static in resources.items()
         ],
         # Fast backoff keeps restart tests quick; the default is 5 s.

@@ -251,7 +251,7 @@ const methods = {
     }
     return {
       containers: requests.map((ids) => ({
-        envs: { NODE_DEVICES: ids.join(",") },
+        envs: { EXAMPLE_NODE_DEVICES: ids.join(",") },
         device_nodes: ids.map((id) => ({ container_path: `/dev/node/${id}`, host_path: "/dev/null", permissions: "rw" })),
         cdi_devices: ids.map((id) => `${RESOURCE}=${id}`),
       })),

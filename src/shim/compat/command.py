@@ -9,10 +9,10 @@ import asyncio
 import functools
 import shlex
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from loguru import logger
 
@@ -21,6 +21,7 @@ from .driver_scenarios import SCENARIOS, expectation
 from .driver_world import DriverUnderTest
 from .modes import MODES, PROFILES, REGISTRATIONS, VERSION_SETS, Mode, in_default_subset
 from .plugin_checks import PLUGIN_CHECKS, plugin_cells, run_plugin_matrix
+from .plugin_process import orphans_ended
 from .plugin_world import PluginUnderTest
 from .report import table, write_json, write_junit
 from .results import Failed, Result, Status
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 _MARK = {Status.PASS: ".", Status.FAIL: "F", Status.SKIP: "s"}
 Progress = Callable[[Result], None]  # told of each cell as it ends
+T = TypeVar("T")
 
 
 class UsageError(ValueError):
@@ -92,6 +94,7 @@ class Request:
     config: Path | None = None  # devshim's settings: the driver's entry is run as `run` would
     driver_name: str | None = None  # which of --config's drivers (needed when it has several)
     relaxed: bool = False  # any grant, the caller's environment
+    suggest_policy: bool = False  # print the declaration the driver's grants needed, in any case
     expect: Sequence[str] = ()  # what every Allocate answer must contain
     health_watch_s: float = 0.0  # how long the health_watch row waits
     dra: bool = False  # the DRA judge: --config's DRA pool under real DRA managers and API servers
@@ -129,14 +132,39 @@ def run(request: Request) -> int:
         argv = shlex.split(request.driver)
         if not argv:
             raise UsageError("--driver: the command is empty")
-        results, rows, columns, what = _driver(request, argv)
-        row_label = "scenario"
-    else:
-        if request.health_hook or request.selection.kubelets or request.selection.registrations:
-            raise UsageError("--health-hook, --kubelet and --registration apply to --driver only")
-        results, rows, columns, what = _plugin(request)
-        row_label = "check"
-    return _report(request, results, rows, columns, row_label, what)
+        results, rows, columns, what, driver = _driver(request, argv)
+        code = _report(request, results, rows, columns, "scenario", what)
+        _suggest(request, driver)
+        return code
+    if request.health_hook or request.selection.kubelets or request.selection.registrations:
+        raise UsageError("--health-hook, --kubelet and --registration apply to --driver only")
+    results, rows, columns, what = _plugin(request)
+    return _report(request, results, rows, columns, "check", what)
+
+
+def _suggest(request: Request, driver: DriverUnderTest) -> None:
+    """The declaration the driver's grants needed: printed when compat learnt it (no --config),
+    when the declared policy refused a grant, or on --suggest-policy."""
+    suggestion = driver.suggestion
+    if not (request.suggest_policy or not driver.declared or suggestion.refused):
+        return
+    import yaml
+
+    name = driver.entry.get("name", "my-driver")
+    resources = driver.entry.get("resources") or sorted(suggestion.resources)
+    entry = {"name": name, "command": list(driver.command), "resources": resources}
+    if policy := suggestion.policy():
+        entry["policy"] = policy
+    why = f"{suggestion.refused} grants were refused; " if suggestion.refused else ""
+    print(
+        f"\n{why}the declaration this driver's grants needed (devshim's settings, docs/configuration.md, "
+        f'"Grant policy"):\n'
+    )
+    print(yaml.safe_dump({"drivers": [entry]}, default_flow_style=None, sort_keys=False).rstrip())
+    if suggestion.floor:
+        print("\nIts grants also held what the floor refuses, which only `unsafe: {RULE: true}` lifts:")
+        for rule, values in sorted(suggestion.floor.items()):
+            print(f"  {rule}: {', '.join(sorted(values))}")
 
 
 def _report(
@@ -228,14 +256,16 @@ def _judged_driver(request: Request, binaries: dict[Release, Path]) -> int:
     driver = driver_under_test(request, argv)
     sys.stderr.write(f"devshim compat: {len(cells)} cells for driver {shlex.join(argv)}\n")
     sys.stderr.write(f"devshim compat: the driver runs {driver.describe()}\n")
-    results = asyncio.run(
+    results = _run_cells(
         run_judged_matrix(
             driver, cells, binaries, timeout_s=request.cell_timeout_s, progress=_progress(len(cells))
         )
     )
     rows = list(dict.fromkeys(s for s, _, _ in cells))
     columns = list(dict.fromkeys(column(r, g) for _, r, g in cells))
-    return _report(request, results, rows, columns, "scenario", f"driver: {shlex.join(argv)}")
+    code = _report(request, results, rows, columns, "scenario", f"driver: {shlex.join(argv)}")
+    _suggest(request, driver)
+    return code
 
 
 def _judged_plugin(request: Request, binaries: dict[Release, Path]) -> int:
@@ -250,7 +280,7 @@ def _judged_plugin(request: Request, binaries: dict[Release, Path]) -> int:
     cells = [(c, r) for c in (sel.scenarios or CHECKS) for r in sorted(binaries)]
     plugin = PluginUnderTest(command=request.plugin)
     sys.stderr.write(f"devshim compat: {len(cells)} cells for plugin: {request.plugin}\n")
-    results = asyncio.run(
+    results = _run_cells(
         run_judged_plugin_matrix(plugin, cells, binaries, timeout_s=request.cell_timeout_s,
                                  progress=_progress(len(cells)))
     )  # fmt: skip
@@ -352,7 +382,7 @@ def _dra_rows(
         return await run_rows(pairs, rows, _progress(len(pairs) * len(rows)))
 
     try:
-        results = asyncio.run(run())
+        results = _run_cells(run())
     except JudgeUnavailable as err:
         raise UsageError(str(err)) from None
     columns = [dra_matrix.pair_name(p) for p in pairs]
@@ -389,14 +419,14 @@ def _dra_settings(request: Request) -> tuple[dict[str, Any], dict[str, Any], dic
 def _probed_pool(request: Request) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
     from shim.names import driver_name_problem
 
-    from .driver_world import DRIVER_NAME, declared_resources, settings_entry
+    from .driver_world import DRIVER_NAME, declared_resources, process_entry
 
     assert request.driver is not None
     driver = driver_under_test(request, shlex.split(request.driver))
     said = f"the driver starts once to say its resources; it runs {driver.describe()}"
     sys.stderr.write(f"devshim compat: {said}\n")
     try:
-        resources = asyncio.run(declared_resources(driver))
+        resources = _run_cells(declared_resources(driver))
     except Failed as failed:
         raise UsageError(f"--driver {request.driver}: {failed}") from None
     name = resources[0].split("/")[0].lower()  # the resources' domain, e.g. example.com
@@ -404,7 +434,7 @@ def _probed_pool(request: Request) -> tuple[dict[str, Any], dict[str, Any], dict
         raise UsageError(f"the domain {name!r} of {resources[0]} is no DRA driver name ({problem}): "
                          "give --config with a dra.drivers entry naming one")  # fmt: skip
     pool = {"name": name, "resources": resources}
-    settings = {"drivers": [settings_entry(driver, DRIVER_NAME)], "dra": {"drivers": [pool]}}
+    settings = {"drivers": [process_entry(driver, DRIVER_NAME, resources)], "dra": {"drivers": [pool]}}
     return settings, pool, dict(driver.env)
 
 
@@ -445,7 +475,9 @@ def _configured_driver(config: Path, driver_name: str | None) -> dict[str, Any]:
     return chosen[0].model_dump(mode="json", exclude_unset=False)
 
 
-def _driver(request: Request, argv: list[str]) -> tuple[list[Result], list[str], list[str], str]:
+def _driver(
+    request: Request, argv: list[str]
+) -> tuple[list[Result], list[str], list[str], str, DriverUnderTest]:
     sel = request.selection
     modes = sel.modes()
     try:
@@ -460,11 +492,11 @@ def _driver(request: Request, argv: list[str]) -> tuple[list[Result], list[str],
     driver = driver_under_test(request, argv)
     sys.stderr.write(f"devshim compat: {len(cells)} cells for driver {shlex.join(argv)}\n")
     sys.stderr.write(f"devshim compat: the driver runs {driver.describe()}\n")
-    results = asyncio.run(
+    results = _run_cells(
         run_driver_matrix(driver, cells, timeout_s=request.cell_timeout_s, progress=_progress(len(cells)))
     )
     rows = [s for s in SCENARIOS if any(c[0] == s for c in cells)]
-    return results, rows, [m.id for m in modes], f"driver: {shlex.join(argv)}"
+    return results, rows, [m.id for m in modes], f"driver: {shlex.join(argv)}", driver
 
 
 def _plugin(request: Request) -> tuple[list[Result], list[str], list[str], str]:
@@ -476,12 +508,18 @@ def _plugin(request: Request) -> tuple[list[Result], list[str], list[str], str]:
     plugin = PluginUnderTest(command=request.plugin, socket=request.socket)
     what = f"plugin: {request.plugin}" if request.plugin else f"socket: {request.socket}"
     sys.stderr.write(f"devshim compat: {len(cells)} cells for {what}\n")
-    results = asyncio.run(
+    results = _run_cells(
         run_plugin_matrix(plugin, cells, timeout_s=request.cell_timeout_s, progress=_progress(len(cells)))
     )
     rows = [c for c in PLUGIN_CHECKS if any(cell[0] == c for cell in cells)]
     columns = list(dict.fromkeys(profile for _, profile in cells))
     return results, rows, columns, what
+
+
+def _run_cells(cells: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run(cells), and nothing the plugin or driver under test started outlives it."""
+    with orphans_ended():
+        return asyncio.run(cells)
 
 
 def quiet_logs(verbose: bool) -> None:

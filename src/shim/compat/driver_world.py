@@ -24,6 +24,7 @@ from shim.driverhost import DriverHost
 from shim.kubelet import FakeKubelet, PluginSession
 from shim.kubelet.records import DeviceState
 from shim.model import Capabilities
+from shim.policy import RULES, GrantPolicy, Suggestion
 from shim.settings import Settings
 
 from .modes import Kubelet, Mode
@@ -55,6 +56,13 @@ class DriverUnderTest:
     expect: Sequence[str] = ()
     # How long the health_watch row waits for a health change the driver makes on its own.
     health_watch_s: float = 0.0
+    # What its grants needed, noted as devshim judges them: the declaration compat suggests.
+    suggestion: Suggestion = field(default_factory=Suggestion, compare=False)
+
+    @property
+    def declared(self) -> bool:
+        """Whether --config declared the driver (its resources and policy), or compat learns them."""
+        return self.entry.get("resources") is not None
 
     def describe(self) -> str:
         """How the driver is run, for the report's header."""
@@ -62,11 +70,16 @@ class DriverUnderTest:
             return "relaxed (--relaxed): any grant allowed; the driver gets this shell's environment"
         keys = ", ".join(sorted(self.env)) or "none: no PATH either"
         policy = (
-            f"drivers[{self.entry['name']}]'s grant policy"
-            if "name" in self.entry
-            else "the default grant policy"
+            f"drivers[{self.entry['name']}]'s resources and grant policy"
+            if self.declared
+            else "no --config declaring it: it serves what it declares, any grant above the floor is "
+            "allowed, and the declaration it needs is printed at the end"
         )
         return f"as `devshim run` runs it: {policy}; environment variables {keys}"
+
+    def policies(self, policy: GrantPolicy) -> GrantPolicy:
+        """The Shim's policy seam: every grant noted; the allowlists held only where declared."""
+        return policy.watched(self.suggestion, declared=self.declared and not self.relaxed)
 
 
 @dataclass
@@ -215,19 +228,22 @@ async def run_health_hook(hook: str, env: Mapping[str, str], resource: str, devi
 
 
 # `devshim compat --relaxed`: judge how a driver speaks the protocol only, not what a node lets it
-# grant (the operator's grant policy, docs/configuration.md).
+# grant (the operator's grant policy, docs/configuration.md): the floor lifted too.
 ALLOW_ANY_GRANT: dict[str, Any] = {
-    "device_path_prefixes": ["/"],
     "device_node_types": None,
-    "denied_device_numbers": [],
     "allow_world_writable_dirs": True,
-    "mount_path_prefixes": ["/"],
     "read_only_mounts": False,
-    "env_name_pattern": "(?s).*",
-    "denied_env_names": [],
-    "denied_container_path_prefixes": [],
-    "annotation_key_prefixes": None,
-    "cdi_vendor_prefixes": ["*"],
+    "unsafe": dict.fromkeys(RULES, True),
+}
+# A driver compat runs as a `devshim run` process with no --config declaring it (the DRA judge):
+# every grant above the floor.
+ABOVE_THE_FLOOR: dict[str, Any] = {
+    "envs": ["*"],
+    "device_nodes": ["/**"],
+    "device_node_types": ["char", "block"],
+    "mounts": ["/**"],
+    "read_only_mounts": False,
+    "cdi_kinds": ["*"],
 }
 
 
@@ -242,10 +258,21 @@ def settings_entry(driver: DriverUnderTest, name: str) -> dict[str, Any]:
     }
 
 
+def process_entry(driver: DriverUnderTest, name: str, resources: list[str]) -> dict[str, Any]:
+    """The entry for a `devshim run` process (no policy seam there): the driver's resources as it
+    declared them, and every grant above the floor, unless --config declared it."""
+    entry = settings_entry(driver, name)
+    if driver.declared:
+        return entry
+    policy = ALLOW_ANY_GRANT if driver.relaxed else ABOVE_THE_FLOOR
+    return {**entry, "resources": resources, "policy": policy, "resource_policies": {}}
+
+
 def settings_for(
     driver: DriverUnderTest, registration: str, root: Path, restart_backoff_s: float = 0.05
 ) -> Settings:
     return Settings.load(
+        discover_resources=not driver.declared,
         device_plugins_dir=root / "device-plugins",
         plugins_registry_dir=root / "plugins_registry",
         state_dir=root / "state",
@@ -288,7 +315,7 @@ async def driver_world(
         plugins_registry=settings.plugins_registry_dir if mode.registration == "watcher" else None,
     )
     try:
-        async with fake, Shim(settings) as shim:
+        async with fake, Shim(settings, policies=driver.policies) as shim:
             world = DriverWorld(shim, driver, root, mode=mode, kubelet=fake, kubelet_now=first)
             await _started(world)
             yield world
@@ -302,7 +329,7 @@ async def declared_resources(driver: DriverUnderTest) -> list[str]:
     (`devshim compat --dra --driver`)."""
     root = Path(tempfile.mkdtemp(prefix="ds-probe-", dir="/tmp"))
     try:
-        async with Shim(settings_for(driver, "classic", root)) as shim:
+        async with Shim(settings_for(driver, "classic", root), policies=driver.policies) as shim:
             side = DevshimSide(shim, driver, root)
             await side.driver_up()
             return side.resources
@@ -312,6 +339,7 @@ async def declared_resources(driver: DriverUnderTest) -> list[str]:
 
 async def _started(world: DriverWorld) -> None:
     await world.driver_up()
+    world.driver.suggestion.resources.update(world.resources)
     for resource in world.resources:
         await world.registered(resource)
 

@@ -153,7 +153,7 @@ async def judged_world(
         try:
             # The kubelet first, as on a node: devshim finds its socket and registers.
             await kubelet.start(first or release)
-            async with Shim(settings) as shim:
+            async with Shim(settings, policies=driver.policies) as shim:
                 world = JudgedWorld(
                     shim, driver, root, registration=registration, kubelet=kubelet, cell_release=release
                 )
