@@ -91,7 +91,7 @@ async def apply(driver: Simulator, line: str) -> None:
 
 
 def _count(text: str) -> int:
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):  # '١٢' is no count
         raise CommandError(f"{text!r} is not a device count")
     return int(text)
 

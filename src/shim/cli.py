@@ -94,7 +94,7 @@ def driver_declarations(
 def parse_resource(spec: str) -> dict[str, object]:
     """``vendor.example/dev=4`` -> a resource with 4 static devices named dev0..dev3."""
     name, sep, count = spec.rpartition("=")
-    if not sep or not count.isdigit():
+    if not sep or not (count.isascii() and count.isdigit()):
         raise typer.BadParameter(f"{spec!r}: expected NAME=COUNT, e.g. example.com/foo=4")
     return {"name": name, "static": {"count": int(count)}}
 
@@ -280,7 +280,7 @@ def status(
     host, port = settings.http.host, settings.http.port
     if address:
         host, _, port_text = address.rpartition(":")
-        if not port_text.isdigit():
+        if not (port_text.isascii() and port_text.isdigit()):
             typer.echo(f"devshim status: --address {address!r}: expected HOST:PORT", err=True)
             raise typer.Exit(2)
         port = int(port_text)

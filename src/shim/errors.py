@@ -64,7 +64,7 @@ class SourceFailed(ShimError):
 
 
 class GrantRefused(ShimError):
-    """A grant outside the resource's grant policy (shim/policy.py): Allocate is refused."""
+    """A grant outside the resource's grant policy (shim/policy/): Allocate is refused."""
 
     status = grpc.StatusCode.PERMISSION_DENIED
 

@@ -210,7 +210,7 @@ class RestartPolicy(StrictModel):
 
 def user_id(value: str | int) -> int:
     """A user name or numeric id as a uid; a name must be in this node's user database."""
-    if isinstance(value, int) or value.isdigit():
+    if isinstance(value, int) or (value.isascii() and value.isdigit()):
         return _numeric_id(int(value), "user")
     try:
         return pwd.getpwnam(value).pw_uid
@@ -220,7 +220,7 @@ def user_id(value: str | int) -> int:
 
 def group_id(value: str | int) -> int:
     """A group name or numeric id as a gid; a name must be in this node's group database."""
-    if isinstance(value, int) or value.isdigit():
+    if isinstance(value, int) or (value.isascii() and value.isdigit()):
         return _numeric_id(int(value), "group")
     try:
         return grp.getgrnam(value).gr_gid
@@ -231,7 +231,11 @@ def group_id(value: str | int) -> int:
 def account(user: str | int) -> pwd.struct_passwd | None:
     """The user database's entry for a user name or uid; None for a uid it does not list."""
     try:
-        return pwd.getpwuid(int(user)) if isinstance(user, int) or user.isdigit() else pwd.getpwnam(user)
+        return (
+            pwd.getpwuid(int(user))
+            if isinstance(user, int) or (user.isascii() and user.isdigit())
+            else pwd.getpwnam(user)
+        )
     except KeyError:
         return None
 

@@ -56,7 +56,7 @@ def spec(driver: str, devices: Sequence[CdiDevice]) -> dict[str, Any]:
     body = [{"name": d.name, "containerEdits": _edits(d.grant)} for d in devices]
     needs_host_path = any(
         n.host_path != n.container_path for d in devices for n in d.grant.device_nodes
-    ) or any(d.name[:1].isdigit() for d in devices)
+    ) or any(d.name[:1].isascii() and d.name[:1].isdigit() for d in devices)
     return {
         "cdiVersion": HOST_PATH_VERSION if needs_host_path else EARLIEST,
         "kind": f"{driver}/{CLASS}",
