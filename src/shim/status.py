@@ -48,6 +48,8 @@ def driver_status(driver: DriverHost) -> dict[str, Any]:
         "resources": sorted(driver.sources),
         "failures": driver.failures + driver.start_failures,  # failed runs and failed starts
         "last_failure": driver.last_failure or None,
+        # The resources it offered last that it may not serve, each with why (the first few).
+        "refused": dict(driver.refused),
         "calls": {
             m: {"ok": t.ok, "failed": t.failed, "last_error": t.last_error or None}
             for m, t in sorted(driver.calls.items())
@@ -186,6 +188,8 @@ def _driver_lines(name: str, driver: dict[str, Any]) -> list[str]:
     lines = [f"  driver {name}: {state}{pid}, {driver.get('failures', 0)} failures, serving {serving}"]
     if driver.get("last_failure"):
         lines.append(f"    last failure: {driver['last_failure']}")
+    for resource, why in sorted((driver.get("refused") or {}).items()):
+        lines.append(f"    refused {resource}: {why}")
     for method, calls in driver.get("calls", {}).items():
         if calls.get("failed"):
             lines.append(f"    {method}: {calls['failed']} failed calls, last: {calls.get('last_error')}")
