@@ -223,8 +223,9 @@ def check_config(
         bool, typer.Option("--strict", help="Exit 2 on warnings too (a driver program not found here, ...).")
     ] = False,
 ) -> None:
-    """Check a settings file without serving anything: exit 0 and a summary if it is valid (with a
-    warning line for each likely mistake), else one line per problem with its location and exit 2."""
+    """Check a settings file without serving anything: exit 0 and a summary if it is valid (what
+    each driver and static resource may grant, resource by resource, and a warning line for each
+    likely mistake), else one line per problem with its location and exit 2."""
     try:
         settings = Settings.load(config)
     except ConfigError as exc:
@@ -244,6 +245,8 @@ def check_config(
         f"{config}: valid; serves {', '.join(served) or 'nothing'}; {settings.registration} registration; "
         f"API {', '.join(settings.api_versions)}"
     )
+    for line in configcheck.grants(settings):
+        typer.echo(line)
     found = configcheck.warnings(settings)
     for warning in found:
         typer.echo(f"{config}: warning: {warning}", err=True)

@@ -1,10 +1,13 @@
-"""What `devshim check-config` says beyond "valid": the likely mistakes a file can load with.
+"""What `devshim check-config` says beyond "valid": what each source may grant, and the likely
+mistakes a file can load with.
 
 Settings validation refuses what cannot run (docs/configuration.md); these are the things that
 load but are probably not what was meant, so they are warnings (``--strict`` makes them errors):
 a driver program this machine does not have, a file that serves nothing. And a file that is not
 devshim's settings at all, but a driver's own configuration given by mistake, gets one line
-saying so instead of a page of unknown fields.
+saying so instead of a page of unknown fields. ``grants`` shows, resource by resource, what a
+grant may hold (docs/configuration.md, "Grant policy"): the allowlists in force, and in capitals
+any rule of the floor a policy lifts.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from shim.policy import RULES, GrantPolicy
 from shim.settings import Settings
 
 # Keys of the built-in drivers' own configuration files (adapters/*/config.py), never devshim's.
@@ -37,24 +41,65 @@ def warnings(settings: Settings) -> list[str]:
     return found
 
 
+def grants(settings: Settings) -> list[str]:
+    """What each driver and static resource may grant, one block each: the resources it serves,
+    and for each the policy in force and the setting it is read from."""
+    lines = []
+    for driver in settings.drivers:
+        resources = driver.resources or []
+        lines.append(f"driver {driver.name} may serve {', '.join(resources) or 'nothing'}")
+        for resource in resources:
+            lines += _policy_lines(resource, driver.grant_policy(resource))
+    if settings.resources:
+        lines.append(f"the static config serves {', '.join(r.name for r in settings.resources)}")
+    for static in settings.resources:
+        shown = f"resources[{static.name}].static.grant (policy unset)" if static.policy is None else None
+        lines += _policy_lines(static.name, static.grant_policy(), shown)
+    return lines
+
+
+def _policy_lines(resource: str, policy: GrantPolicy, where: str | None = None) -> list[str]:
+    """``resource``'s grants as ``policy`` allows them: each allowlist ("none": nothing of that
+    kind), what qualifies them, then each floor rule lifted, in capitals."""
+    settings = policy.settings
+    types = settings.device_node_types
+    kinds = "any type, or nothing at all" if types is None else " or ".join(types) + " devices"
+    mounts = "read-only" if settings.read_only_mounts else "writable too"
+    lines = [
+        f"  {resource}: its grants may hold, as {where or policy.where} declares:",
+        f"    envs: {_listed(settings.envs)}",
+        f"    device_nodes: {_listed(settings.device_nodes)}"
+        + (f" ({kinds})" if settings.device_nodes else ""),
+        f"    mounts: {_listed(settings.mounts)}" + (f" ({mounts})" if settings.mounts else ""),
+        f"    cdi_kinds: {_listed(settings.cdi_kinds)}",
+        f"    annotation_key_prefixes: {_listed(settings.annotation_key_prefixes)}",
+    ]
+    if settings.allow_world_writable_dirs:
+        lines.append("    host paths through world-writable directories: allowed (allow_world_writable_dirs)")
+    for rule in sorted(rule for rule, on in settings.unsafe.items() if on):
+        lines.append(
+            f"    UNSAFE: the floor's rule {rule} is lifted ({policy.where}.unsafe): its grants may hold "
+            f"{RULES[rule].why}"
+        )
+    return lines
+
+
+def _listed(values: list[str]) -> str:
+    return ", ".join(values) or "none"
+
+
 def _dra_warnings(settings: Settings) -> list[str]:
-    """A DRA pool naming a resource nothing is set to serve: a driver that declares resources
-    without a `resources` list may still serve it, so it is a warning; a static resource, never."""
+    """A DRA pool naming a resource nothing is set to serve: no static resource, and no driver
+    lists it in its resources (the only ones a driver may serve)."""
     static = {r.name for r in settings.resources}
     listed = {name for d in settings.drivers for name in d.resources or ()}
-    open_drivers = any(d.resources is None for d in settings.drivers)
     found = []
     for i, pool in enumerate(settings.dra.drivers):
         for name in pool.resources:
             if name not in static and name not in listed:
-                maybe = (
-                    "unless a driver declares it (no driver lists it in its resources)"
-                    if open_drivers
-                    else ("and no driver may: each lists its resources, and none lists it")
-                )
                 found.append(
-                    f"dra.drivers[{i}] ({pool.name}): {name} is not a static resource, {maybe}; "
-                    "its pool stays empty without it"
+                    f"dra.drivers[{i}] ({pool.name}): {name} is not a static resource, and no driver "
+                    "may: each lists its resources, and none lists it; its pool stays empty without it"
                 )
     return found
 

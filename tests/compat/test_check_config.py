@@ -1,5 +1,7 @@
-"""`devshim check-config FILE`: what loads but is probably a mistake is said, and a driver's own
-configuration given by mistake gets one line saying so (the real command, as a process)."""
+"""`devshim check-config FILE`: what each driver and static resource may grant is shown resource
+by resource (any floor rule lifted in capitals), what loads but is probably a mistake is said,
+and a driver's own configuration given by mistake gets one line saying so (the real command, as
+a process)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 from tests.support.devshim_process import DEVSHIM
 
 ROOT = Path(__file__).parents[2]
+VENDOR = "example.com/vendor"
 
 
 def check(*args: str) -> subprocess.CompletedProcess[str]:
@@ -32,12 +35,12 @@ def write(tmp_path: Path, settings: object) -> str:
     [
         pytest.param("", "warning: it serves nothing: no resources and no drivers", id="empty"),
         pytest.param(
-            {"drivers": [{"name": "vendor", "command": ["vendor-driver-nobody-has"]}]},
+            {"drivers": [{"name": "vendor", "command": ["vendor-driver-nobody-has"], "resources": [VENDOR]}]},
             "warning: drivers[0] (vendor): 'vendor-driver-nobody-has' is not on this machine's PATH here",
             id="driver-not-on-path",
         ),
         pytest.param(
-            {"drivers": [{"name": "vendor", "command": ["/opt/vendor/bin/driver"]}]},
+            {"drivers": [{"name": "vendor", "command": ["/opt/vendor/bin/driver"], "resources": [VENDOR]}]},
             "warning: drivers[0] (vendor): '/opt/vendor/bin/driver' is not an executable file here",
             id="driver-path-missing",
         ),
@@ -53,18 +56,6 @@ def write(tmp_path: Path, settings: object) -> str:
             "driver may: each lists its resources, and none lists it; its pool stays empty without it",
             id="dra-pool-of-nothing",
         ),
-        pytest.param(
-            {
-                "drivers": [{"name": "sim", "command": [sys.executable]}],
-                "dra": {
-                    "node_name": "n1",
-                    "drivers": [{"name": "gpu.example.com", "resources": ["example.com/gpu"]}],
-                },
-            },
-            "warning: dra.drivers[0] (gpu.example.com): example.com/gpu is not a static resource, unless a "
-            "driver declares it",
-            id="dra-pool-maybe",
-        ),
     ],
 )
 def test_likely_mistakes_are_warned_about_and_fail_under_strict(
@@ -78,9 +69,10 @@ def test_likely_mistakes_are_warned_about_and_fail_under_strict(
 
 
 def test_a_driver_that_is_here_and_a_file_that_serves_draw_no_warning(tmp_path: Path) -> None:
-    path = write(
-        tmp_path, {"drivers": [{"name": "sim", "command": [sys.executable, "-m", "devshim_adapters.sim"]}]}
-    )
+    """A driver this machine has, and a DRA pool of a resource a driver lists: nothing to say."""
+    sim = {"name": "sim", "command": [sys.executable, "-m", "devshim_adapters.sim"], "resources": [VENDOR]}
+    pool = {"name": "gpu.example.com", "resources": [VENDOR]}
+    path = write(tmp_path, {"drivers": [sim], "dra": {"node_name": "n1", "drivers": [pool]}})
     result = check("--strict", path)
     assert (result.returncode, result.stderr) == (0, "")
 
@@ -89,7 +81,12 @@ def test_a_driver_that_is_here_and_a_file_that_serves_draw_no_warning(tmp_path: 
     ("settings", "said"),
     [
         pytest.param(
-            {"drivers": [{"name": "a", "command": ["x"]}, {"name": "a", "command": ["y"]}]},
+            {
+                "drivers": [
+                    {"name": "a", "command": ["x"], "resources": ["example.com/x"]},
+                    {"name": "a", "command": ["y"], "resources": ["example.com/y"]},
+                ]
+            },
             "driver name(s) used twice: a",
             id="duplicate-driver-names",
         ),
@@ -125,3 +122,121 @@ def test_a_drivers_own_configuration_given_by_mistake_gets_one_line(tmp_path: Pa
     assert line.startswith(
         f"devshim: {config} is not devshim's settings but, it seems, a driver's own configuration"
     )
+
+
+# --- what each source may grant (issue 41) -----------------------------------------------------
+
+SIM = "example.com/sim"
+FPGA = "example.com/fpga"
+
+
+def shown(stdout: str) -> list[str]:
+    """The lines after the summary: what each source may grant."""
+    return stdout.splitlines()[1:]
+
+
+def test_check_config_shows_what_each_driver_and_static_resource_may_grant(tmp_path: Path) -> None:
+    """Per driver, the resources it may serve; per resource, every allowlist in force ("none":
+    nothing of that kind), with the setting it is read from: the driver's policy, a resource's
+    own policy replacing it whole, a static grant's own declaration, or an empty one."""
+    settings = {
+        "resources": [
+            {
+                "name": "example.com/a",
+                "static": {
+                    "count": 2,
+                    "grant": {
+                        "envs": {"A_DEVICES": "{ids}"},
+                        "device_nodes": [{"container_path": "/dev/a{id}", "host_path": "/dev/a{id}"}],
+                    },
+                },
+            },
+            {"name": "example.com/b", "static": {"count": 1}, "policy": {}},
+        ],
+        "drivers": [
+            {
+                "name": "sim",
+                "command": [sys.executable],
+                "resources": [SIM, FPGA],
+                "policy": {
+                    "envs": ["SIM_DEVICES", "NVIDIA_*"],
+                    "device_nodes": ["/dev/nvidia*"],
+                    "cdi_kinds": ["nvidia.com/gpu"],
+                },
+                "resource_policies": {
+                    FPGA: {
+                        "mounts": ["/opt/fpga/**"],
+                        "read_only_mounts": False,
+                        "device_nodes": ["/dev/fpga*"],
+                        "device_node_types": ["char", "block"],
+                        "annotation_key_prefixes": ["fpga.example.com/"],
+                    }
+                },
+            }
+        ],
+    }
+    path = write(tmp_path, settings)
+    result = check("--strict", path)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.splitlines()[0].startswith(
+        f"{path}: valid; serves example.com/a, example.com/b, driver sim"
+    )
+    assert shown(result.stdout) == [
+        f"driver sim may serve {SIM}, {FPGA}",
+        f"  {SIM}: its grants may hold, as drivers[sim].policy declares:",
+        "    envs: SIM_DEVICES, NVIDIA_*",
+        "    device_nodes: /dev/nvidia* (char devices)",
+        "    mounts: none",
+        "    cdi_kinds: nvidia.com/gpu",
+        "    annotation_key_prefixes: none",
+        f"  {FPGA}: its grants may hold, as drivers[sim].resource_policies[{FPGA}] declares:",
+        "    envs: none",
+        "    device_nodes: /dev/fpga* (char or block devices)",
+        "    mounts: /opt/fpga/** (writable too)",
+        "    cdi_kinds: none",
+        "    annotation_key_prefixes: fpga.example.com/",
+        "the static config serves example.com/a, example.com/b",
+        "  example.com/a: its grants may hold, as resources[example.com/a].static.grant (policy unset) "
+        "declares:",
+        "    envs: A_DEVICES",
+        "    device_nodes: /dev/a* (char devices)",
+        "    mounts: none",
+        "    cdi_kinds: none",
+        "    annotation_key_prefixes: none",
+        "  example.com/b: its grants may hold, as resources[example.com/b].policy declares:",
+        "    envs: none",
+        "    device_nodes: none",
+        "    mounts: none",
+        "    cdi_kinds: none",
+        "    annotation_key_prefixes: none",
+    ]
+
+
+def test_floor_rules_a_policy_lifts_are_shown_in_capitals(tmp_path: Path) -> None:
+    """A broad allowlist with two floor rules lifted: each lifted rule is its own UNSAFE line
+    naming the setting and what it guards; a rule set to false lifts nothing and is not shown.
+    Lifting is the operator's declared choice, not a likely mistake: --strict still passes."""
+    policy = {
+        "envs": ["*"],
+        "device_nodes": ["/dev/**"],
+        "device_node_types": None,
+        "allow_world_writable_dirs": True,
+        "unsafe": {"env.shell": True, "device.terminal": True, "env.loader": False},
+    }
+    driver = {"name": "sim", "command": [sys.executable], "resources": [SIM], "policy": policy}
+    result = check("--strict", write(tmp_path, {"drivers": [driver]}))
+    assert (result.returncode, result.stderr) == (0, "")
+    assert shown(result.stdout) == [
+        f"driver sim may serve {SIM}",
+        f"  {SIM}: its grants may hold, as drivers[sim].policy declares:",
+        "    envs: *",
+        "    device_nodes: /dev/** (any type, or nothing at all)",
+        "    mounts: none",
+        "    cdi_kinds: none",
+        "    annotation_key_prefixes: none",
+        "    host paths through world-writable directories: allowed (allow_world_writable_dirs)",
+        "    UNSAFE: the floor's rule device.terminal is lifted (drivers[sim].policy.unsafe): its grants may "
+        "hold the host's terminals and consoles (keystrokes into the host's sessions)",
+        "    UNSAFE: the floor's rule env.shell is lifted (drivers[sim].policy.unsafe): its grants may hold "
+        "what shells run or trace on start (SHELLOPTS=xtrace with PS4='$(cmd)' runs cmd)",
+    ]

@@ -155,7 +155,8 @@ def _suggest(request: Request, driver: DriverUnderTest) -> None:
     entry = {"name": name, "command": list(driver.command), "resources": resources}
     if policy := suggestion.policy():
         entry["policy"] = policy
-    why = f"{suggestion.refused} grants were refused; " if suggestion.refused else ""
+    refused = suggestion.refused
+    why = f"{refused} grant{' was' if refused == 1 else 's were'} refused; " if refused else ""
     print(
         f"\n{why}the declaration this driver's grants needed (devshim's settings, docs/configuration.md, "
         f'"Grant policy"):\n'

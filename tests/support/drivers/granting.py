@@ -1,12 +1,16 @@
-"""A driver that grants things outside devshim's default grant policy, device by device.
+"""A driver that grants things its operator may not have declared, device by device.
 
-example.com/granting answers ``allocate`` per call: ``ok-N`` gets /dev/null, ``escape`` a
-device node at $ESCAPE_PATH (a symlink out of an allowed prefix), ``mount`` a writable mount
-of /etc, ``preload`` LD_PRELOAD, ``dev`` /dev itself as a node, ``shm`` a node at $SHM_LINK (a
-link in world-writable /dev/shm), ``cdi`` its own vendor's CDI device and then another
-vendor's. It declares ``deallocate`` and appends each call's IDs as one
-line to $DEALLOCATED. example.com/granting-declared declares its grants at list time:
-``d-ok`` /dev/null, ``d-escape`` /dev/../etc/shadow.
+Its per-call resource is example.com/granting, or $GRANTING_RESOURCE where that is set (a driver
+serving a resource of another vendor's domain). It answers ``allocate`` per call: ``ok-N`` gets
+/dev/null and GRANTING=<id>, ``escape`` a device node at $ESCAPE_PATH (a symlink out of an
+allowed glob), ``mount`` a writable mount of /etc, ``preload`` LD_PRELOAD, ``dev`` /dev itself as
+a node, ``shm`` a node at $SHM_LINK (a link in world-writable /dev/shm), ``cdi`` its own vendor's
+CDI device and then another vendor's, ``cdi-own`` the CDI device of its resource's own kind
+(``<resource>=0``), ``cdi-all`` every GPU of nvidia.com (``nvidia.com/gpu=all``), ``shell``
+SHELLOPTS=xtrace with a PS4 that runs a command (what bash does on start with both), ``pts`` a
+node at $PTS_PATH (default /dev/pts/0: a terminal of the host). It declares ``deallocate`` and
+appends each call's IDs as one line to $DEALLOCATED. example.com/granting-declared declares its
+grants at list time: ``d-ok`` /dev/null, ``d-escape`` /dev/../etc/shadow.
 """
 
 from __future__ import annotations
@@ -18,7 +22,15 @@ from shim.sdk import Driver, run, types
 
 PER_CALL = "example.com/granting"
 DECLARED = "example.com/granting-declared"
-PER_CALL_IDS = ("ok-0", "ok-1", "escape", "mount", "preload", "dev", "shm", "cdi")
+PER_CALL_IDS = (
+    "ok-0", "ok-1", "escape", "mount", "preload", "dev", "shm", "cdi", "cdi-own", "cdi-all", "shell", "pts",
+)  # fmt: skip
+# What ``shell`` sets: bash traces its start (xtrace) and expands PS4 before each traced line.
+SHELL_ENVS = {"SHELLOPTS": "xtrace", "PS4": "$(id >&2)"}
+
+
+def per_call_resource() -> str:
+    return os.environ.get("GRANTING_RESOURCE", PER_CALL)
 
 
 def null_node(device_id: str) -> types.DeviceNode:
@@ -37,11 +49,21 @@ def grant_for(device_id: str) -> types.Grant:
         )
     if device_id == "preload":
         return types.Grant(envs={"LD_PRELOAD": "/tmp/evil.so"})
-    if device_id in ("dev", "shm"):
-        host_path = "/dev" if device_id == "dev" else os.environ["SHM_LINK"]
+    if device_id in ("dev", "shm", "pts"):
+        host_path = {
+            "dev": "/dev",
+            "shm": os.environ.get("SHM_LINK", ""),
+            "pts": os.environ.get("PTS_PATH", "/dev/pts/0"),
+        }[device_id]
         return types.Grant(device_nodes=[types.DeviceNode(container_path="/dev/x", host_path=host_path)])
     if device_id == "cdi":
         return types.Grant(cdi_devices=["example.com/granting=0", "nvidia.com/gpu=all"])
+    if device_id == "cdi-own":
+        return types.Grant(cdi_devices=[f"{per_call_resource()}=0"])
+    if device_id == "cdi-all":
+        return types.Grant(cdi_devices=["nvidia.com/gpu=all"])
+    if device_id == "shell":
+        return types.Grant(envs=dict(SHELL_ENVS))
     return types.Grant(envs={"GRANTING": device_id}, device_nodes=[null_node(device_id)])
 
 
@@ -49,7 +71,7 @@ class Granting(Driver):
     name = "granting"
 
     def resources(self) -> list[types.Resource]:
-        return [types.Resource(name=PER_CALL, deallocate=True), types.Resource(name=DECLARED)]
+        return [types.Resource(name=per_call_resource(), deallocate=True), types.Resource(name=DECLARED)]
 
     async def list_devices(self, resource: str) -> list[types.Device]:
         if resource == DECLARED:
