@@ -56,7 +56,7 @@ class ResourceService:
     ) -> None:
         self.name = name
         self.source = source
-        # Every grant of every source is held to it; the default allows device nodes under /dev.
+        # Every grant of every source is held to it; the default allows nothing (and holds the floor).
         self.policy = policy or GrantPolicy(name)
         self._granter = f"driver {driver!r}" if driver else "the static grant"
         self._on_allocated = on_allocated

@@ -3,9 +3,9 @@
 (``settings``), over a floor of rules no declaration lifts without ``unsafe`` (``floor``);
 ``check`` judges every grant, ``suggest`` derives the declaration grants need."""
 
-from .check import CDI_ANNOTATION_PREFIX, GrantPolicy
+from .check import GrantPolicy
 from .floor import RULES, Floor, FloorRule
-from .settings import GrantPolicySettings
+from .settings import CDI_ANNOTATION_PREFIX, GrantPolicySettings
 from .suggest import Suggestion
 
 __all__ = [

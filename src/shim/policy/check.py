@@ -10,7 +10,8 @@ Host paths are checked twice: normalised as written, and with symlinks resolved 
 sees the node's filesystem, on every call (a symlink can change between two Allocates, so that
 verdict is never cached): where a path leads must be declared too, be reached through no
 directory anyone may write to, break no floor rule and, for a device node, be a device of an
-allowed type. What the grant itself says is judged once per grant object: grants are immutable,
+allowed type; a path through a link devshim may not read leads nowhere known, and is refused.
+What the grant itself says is judged once per grant object: grants are immutable,
 and a declared grant is the same object on every Allocate. The runtime opens the path later
 still; the check cannot close that window, so whoever can change symlinks under a declared
 path must be trusted (docs/reliability.md).
@@ -28,16 +29,12 @@ from shim.incremental import PerObject
 from shim.model import ContainerGrant, Mount
 
 from .floor import Floor, Rule
-from .paths import Globs, Looks, normal, resolve, what
-from .settings import GrantPolicySettings
+from .paths import PROC_DEVICES, Globs, Looks, normal, resolve, what
+from .settings import CDI_ANNOTATION_PREFIX, ENV_NAME, GrantPolicySettings, cdi_kind
 from .suggest import Suggestion
 
 # The cgroup device access letters; static grants are held to the same rule by their settings.
 _PERMISSIONS = re.compile(r"[rwm]{1,3}")
-# POSIX's portable env names: anything else is no variable a program reads by name.
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# Annotations containerd and CRI-O read as CDI device names (comma-separated).
-CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 _TYPES = {"char": stat.S_IFCHR, "block": stat.S_IFBLK}
 
 
@@ -67,6 +64,7 @@ class GrantPolicy:
         *,
         declared: bool = True,
         suggestion: Suggestion | None = None,
+        proc_devices: str = PROC_DEVICES,
     ) -> None:
         self.resource = resource
         self.where = where
@@ -74,6 +72,7 @@ class GrantPolicy:
         # what a driver grants, in its own sandbox, to suggest the declaration.
         self.declared = declared
         self.suggestion = suggestion
+        self.proc_devices = proc_devices  # the kernel's drivers by major (a test's copy)
         self.settings = settings = settings or GrantPolicySettings()
         self.floor = Floor(settings.lifted())
         self._envs = re.compile("|".join(_env_regex(e) for e in settings.envs) or "(?!)")
@@ -91,7 +90,14 @@ class GrantPolicy:
 
     def watched(self, suggestion: Suggestion, declared: bool = True) -> GrantPolicy:
         """This policy, noting every grant it judges in ``suggestion``."""
-        return GrantPolicy(self.resource, self.settings, self.where, declared=declared, suggestion=suggestion)
+        return GrantPolicy(
+            self.resource,
+            self.settings,
+            self.where,
+            declared=declared,
+            suggestion=suggestion,
+            proc_devices=self.proc_devices,
+        )
 
     def check(self, grant: ContainerGrant) -> None:
         """Raise GrantRefused for the first field outside the policy: what the grant says first
@@ -106,7 +112,7 @@ class GrantPolicy:
             raise
 
     def _check(self, grant: ContainerGrant) -> None:
-        looks = Looks()  # afresh on every call: symlinks and modes change
+        looks = Looks(self.proc_devices)  # afresh on every call: symlinks and modes change
         for host_path in self._judged(grant):
             try:
                 self._check_resolved(host_path, looks)
@@ -130,7 +136,7 @@ class GrantPolicy:
         )
 
     def _undeclared(self, setting: str, example: str) -> _Refusal:
-        return _Refusal(f"not declared: {self.where}.{setting} would allow it, e.g. [{example}]")
+        return _Refusal(f"not declared: {self.where}.{setting} would allow it, e.g. [{_cut(example)}]")
 
     def _must_declare(self, allowed: bool, setting: str, example: str) -> None:
         if not allowed and self.declared:
@@ -158,12 +164,12 @@ class GrantPolicy:
             try:
                 self._env(name)
             except _Refusal as refusal:
-                raise self._refused(f"envs[{name!r}]", name, "envs", refusal) from None
+                raise self._refused(f"envs[{_cut(name)!r}]", name, "envs", refusal) from None
         for key, value in grant.annotations.items():
             try:
                 self._annotation(key, value)
             except _Refusal as refusal:
-                raise self._refused(f"annotations[{key!r}]", key, "annotations", refusal) from None
+                raise self._refused(f"annotations[{_cut(key)!r}]", key, "annotations", refusal) from None
         for i, name in enumerate(grant.cdi_devices):
             try:
                 self._cdi_name(name)
@@ -186,7 +192,7 @@ class GrantPolicy:
         return _HostPath(f"{where}.host_path", mount.host_path, "mounts")
 
     def _env(self, name: str) -> None:
-        if not _ENV_NAME.fullmatch(name):
+        if not ENV_NAME.fullmatch(name):
             raise _Refusal("not an env name (letters, digits and '_', not starting with a digit)")
         if (rule := self.floor.env_rule(name)) is not None:
             raise self._floor(rule)
@@ -227,30 +233,33 @@ class GrantPolicy:
                 self._cdi_name(name.strip())
 
     def _cdi_name(self, name: str) -> None:
-        kind, equals, device = name.partition("=")
-        vendor, slash, device_class = kind.partition("/")
-        if not (equals and device and vendor and slash and device_class):
+        kind = cdi_kind(name)
+        if kind is None:
             raise _Refusal("not a CDI device name 'vendor/class=name'")
+        vendor = kind.partition("/")[0]
         allowed = any(k in ("*", kind) or (k.endswith("/*") and vendor == k[:-2]) for k in self._cdi)
         self._must_declare(allowed, "cdi_kinds", kind)
 
     def _check_resolved(self, host_path: _HostPath, looks: Looks) -> None:
-        real, found, links = resolve(host_path.path, looks)
+        try:
+            real, found, links = resolve(host_path.path, looks)
+        except OSError as error:  # a link devshim may not read (another namespace's /proc/PID/root)
+            raise _Refusal(f"where it leads cannot be looked up ({error.strerror})") from None
         device = host_path.kind == "device_nodes"
         globs = self._devices if device else self._mounts
         if real != normal(host_path.path):
             rule = self.floor.device_path_rule(real) if device else self.floor.mount_rule(real)
             if rule is not None:
-                raise _Refusal(f"it resolves to {real!r}, which {self._floor(rule)}")
+                raise _Refusal(f"it resolves to {_cut(real)!r}, which {self._floor(rule)}")
             if not globs.cover(real) and self.declared:
                 raise _Refusal(
-                    f"it resolves to {real!r}, which is not declared in {self.where}.{host_path.kind}"
+                    f"it resolves to {_cut(real)!r}, which is not declared in {self.where}.{host_path.kind}"
                 )
         if not self.settings.allow_world_writable_dirs:
             for directory in (real.rpartition("/")[0] or "/", *links):
                 if writable := looks.world_writable(directory):
                     raise _Refusal(
-                        f"it passes through {writable!r}, which anyone may write to "
+                        f"it passes through {_cut(writable)!r}, which anyone may write to "
                         f"({self.where}.allow_world_writable_dirs)"
                     )
         if device:
@@ -258,16 +267,12 @@ class GrantPolicy:
 
     def _check_node(self, real: str, found: os.stat_result | None, looks: Looks) -> None:
         kind = stat.S_IFMT(found.st_mode) if found is not None else 0
+        there = f"{_cut(real)!r} {what(found)}"
         if self._types is not None and kind not in self._types and self.declared:
             shown = " or ".join(sorted(self.settings.device_node_types or ())) or "no"
-            raise _Refusal(
-                f"{real!r} {what(found)}, and {self.where}.device_node_types allows {shown} devices only"
-            )
-        if found is not None and kind in (stat.S_IFCHR, stat.S_IFBLK):
-            major, minor = os.major(found.st_rdev), os.minor(found.st_rdev)
-            rule = self.floor.device_number_rule(kind, major, minor, looks.driver_names(kind, major))
-            if rule is not None:
-                raise _Refusal(f"{real!r} {what(found)}, which {self._floor(rule)}")
+            raise _Refusal(f"{there}, and {self.where}.device_node_types allows {shown} devices only")
+        if (rule := self.floor.node_rule(found, looks)) is not None:
+            raise _Refusal(f"{there}, which {self._floor(rule)}")
 
 
 def _env_regex(entry: str) -> str:
@@ -275,7 +280,13 @@ def _env_regex(entry: str) -> str:
 
 
 def _normalised(path: str, written: str, refusal: _Refusal) -> _Refusal:
-    return refusal if written == path else _Refusal(f"it normalises to {written!r}, {refusal}")
+    return refusal if written == path else _Refusal(f"it normalises to {_cut(written)!r}, {refusal}")
+
+
+def _cut(value: str) -> str:
+    """A value a driver chose, as a refusal quotes it: cut short, as GrantRefused cuts the
+    value it names (gRPC details travel in a header block of a few KiB)."""
+    return value if len(value) <= 200 else value[:200] + "..."
 
 
 def _absolute(path: str) -> None:

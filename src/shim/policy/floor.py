@@ -5,18 +5,20 @@ An allowlist says what a driver may grant; the floor catches what an allowlist w
 broadly ("NVIDIA_*" is fine, "*" is not) would let through. Each rule is named, so a refusal can
 say which one and how it is lifted. Device nodes are caught by name (as written and where links
 lead), by number, and by the kernel driver that holds their major (/proc/devices), since
-watchdog0, bsg and tpmrm get their major at boot.
+watchdog0, bsg and tpmrm get their major at boot. A mount is caught as well where it holds what
+a rule guards: /run holds /run/containerd, /etc holds /etc/shadow.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from .paths import glob_regex
+from .paths import Looks, glob_regex, literal_head
 
 FloorRule = Literal[
     "env.loader",
@@ -149,6 +151,11 @@ class Floor:
         self._env = self._compile((r for r in ENV_RULES if r.name not in lifted), _env_regex)
         self._device = self._compile((r for r in DEVICE_RULES if r.name not in lifted), glob_regex)
         self._mount = self._compile((r for r in MOUNT_RULES if r.name not in lifted), glob_regex)
+        # What each mount rule guards, as directories: a mount of one of them, or of a directory
+        # above one, holds what the rule guards (the rules' patterns are literal up to "/**").
+        self._guarded = [
+            (literal_head(p), r) for r in MOUNT_RULES if r.name not in lifted for p in r.patterns
+        ]
         self._container = (
             None if CONTAINER_PATH_RULE.name in lifted else self._compile([CONTAINER_PATH_RULE], glob_regex)
         )
@@ -192,8 +199,21 @@ class Floor:
             return rule
         return next((r for d in drivers if (r := self._names.get((kind, d))) is not None), None)
 
+    def node_rule(self, found: os.stat_result | None, looks: Looks) -> Rule | None:
+        """The rule the device node ``found`` (what is at a path) breaks by its number, or by
+        the kernel driver that holds its major."""
+        if found is None or not (stat.S_ISCHR(found.st_mode) or stat.S_ISBLK(found.st_mode)):
+            return None
+        kind, major = stat.S_IFMT(found.st_mode), os.major(found.st_rdev)
+        return self.device_number_rule(kind, major, os.minor(found.st_rdev), looks.driver_names(kind, major))
+
     def mount_rule(self, path: str) -> Rule | None:
-        return self._first(self._mount, path)
+        """The rule a mount of ``path`` breaks: it matches one, or holds what one guards."""
+        below = path.rstrip("/") + "/"
+        return self._first(self._mount, path) or next(
+            (rule for guarded, rule in self._guarded if guarded == path or guarded.startswith(below)),
+            None,
+        )
 
     def container_path_rule(self, path: str) -> Rule | None:
         return self._first(self._container, path)

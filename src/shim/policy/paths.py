@@ -12,6 +12,9 @@ import re
 import stat
 from collections.abc import Sequence
 
+PROC_DEVICES = "/proc/devices"
+_PROC_DEVICES_LIMIT = 64 * 1024  # a few KiB on any kernel
+
 
 def normal(path: str) -> str:
     """``path`` normalised lexically; normpath keeps a leading '//' (POSIX leaves its meaning
@@ -146,7 +149,8 @@ def what(found: os.stat_result | None) -> str:
 class Looks:
     """What one check learnt of the filesystem: never kept past it, since it can change."""
 
-    def __init__(self) -> None:
+    def __init__(self, proc_devices: str = PROC_DEVICES) -> None:
+        self._proc_devices = proc_devices  # where the kernel lists its drivers' majors
         self._followed: dict[str, tuple[str, tuple[str, ...]]] = {}
         self._writable: dict[str, str | None] = {}  # directory -> it or the nearest above it
         # that anyone may write to
@@ -180,12 +184,8 @@ class Looks:
         """The kernel drivers that hold ``major`` (/proc/devices): how a device whose number the
         kernel hands out at boot (watchdog0, bsg, tpmrm) is known for what it is."""
         if self._majors is None:
-            self._majors = read_proc_devices()
+            self._majors = read_proc_devices(self._proc_devices)
         return self._majors.get(f"{'c' if kind == stat.S_IFCHR else 'b'} {major}", frozenset())
-
-
-PROC_DEVICES = "/proc/devices"
-_PROC_DEVICES_LIMIT = 64 * 1024  # a few KiB on any kernel
 
 
 def read_proc_devices(path: str = PROC_DEVICES) -> dict[str, frozenset[str]]:

@@ -15,6 +15,10 @@ from shim.configfile import StrictModel
 
 from .floor import FloorRule
 
+# POSIX's portable env names: anything else is no variable a program reads by name.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Annotations containerd and CRI-O read as CDI device names (comma-separated).
+CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 # An env name allowed: exact ("SIM_DEVICES"), a prefix ending in '*' ("NVIDIA_*"), or '*'.
 _ENV_ENTRY = re.compile(r"\*|[A-Za-z_][A-Za-z0-9_]*\*?")
 
@@ -41,14 +45,26 @@ def _path_glob(value: str) -> str:
     return value
 
 
+# A CDI kind's vendor and class each: what a grant may name, and a declaration allow.
+_CDI_PART = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]*")
+
+
+def cdi_kind(name: str) -> str | None:
+    """The kind "vendor/class" of a CDI device name "vendor/class=device"; None if it is none."""
+    kind, equals, device = name.partition("=")
+    vendor, _, device_class = kind.partition("/")
+    if equals and device and _CDI_PART.fullmatch(vendor) and _CDI_PART.fullmatch(device_class):
+        return kind
+    return None
+
+
 def _cdi_kind(value: str) -> str:
     """A CDI kind "vendor/class", "vendor/*" for any class of one vendor, or "*"."""
     if value == "*":
         return value
     vendor, slash, device_class = value.partition("/")
-    name = r"[A-Za-z0-9][-A-Za-z0-9_.]*"
     if not (
-        slash and re.fullmatch(name, vendor) and (device_class == "*" or re.fullmatch(name, device_class))
+        slash and _CDI_PART.fullmatch(vendor) and (device_class == "*" or _CDI_PART.fullmatch(device_class))
     ):
         raise ValueError(f"{value!r} is not a CDI kind 'vendor/class' (or 'vendor/*')")
     return value

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 from typing import Any
 
 from shim.model import ContainerGrant
 
-from .floor import Floor
-from .paths import normal
+from .floor import Floor, Rule
+from .paths import Looks, normal, resolve
+from .settings import CDI_ANNOTATION_PREFIX, ENV_NAME, cdi_kind
 
 _NO_FLOOR_LIFTED = Floor(())
 
@@ -18,7 +18,9 @@ _NO_FLOOR_LIFTED = Floor(())
 class Suggestion:
     """What grants needed, gathered as they are made: the allowlist to paste into a driver's
     policy (``devshim compat --suggest-policy``), and the floor rules they broke, which no
-    suggestion lifts (that is the operator's call, with ``unsafe``)."""
+    suggestion lifts (that is the operator's call, with ``unsafe``). Host paths are looked up
+    as the check does: where a link leads is suggested too. What no declaration could allow
+    (a malformed name, a relative path) is left out: the check refuses it whatever is declared."""
 
     def __init__(self) -> None:
         self.envs: set[str] = set()
@@ -33,27 +35,53 @@ class Suggestion:
         self.refused = 0  # grants the policy refused
 
     def add(self, grant: ContainerGrant) -> None:
-        floor = _NO_FLOOR_LIFTED
+        floor, looks = _NO_FLOOR_LIFTED, Looks()
         for name in grant.envs:
-            self._note(floor.env_rule(name), name, self.envs)
+            if ENV_NAME.fullmatch(name) and not self._broke(floor.env_rule(name), name):
+                self.envs.add(name)
         for node in grant.device_nodes:
-            path = normal(node.host_path)
-            self._note(floor.device_path_rule(path), path, self.device_nodes)
-            with contextlib.suppress(OSError):
-                self.block |= stat.S_ISBLK(os.stat(path).st_mode)
+            self._container_path(node.container_path)
+            found = self._host_path(node.host_path, True, looks)
+            self.block |= found is not None and stat.S_ISBLK(found.st_mode)
         for mount in grant.mounts:
-            path = normal(mount.host_path)
-            self._note(floor.mount_rule(path), path, self.mounts)
+            self._container_path(mount.container_path)
+            self._host_path(mount.host_path, False, looks)
             self.writable_mounts |= not mount.read_only
-        for name in grant.cdi_devices:
-            self.cdi_kinds.add(name.partition("=")[0])
-        self.annotation_keys.update(grant.annotations)
+        cdi = list(grant.cdi_devices)
+        for key, value in grant.annotations.items():
+            if key:
+                self.annotation_keys.add(key)
+            if key.startswith(CDI_ANNOTATION_PREFIX):  # held to cdi_kinds as cdi_devices are
+                cdi.extend(name.strip() for name in value.split(","))
+        self.cdi_kinds.update(kind for name in cdi if (kind := cdi_kind(name)) is not None)
 
-    def _note(self, rule: Any, value: str, allowed: set[str]) -> None:
-        if rule is None:
-            allowed.add(value)
-        else:
+    def _host_path(self, path: str, device: bool, looks: Looks) -> os.stat_result | None:
+        """Note ``path`` as written and where it leads, or the floor rule either breaks; what is
+        there, if anything."""
+        if not path.startswith("/") or "\x00" in path:
+            return None
+        floor = _NO_FLOOR_LIFTED
+        rule_of = floor.device_path_rule if device else floor.mount_rule
+        written = normal(path)
+        try:
+            real, found, _ = resolve(path, looks)
+        except OSError:  # a link devshim may not read: the check refuses it
+            return None
+        rule = rule_of(written) or rule_of(real) or (floor.node_rule(found, looks) if device else None)
+        if self._broke(rule, written):
+            return None
+        (self.device_nodes if device else self.mounts).update((written, real))
+        return found
+
+    def _container_path(self, path: str) -> None:
+        if path.startswith("/"):
+            self._broke(_NO_FLOOR_LIFTED.container_path_rule(normal(path)), path)
+
+    def _broke(self, rule: Rule | None, value: str) -> bool:
+        """Note ``value`` under the floor ``rule`` it broke, if any."""
+        if rule is not None:
             self.floor.setdefault(rule.name, set()).add(value)
+        return rule is not None
 
     def policy(self) -> dict[str, Any]:
         """The declaration, as a drivers[].policy mapping: only the keys that allow something."""
