@@ -163,3 +163,23 @@ def test_a_link_devshim_may_not_read_is_not_suggested() -> None:
         pytest.skip("this process may read /proc/1/root")
     suggestion = learnt(ContainerGrant(device_nodes=(DeviceNode("/dev/x", "/proc/1/root/dev/null"),)))
     assert (suggestion.refused, suggestion.policy()) == (1, {})
+
+
+def test_a_path_through_a_world_writable_directory_is_learnt_and_said_in_the_declaration(
+    tmp_path: Path,
+) -> None:
+    """Learning holds the floor only: a node reached through a directory anyone may write to is
+    noted, and the declaration says allow_world_writable_dirs so that the operator sees it and
+    replaying it passes; without that key the same grant is refused."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    (shared / "gpu0").symlink_to("/dev/null")
+    grant = ContainerGrant(device_nodes=(DeviceNode("/dev/g", str(shared / "gpu0")),))
+    suggestion = learnt(grant)
+    declared = suggestion.policy()
+    assert declared["allow_world_writable_dirs"] is True
+    replayed(suggestion).check(grant)
+    without = GrantPolicySettings(**{k: v for k, v in declared.items() if k != "allow_world_writable_dirs"})
+    with pytest.raises(GrantRefused, match="which anyone may write to"):
+        GrantPolicy(RESOURCE, without, WHERE).check(grant)

@@ -255,7 +255,7 @@ class GrantPolicy:
                 raise _Refusal(
                     f"it resolves to {_cut(real)!r}, which is not declared in {self.where}.{host_path.kind}"
                 )
-        if not self.settings.allow_world_writable_dirs:
+        if not self.settings.allow_world_writable_dirs and self.declared:
             for directory in (real.rpartition("/")[0] or "/", *links):
                 if writable := looks.world_writable(directory):
                     raise _Refusal(

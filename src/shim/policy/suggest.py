@@ -28,6 +28,7 @@ class Suggestion:
         self.block = False
         self.mounts: set[str] = set()
         self.writable_mounts = False
+        self.world_writable = False  # a host path reached through a directory anyone may write to
         self.cdi_kinds: set[str] = set()
         self.annotation_keys: set[str] = set()
         self.floor: dict[str, set[str]] = {}  # rule -> the values that broke it
@@ -64,12 +65,14 @@ class Suggestion:
         rule_of = floor.device_path_rule if device else floor.mount_rule
         written = normal(path)
         try:
-            real, found, _ = resolve(path, looks)
+            real, found, links = resolve(path, looks)
         except OSError:  # a link devshim may not read: the check refuses it
             return None
         rule = rule_of(written) or rule_of(real) or (floor.node_rule(found, looks) if device else None)
         if self._broke(rule, written):
             return None
+        # Said in the declaration, so that the operator sees it: better, move the path.
+        self.world_writable |= any(looks.world_writable(d) for d in (real.rpartition("/")[0] or "/", *links))
         (self.device_nodes if device else self.mounts).update((written, real))
         return found
 
@@ -97,4 +100,6 @@ class Suggestion:
             policy["device_node_types"] = ["char", "block"]
         if self.writable_mounts:
             policy["read_only_mounts"] = False
+        if self.world_writable:
+            policy["allow_world_writable_dirs"] = True
         return policy
