@@ -20,9 +20,11 @@ from typing import Any
 from shim.compat.modes import KUBELET_LINE, PROFILES, Kubelet
 from tests.support.devshim_process import runs
 
+from .hostile_driver import ATTACKS
+from .hostile_driver import RESOURCE as HOSTILE_RESOURCE
 from .invariants import Allocator
 from .report import Journal
-from .world import SERVED, World
+from .world import HOSTILE, SERVED, World
 
 
 @dataclass
@@ -44,6 +46,10 @@ class Injected:
 
 Fault = Callable[[Context], Awaitable[Injected | None]]
 DEVSHIM_START_TIMEOUT_S = 30.0
+# Attacks devshim answers by ending the driver's run (a flood of notifications, a list over the
+# bound), and how long that may take.
+RESTARTING = ("flood", "oversized")
+HOSTILE_RESTART_S = 5.0
 
 
 def _ended(variant: str) -> Injected:
@@ -231,9 +237,33 @@ async def devshim_kill(ctx: Context) -> Injected | None:
     return Injected(f"{len(drivers)} drivers were up", answered)
 
 
+async def hostile_attack(ctx: Context) -> Injected | None:
+    """The hostile driver makes its next attack (hostile_driver.py, ATTACKS, in turn): take-over,
+    forged log lines, a notification flood, grants outside its policy, an oversized list."""
+    pid = dict(await _running_drivers(ctx)).get(HOSTILE)
+    if pid is None:
+        return None
+    attack = ATTACKS[ctx.journal.kind("hostile_attack").injected % len(ATTACKS)]
+    (ctx.world.root / "hostile-attack").write_text(attack)
+    if not _signal(pid, signal.SIGUSR1):
+        return None
+    if attack == "grant":  # its next Allocates: admit a pod using it now, as the kubelet would
+        await ctx.allocator.once(HOSTILE_RESOURCE)
+    if attack in RESTARTING:  # devshim must end that run (a new pid, or none while it restarts)
+        deadline = time.monotonic() + HOSTILE_RESTART_S
+        while dict(await _running_drivers(ctx)).get(HOSTILE) == pid:
+            if time.monotonic() > deadline:
+                ctx.journal.violate(
+                    "hostile_kept", f"{attack}: its run {pid} not ended {HOSTILE_RESTART_S:g} s on"
+                )
+                break
+            await asyncio.sleep(0.02)
+    return _ended(attack)
+
+
 FAULTS: dict[str, Fault] = {
     f.__name__: f
     for f in (driver_kill, driver_hang, driver_freeze, kubelet_restart, kubelet_upgrade,
               kubelet_downgrade, podresources_down, podresources_ratelimit, socket_deleted,
-              devshim_kill)
+              devshim_kill, hostile_attack)
 }  # fmt: skip

@@ -6,6 +6,8 @@
     (Unhealthy during a fault is fine; missing is not: the kubelet would remove the device).
 (c) Recovery: once faults stop, within RECOVERY_BUDGET_S every resource is registered with a live
     stream listing all its devices Healthy, every driver is up and the PodResources emulation on.
+(d) Grants: what reaches the kubelet holds only what each resource's policy declares, whatever
+    the hostile driver (hostile_driver.py) granted.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from shim.kubelet import (
     PluginSession,
     ProtocolViolation,
 )
-from shim.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
+from shim.kubelet.records import HEALTHY, UNHEALTHY, DeviceState, Grant
 
 from .report import Journal, reason
-from .world import KUBELET_DEADLINE_S, SERVED, World
+from .world import ALLOWED_ENVS, KUBELET_DEADLINE_S, SERVED, World
 
 RECOVERY_BUDGET_S = 2.0
 # How long "healthy" must last to count as recovered: a registration that a late stream end tears
@@ -84,6 +86,30 @@ class ListChecker:
             self._journal.violate("device_repeated", f"{resource}: {ids}")
         if odd := {d.health for d in devices} - {HEALTHY, UNHEALTHY}:
             self._journal.violate("health_string", f"{resource}: health {sorted(odd)}")
+
+    async def run(self, period_s: float = 0.05) -> None:
+        while True:
+            self.sweep()
+            await asyncio.sleep(period_s)
+
+
+class GrantChecker:
+    """(d) Grants: every grant an Allocate answered holds only the env names its resource's policy
+    declares (ALLOWED_ENVS), and no device node or mount, whatever the hostile driver granted."""
+
+    def __init__(self, journal: Journal, grants: Sequence[tuple[str, Grant]]) -> None:
+        self._journal = journal
+        self._grants = grants  # RecordingKubelet.grants: append-only
+        self._checked = 0
+
+    def sweep(self) -> None:
+        for resource, grant in self._grants[self._checked :]:
+            self._journal.grants += 1
+            undeclared = set(grant.envs) - ALLOWED_ENVS.get(resource, set())
+            if undeclared or grant.device_nodes or grant.mounts:
+                held = f"envs {sorted(grant.envs)}, nodes {grant.device_nodes}, mounts {grant.mounts}"
+                self._journal.violate("grant_outside_policy", f"{resource}: {held}")
+        self._checked = len(self._grants)
 
     async def run(self, period_s: float = 0.05) -> None:
         while True:

@@ -15,7 +15,7 @@ import grpc
 from shim.kubelet import FakeKubelet, PluginSession
 from shim.kubelet import podresources as podresources_wire
 from shim.kubelet.ratelimit import DEFAULT_BURST, DEFAULT_QPS, TokenBucket
-from shim.kubelet.records import DeviceState, RunningPod
+from shim.kubelet.records import DeviceState, Grant, RunningPod
 
 
 class RecordingKubelet(FakeKubelet):
@@ -29,10 +29,20 @@ class RecordingKubelet(FakeKubelet):
     def __init__(self, *args: Any, on_session: Callable[[PluginSession], None], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.on_session = on_session
+        # Every grant an Allocate answered, with its resource: what reached the container runtime.
+        self.grants: list[tuple[str, Grant]] = []
 
     async def _attach(self, *args: Any, **kwargs: Any) -> PluginSession:
         session = await super()._attach(*args, **kwargs)
         self.on_session(session)
+        answered = session.allocate_containers
+
+        async def allocate_containers(containers: Sequence[Sequence[str]]) -> list[Grant]:
+            grants = await answered(containers)
+            self.grants.extend((session.resource, grant) for grant in grants)
+            return grants
+
+        session.allocate_containers = allocate_containers  # type: ignore[method-assign]
         return session
 
 

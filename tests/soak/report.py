@@ -95,6 +95,7 @@ class Journal:
         self.faults: dict[str, FaultKind] = {}
         self.calls: dict[str, Calls] = {}
         self.lists = 0
+        self.grants = 0
         self.figures: dict[str, list[float]] = {}  # other timings worth reporting, by name
 
     def figure(self, name: str, seconds: float) -> None:
@@ -122,6 +123,7 @@ class Journal:
             "faults": {name: kind.as_json() for name, kind in sorted(self.faults.items())},
             "calls": {name: calls.as_json() for name, calls in sorted(self.calls.items())},
             "lists_received": self.lists,
+            "grants_checked": self.grants,
             "recovery_max_s": round(max(recoveries, default=0.0), 3),
             "recovery_p99_s": round(percentile(recoveries, 99), 3),
             "figures": {name: _figure(values) for name, values in sorted(self.figures.items())},
@@ -152,6 +154,7 @@ def render(report: dict[str, Any]) -> str:
     for name, figure in report["figures"].items():
         lines.append(f"{name}: max {figure['max_s']:.3f} s, p50 {figure['p50_s']:.3f} s (n={figure['n']})")
     lines.append(f"ListAndWatch lists received and checked: {report['lists_received']}")
+    lines.append(f"Allocate grants checked against the policies: {report['grants_checked']}")
     for method, calls in report["calls"].items():
         lines.append(
             f"{method}: {calls['made']} calls, {calls['ok']} OK, {calls['failed']} failed; "

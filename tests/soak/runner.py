@@ -13,7 +13,8 @@ from shim.compat.modes import PROFILES
 from tests.support.waiting import Hung, bounded
 
 from .faults import FAULTS, Context, Injected
-from .invariants import RECOVERY_BUDGET_S, Allocator, ListChecker, unhealthy, wait_recovered
+from .hostile_driver import FORGED_STAMP
+from .invariants import RECOVERY_BUDGET_S, Allocator, GrantChecker, ListChecker, unhealthy, wait_recovered
 from .report import Journal
 from .world import World, world
 
@@ -54,9 +55,14 @@ async def run_soak(options: SoakOptions, progress: Callable[[str], None] = lambd
     journal = Journal()
     async with world(keep=options.keep) as w:
         checker = ListChecker(journal, w.sessions)
+        grant_checker = GrantChecker(journal, w.kubelet.grants)
         allocator = Allocator(w, journal, random.Random(rng.random()))
         await _started(w)
-        background = [asyncio.create_task(checker.run()), asyncio.create_task(allocator.run())]
+        background = [
+            asyncio.create_task(checker.run()),
+            asyncio.create_task(grant_checker.run()),
+            asyncio.create_task(allocator.run()),
+        ]
         try:
             ctx = Context(w, journal, rng, allocator)
             if await _inject(ctx, options, progress):
@@ -67,10 +73,12 @@ async def run_soak(options: SoakOptions, progress: Callable[[str], None] = lambd
             stopped = asyncio.gather(*background, return_exceptions=True)
             await bounded(stopped, 10, "the list checker and the allocator to stop once cancelled")
         checker.sweep()
+        grant_checker.sweep()
         status = await w.devshim.status()
         exit_code = await w.devshim.stop()
         if exit_code != 0:
             journal.violate("unclean_exit", f"devshim exited {exit_code} on SIGTERM")
+        _no_forged_lines(w, journal)
         # The work dir goes with the world: keep the end of devshim's log where it explains a failure.
         tail = w.devshim.log.read_text(errors="replace")[-LOG_TAIL_CHARS:] if journal.violations else None
         return journal.report(
@@ -82,6 +90,15 @@ async def run_soak(options: SoakOptions, progress: Callable[[str], None] = lambd
             workdir=str(w.root) if options.keep else None,
             devshim_log_tail=tail,
         )
+
+
+def _no_forged_lines(w: World, journal: Journal) -> None:
+    """(e) No line of devshim's log is one the hostile driver wrote to look like devshim's own."""
+    journal.fault = "the log, read at the end"
+    with w.devshim.log.open(errors="replace") as log:
+        for line in log:
+            if line.startswith(FORGED_STAMP):
+                journal.violate("forged_log_line", line.rstrip()[:300])
 
 
 async def _started(w: World) -> None:

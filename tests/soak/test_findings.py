@@ -78,7 +78,9 @@ async def test_a_driver_that_stops_reading_its_input_is_failed_and_restarted(
         device_plugins_dir=plugin_dir,
         state_dir=state_dir,
         deallocation={"enabled": False},
-        drivers=[{"name": "deaf", "command": [sys.executable, str(DEAF_DRIVER)]}],
+        drivers=[
+            {"name": "deaf", "command": [sys.executable, str(DEAF_DRIVER)], "resources": ["example.com/deaf"]}
+        ],
     )
     async with Shim(settings):
         session = await kubelet.wait_for_plugin("example.com/deaf", timeout=30)
@@ -98,7 +100,13 @@ async def test_an_allocate_in_flight_when_devshim_serves_again_is_still_answered
     socket and registers again, and the call in flight on the old one is answered. It used to be
     cancelled, reaching the kubelet as gRPC's "Cancelling all calls" (4 of 32,518 Allocates in the
     1,000-fault soak): the old server now ends its streams and gives unary calls a grace period."""
-    drivers = [{"name": "holding", "command": [sys.executable, str(DRIVERS / "holding.py")]}]
+    drivers = [
+        {
+            "name": "holding",
+            "command": [sys.executable, str(DRIVERS / "holding.py")],
+            "resources": [holding.RESOURCE],
+        }
+    ]
     with logged("INFO") as logs:
         async with running_shim(plugin_dir, {}, state_dir=state_dir, drivers=drivers):
             session = await kubelet.wait_for_plugin(holding.RESOURCE, timeout=20)

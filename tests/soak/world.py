@@ -27,6 +27,7 @@ from shim.compat.modes import KUBELET_LINE, Kubelet
 from shim.compat.node.node import free_port
 from shim.kubelet import PluginSession
 
+from . import hostile_driver
 from .kubelet import PodResources, RecordingKubelet
 
 ROOT = Path(__file__).resolve().parents[2]  # devshim's checkout: `python -m shim` runs from here
@@ -51,10 +52,23 @@ SERVED = (
     Served("example.com/soak-a", "soak-a", frozenset(f"a-{i}" for i in range(4))),
     Served("example.com/soak-b", "soak-b", frozenset(f"b-{i}" for i in range(4))),
     Served("example.com/soak-static", None, frozenset({"s0", "s1"})),
+    # The hostile driver (hostile_driver.py), attacking when the hostile_attack fault says.
+    Served(hostile_driver.RESOURCE, "soak-hostile", frozenset(hostile_driver.DEVICES)),
 )
+HOSTILE = "soak-hostile"
+# The env names each resource's grants may hold: what its policy declares.
+ALLOWED_ENVS = {
+    s.name: ({"HOSTILE"} if s.driver == HOSTILE else {"SOAK"} if s.driver else set()) for s in SERVED
+}
 
 
-def _driver(served: Served) -> dict[str, Any]:
+def _driver(served: Served, root: Path) -> dict[str, Any]:
+    assert served.driver is not None
+    declared = {"resources": [served.name], "policy": {"envs": sorted(ALLOWED_ENVS[served.name])}}
+    if served.driver == HOSTILE:
+        command = [sys.executable, str(Path(hostile_driver.__file__))]
+        env = {"HOSTILE_ATTACK_FILE": str(root / "hostile-attack")}
+        return {"name": served.driver, "command": command, "env": env, **declared, **_TUNED}
     sim = {
         "resources": [
             {
@@ -67,29 +81,31 @@ def _driver(served: Served) -> dict[str, Any]:
             }
         ]
     }
-    return {
-        "name": served.driver,
-        "command": [sys.executable, "-m", "devshim_adapters.sim", "--config-json", json.dumps(sim)],
-        # Short deadlines so a hung (SIGSTOPped) driver is found by the next call within 0.5 s.
-        "timeouts": {
-            "initialize_s": 5,
-            "list_devices_s": 2,
-            "allocate_s": ALLOCATE_TIMEOUT_S,
-            "deallocate_s": ALLOCATE_TIMEOUT_S,
-            "shutdown_s": 1,
-        },
-        # Tuned, not defaults: the defaults (30 s stable_after_s, 30 s backoff cap) are right for a
-        # node, where a driver crashing again within 30 s is a crash loop; the soak kills drivers
-        # every second or two by design, and the 2 s recovery promise is about devshim's reaction,
-        # not about how patient a crash-loop backoff is.
-        "restart": {
-            "backoff_initial_s": 0.05,
-            "backoff_max_s": 0.4,
-            "stable_after_s": 1.0,
-            "call_wait_s": CALL_WAIT_S,
-            "max_start_failures": 20,
-        },
-    }
+    command = [sys.executable, "-m", "devshim_adapters.sim", "--config-json", json.dumps(sim)]
+    return {"name": served.driver, "command": command, **declared, **_TUNED}
+
+
+_TUNED: dict[str, Any] = {
+    # Short deadlines so a hung (SIGSTOPped) driver is found by the next call within 0.5 s.
+    "timeouts": {
+        "initialize_s": 5,
+        "list_devices_s": 2,
+        "allocate_s": ALLOCATE_TIMEOUT_S,
+        "deallocate_s": ALLOCATE_TIMEOUT_S,
+        "shutdown_s": 1,
+    },
+    # Tuned, not defaults: the defaults (30 s stable_after_s, 30 s backoff cap) are right for a
+    # node, where a driver crashing again within 30 s is a crash loop; the soak kills drivers
+    # every second or two by design, and the 2 s recovery promise is about devshim's reaction,
+    # not about how patient a crash-loop backoff is.
+    "restart": {
+        "backoff_initial_s": 0.05,
+        "backoff_max_s": 0.4,
+        "stable_after_s": 1.0,
+        "call_wait_s": CALL_WAIT_S,
+        "max_start_failures": 20,
+    },
+}
 
 
 def devshim_config(root: Path) -> dict[str, Any]:
@@ -105,7 +121,7 @@ def devshim_config(root: Path) -> dict[str, Any]:
             "poll_interval_s": 0.05,
             "grace_s": 0.3,
         },
-        "drivers": [_driver(s) for s in SERVED if s.driver],
+        "drivers": [_driver(s, root) for s in SERVED if s.driver],
         "resources": [
             {"name": s.name, "static": {"devices": [{"id": d} for d in sorted(s.devices)]}}
             for s in SERVED
