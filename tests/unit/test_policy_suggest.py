@@ -183,3 +183,20 @@ def test_a_path_through_a_world_writable_directory_is_learnt_and_said_in_the_dec
     without = GrantPolicySettings(**{k: v for k, v in declared.items() if k != "allow_world_writable_dirs"})
     with pytest.raises(GrantRefused, match="which anyone may write to"):
         GrantPolicy(RESOURCE, without, WHERE).check(grant)
+
+
+def test_learning_with_an_empty_policy_holds_the_floor_only_and_says_what_the_mount_needs(
+    private: Path,
+) -> None:
+    """compat learning with an entry's empty policy: a writable mount passes (the settings'
+    read_only_mounts is an allowlist's, not the floor's), and the declaration says
+    read_only_mounts: false; a floor rule still refuses."""
+    (private / "state").mkdir()
+    grant = ContainerGrant(mounts=(Mount("/var/state", str(private / "state"), False),))
+    suggestion = Suggestion()
+    learning = GrantPolicy(RESOURCE, GrantPolicySettings(), WHERE).watched(suggestion, declared=False)
+    learning.check(grant)
+    assert suggestion.policy()["read_only_mounts"] is False
+    replayed(suggestion).check(grant)
+    with pytest.raises(GrantRefused, match="env.loader"):
+        learning.check(ContainerGrant(envs={"LD_PRELOAD": "/x.so"}))

@@ -186,7 +186,7 @@ class GrantPolicy:
                 check(value)
             except _Refusal as refusal:
                 raise self._refused(field, value, kind, refusal) from None
-        if self.settings.read_only_mounts and not mount.read_only:
+        if self.settings.read_only_mounts and not mount.read_only and self.declared:
             read_only = _Refusal(f"mounts must be read-only ({self.where}.read_only_mounts)")
             raise self._refused(f"{where}.read_only", "false", "mounts.read_only", read_only)
         return _HostPath(f"{where}.host_path", mount.host_path, "mounts")
