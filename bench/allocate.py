@@ -31,7 +31,7 @@ from bench.common import (
     interleaved,
     ratio,
     running,
-    sim_command,
+    sim_driver,
     start_devshim,
     stats_ms,
     workdir,
@@ -92,7 +92,7 @@ class Setup:
 async def serving(work: Path) -> AsyncIterator[Setup]:
     """devshim serving the three sim resources to a fake kubelet, and an echo of its replies."""
     plugin_dir = work / "dp"
-    config = write_config(work / "devshim.yaml", {"sim": sim_command(work, sim_resources())})
+    config = write_config(work / "devshim.yaml", {"sim": sim_driver(work, sim_resources())})
     async with (
         FakeKubelet(plugin_dir) as kubelet,
         running(await start_devshim(plugin_dir, config=config)) as devshim,

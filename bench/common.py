@@ -95,13 +95,12 @@ def workdir() -> Any:
 
 
 def write_config(
-    path: Path, drivers: dict[str, list[str]], restart: dict[str, Any] | None = None, **settings: Any
+    path: Path, drivers: dict[str, dict[str, Any]], restart: dict[str, Any] | None = None, **settings: Any
 ) -> Path:
-    """A devshim settings file running ``drivers`` (name -> command, each with the ``restart``
-    policy if given), with more settings."""
-    entries = [
-        {"name": n, "command": c, **({"restart": restart} if restart else {})} for n, c in drivers.items()
-    ]
+    """A devshim settings file running ``drivers`` (name -> its entry: command, resources and
+    policy, as sim_driver and bench_driver make them; each with the ``restart`` policy if given),
+    with more settings."""
+    entries = [{"name": n, **d, **({"restart": restart} if restart else {})} for n, d in drivers.items()]
     path.write_text(yaml.safe_dump({"drivers": entries, **settings}))
     return path
 
@@ -113,10 +112,36 @@ def sim_command(workdir: Path, resources: list[dict[str, Any]]) -> list[str]:
     return [sys.executable, "-m", "devshim_adapters.sim", "--config", str(sim)]
 
 
+def declared_by(grants: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """The grant policy allowing exactly what these sim-style grant templates hold."""
+    policy = {
+        "envs": sorted({name for g in grants for name in g.get("envs", {})}),
+        "device_nodes": sorted({n["host_path"] for g in grants for n in g.get("device_nodes", [])}),
+        "mounts": sorted({m["host_path"] for g in grants for m in g.get("mounts", [])}),
+        "cdi_kinds": sorted({name.partition("=")[0] for g in grants for name in g.get("cdi_devices", [])}),
+    }
+    return {key: value for key, value in policy.items() if value}
+
+
+def sim_driver(workdir: Path, resources: list[dict[str, Any]]) -> dict[str, Any]:
+    """The sim's drivers[] entry: its command, the resources it serves and what they grant."""
+    grants = [r["grant"] for r in resources if "grant" in r]
+    return {
+        "command": sim_command(workdir, resources),
+        "resources": [r["name"] for r in resources],
+        "policy": declared_by(grants),
+    }
+
+
 def bench_driver_command(stamps: Path, resources: dict[str, int]) -> list[str]:
     """bench/driver.py: GPU-like devices, a health flip on SIGUSR1 (stamped in ``stamps``)."""
     args = [f"--resource={name}={count}" for name, count in resources.items()]
     return [sys.executable, "-m", "bench.driver", f"--stamps={stamps}", *args]
+
+
+def bench_driver(stamps: Path, resources: dict[str, int]) -> dict[str, Any]:
+    """bench/driver.py's drivers[] entry (its grants are empty: no policy needed)."""
+    return {"command": bench_driver_command(stamps, resources), "resources": list(resources)}
 
 
 def cpu_ticks(pid: int) -> int:

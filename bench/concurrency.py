@@ -13,7 +13,7 @@ import statistics
 import time
 from collections.abc import Awaitable
 
-from bench.common import Result, percentile, running, sim_command, start_devshim, workdir, write_config
+from bench.common import Result, percentile, running, sim_driver, start_devshim, workdir, write_config
 from shim.kubelet import FakeKubelet, PluginSession
 
 RESOURCE = "example.com/sim-call"
@@ -44,8 +44,8 @@ async def batch(session: PluginSession, concurrent: bool) -> tuple[float, list[f
 async def concurrency(quick: bool) -> Result:
     rounds = 5 if quick else 30
     with workdir() as work:
-        command = sim_command(work, [{"name": RESOURCE, "count": CALLS, "id_prefix": "dev", "grant": GRANT}])
-        config = write_config(work / "devshim.yaml", {"sim": command})
+        sim = sim_driver(work, [{"name": RESOURCE, "count": CALLS, "id_prefix": "dev", "grant": GRANT}])
+        config = write_config(work / "devshim.yaml", {"sim": sim})
         async with (
             FakeKubelet(work / "dp") as kubelet,
             running(await start_devshim(work / "dp", config=config)),

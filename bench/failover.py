@@ -21,7 +21,7 @@ from bench.common import (
     children,
     number,
     running,
-    sim_command,
+    sim_driver,
     start_devshim,
     stats_ms,
     workdir,
@@ -56,10 +56,10 @@ async def start_up(command: list[str]) -> float:
 async def failover(quick: bool) -> Result:
     rounds = 6 if quick else 30
     with workdir() as work:
-        command = sim_command(work, [{"name": RESOURCE, "count": 4, "id_prefix": "d"}])
+        sim = sim_driver(work, [{"name": RESOURCE, "count": 4, "id_prefix": "d"}])
         # A driver up for 50 ms counts as stable, so each crash below is restarted at once: the
         # figures are devshim's reaction, not the crash-loop backoff.
-        config = write_config(work / "devshim.yaml", {"sim": command}, restart={"stable_after_s": 0.05})
+        config = write_config(work / "devshim.yaml", {"sim": sim}, restart={"stable_after_s": 0.05})
         to_unhealthy, to_healthy, startup = [], [], []
         async with (
             FakeKubelet(work / "dp") as kubelet,
@@ -68,7 +68,7 @@ async def failover(quick: bool) -> Result:
             session = await kubelet.wait_for_plugin(RESOURCE, timeout=60)
             for _ in range(rounds):
                 await session.wait_for_list(lambda ds: len(ds) == 4 and all(d.healthy for d in ds))
-                startup.append(await start_up(command))
+                startup.append(await start_up(sim["command"]))
                 await asyncio.sleep(0.1)  # up for a moment: a crash, not a crash loop
                 (pid,) = children(devshim.pid)
                 crashed = time.perf_counter()

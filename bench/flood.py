@@ -79,6 +79,7 @@ def config(work: Path, control: Path, id_prefix: str) -> Path:
             "command": sim_command(
                 work, [{"name": SIM, "count": 8, "id_prefix": "dev", "grant_mode": "per_call"}]
             ),
+            "resources": [SIM],
         },
         {
             "name": "hostile",
@@ -90,6 +91,8 @@ def config(work: Path, control: Path, id_prefix: str) -> Path:
                 "HOSTILE_ID_PREFIX": id_prefix,
             },
             "restart": {"stable_after_s": 0.5},
+            "resources": [HOSTILE],
+            "policy": {"envs": ["HOSTILE"]},
         },
     ]
     path = work / "devshim.yaml"

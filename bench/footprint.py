@@ -28,11 +28,11 @@ from pathlib import Path
 from bench.common import (
     ROOT,
     Result,
-    bench_driver_command,
+    bench_driver,
     children,
     compile_bytecode,
     running,
-    sim_command,
+    sim_driver,
     start_devshim,
     workdir,
     write_config,
@@ -120,8 +120,8 @@ async def _idle(
 
 
 def _sim(work: Path) -> Path:
-    command = sim_command(work, [{"name": RESOURCE, "count": 8}])
-    return write_config(work / "sim-devshim.yaml", {"sim": command})
+    sim = sim_driver(work, [{"name": RESOURCE, "count": 8}])
+    return write_config(work / "sim-devshim.yaml", {"sim": sim})
 
 
 async def footprint(quick: bool) -> Result:
@@ -129,7 +129,7 @@ async def footprint(quick: bool) -> Result:
         static, _ = await _idle(work, "static", None, (f"{RESOURCE}=8",))
         many, _ = await _idle(work, "many", None, (f"{RESOURCE}={MANY_DEVICES}",))
         _, sim = await _idle(work, "sim", _sim(work), ())
-        plain = write_config(work / "sdk.yaml", {"sdk": bench_driver_command(work / "stamps", {RESOURCE: 8})})
+        plain = write_config(work / "sdk.yaml", {"sdk": bench_driver(work / "stamps", {RESOURCE: 8})})
         _, driver = await _idle(work, "sdk", plain, ())
     floor, driver_floor = _python_rss_mb(DEVSHIM_FLOOR), _python_rss_mb(DRIVER_FLOOR)
     sdk_floor, sim_floor = _python_rss_mb(SDK_FLOOR), _python_rss_mb(SIM_FLOOR)

@@ -33,9 +33,10 @@ from bench.common import (
     BENCH_DIR,
     ROOT,
     Result,
+    declared_by,
     ratio,
     running,
-    sim_command,
+    sim_driver,
     start_devshim,
     stats_ms,
     workdir,
@@ -104,7 +105,10 @@ def _devshim_config(work: Path, goplug: Path) -> Path:
     legacy += ["--plugin-env", f"DP_DIR={private}", "--", str(goplug)]
     sim = {"name": SIM, "grant_mode": "per_call", "count": 3, "id_prefix": "g", "grant": GRANT}
     static = {"name": STATIC, "static": {"count": 3, "id_prefix": "g", "grant": GRANT}}
-    drivers = {"sim": sim_command(work, [sim]), "legacy": legacy}
+    drivers = {
+        "sim": sim_driver(work, [sim]),
+        "legacy": {"command": legacy, "resources": [NATIVE], "policy": declared_by([GRANT])},
+    }
     return write_config(work / "devshim.yaml", drivers, resources=[static])
 
 

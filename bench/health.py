@@ -26,7 +26,7 @@ from typing import Any
 from bench.common import (
     ROOT,
     Result,
-    bench_driver_command,
+    bench_driver,
     children,
     number,
     ratio,
@@ -115,7 +115,7 @@ async def health_change(quick: bool) -> Result:
     rounds = 20 if quick else 150
     with workdir() as work, arrivals() as times:
         stamps = work / "stamps"
-        driver = bench_driver_command(stamps, {RESOURCE: DEVICES})
+        driver = bench_driver(stamps, {RESOURCE: DEVICES})
         config = write_config(work / "devshim.yaml", {"bench": driver})
         async with (
             FakeKubelet(work / "dp") as kubelet,

@@ -16,7 +16,7 @@ import urllib.request
 
 from bench.common import (
     Result,
-    bench_driver_command,
+    bench_driver,
     devshim_log,
     free_port,
     running,
@@ -84,7 +84,7 @@ async def ended(session: PluginSession, timeout: float) -> float | None:
 async def list_size(quick: bool) -> Result:
     fit, size = devices_that_fit()
     with workdir() as work:
-        driver = bench_driver_command(work / "stamps", {FIT: fit, OVER: fit + 1})
+        driver = bench_driver(work / "stamps", {FIT: fit, OVER: fit + 1})
         config = write_config(work / "devshim.yaml", {"bench": driver})
         port = free_port()
         devshim = await start_devshim(work / "dp", config=config, http_port=port)

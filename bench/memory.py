@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bench.common import (
     Result,
-    bench_driver_command,
+    bench_driver,
     children,
     running,
     start_devshim,
@@ -37,7 +37,7 @@ async def measure(work: Path, total: int) -> tuple[float, float]:
     """RSS in MB of devshim and of its driver, serving ``total`` devices over RESOURCES."""
     counts = {r: total // 3 + (i < total % 3) for i, r in enumerate(RESOURCES)}
     plugin_dir = work / f"dp{total}"
-    config = write_config(work / f"devshim{total}.yaml", {"bench": bench_driver_command(work / "s", counts)})
+    config = write_config(work / f"devshim{total}.yaml", {"bench": bench_driver(work / "s", counts)})
     async with (
         FakeKubelet(plugin_dir) as kubelet,
         running(await start_devshim(plugin_dir, config=config)) as devshim,

@@ -22,7 +22,14 @@ async def test_declared_but_unimplemented_methods_do_not_fail_admission(
     settings = Settings.load(
         device_plugins_dir=plugin_dir,
         state_dir=state_dir,
-        drivers=[{"name": "over", "command": [sys.executable, str(DRIVER)]}],
+        drivers=[
+            {
+                "name": "over",
+                "command": [sys.executable, str(DRIVER)],
+                "resources": ["example.com/over"],
+                "policy": {"envs": ["OVER"]},
+            }
+        ],
     )
     async with Shim(settings):
         session = await kubelet.wait_for_plugin("example.com/over", timeout=20)

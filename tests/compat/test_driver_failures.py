@@ -109,6 +109,8 @@ def settings_for(
                 "name": "flaky",
                 "command": [sys.executable, str(program)],
                 "env": env,
+                "resources": [FLAKY],
+                "policy": {"envs": ["FLAKY"]},
                 "timeouts": timeouts or {},
                 "restart": {"backoff_initial_s": 0.05, **(restart or {})},
             }
@@ -599,6 +601,7 @@ async def test_failed_starts_are_counted_and_explained_while_devshim_still_retri
         state_dir=state_dir,
         drivers=[{
             "name": "absent", "command": [str(state_dir / "no-such-driver")],
+            "resources": ["example.com/absent"],
             "restart": {"max_start_failures": 1000, "backoff_initial_s": 0.01, "backoff_max_s": 0.05},
         }],
     )  # fmt: skip

@@ -30,6 +30,7 @@ def _config(tmp_path: Path, plugin_dir: Path, state_dir: Path, run_file: Path, c
         "command": [sys.executable, str(DRIVERS / "flaky.py")],
         "env": {"RUN_FILE": str(run_file), "FLAKY_MISBEHAVE": "exit_on_signal", "FLAKY_BAD_RUNS": "all",
                 "FLAKY_CHILD": child},
+        "resources": ["example.com/flaky"],
         "restart": {"backoff_initial_s": 0.05, "backoff_max_s": 0.2, "max_start_failures": 100},
     }  # fmt: skip
     config = tmp_path / "devshim.json"

@@ -35,7 +35,13 @@ WAIT_S = 20.0
 
 
 def driver(python: str | None = None, **settings: Any) -> dict[str, Any]:
-    return {"name": "hardened", "command": [python or sys.executable, str(HARDENED)], **settings}
+    return {
+        "name": "hardened",
+        "command": [python or sys.executable, str(HARDENED)],
+        "resources": [WHO],
+        "policy": {"envs": ["WHO"]},
+        **settings,
+    }
 
 
 @asynccontextmanager

@@ -14,6 +14,8 @@ import pytest
 from tests.support.legacy import legacy_pid, served
 
 RESOURCE = "example.com/goplug"
+# What the Go plugin's Allocate grants: an env, /dev/null as /dev/goplug/<id>, a CDI device.
+POLICY = {"envs": ["GOPLUG_DEVICES"], "device_nodes": ["/dev/null"], "cdi_kinds": ["example.com/goplug"]}
 
 
 @pytest.mark.parametrize(
@@ -28,7 +30,10 @@ async def test_the_go_plugin_behind_devshim_end_to_end(
     command = [str(goplug), "-dir", str(private_dir), "-preferred", "-prestart"]
     if register_first:
         command.append("-register-before-serve")
-    async with served(plugin_dir, state_dir, private_dir, command, {}, resource=RESOURCE) as (session, shim):
+    async with served(plugin_dir, state_dir, private_dir, command, {}, resource=RESOURCE, policy=POLICY) as (
+        session,
+        shim,
+    ):
         assert [(d.id, d.numa_nodes) for d in session.latest] == [("g0", (0,)), ("g1", (1,)), ("g2", (0,))]
         assert session.options.pre_start_required and session.options.get_preferred_allocation_available
         assert await session.preferred_allocation(["g0", "g1", "g2"], ["g2"], 2) == ["g2", "g0"]

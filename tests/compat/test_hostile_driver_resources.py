@@ -37,14 +37,25 @@ MARKS = [f"example.com/mark-{n}" for n in range(4)]
 WAIT_S = 20.0
 
 
-def claiming(name: str, declared: list[str], steps: Sequence[list[str]] = (), **extra: Any) -> dict[str, Any]:
-    """Settings of a claiming.py driver named ``name`` with device IDs ``<name>-0``, ``<name>-1``."""
+def claiming(
+    name: str, declared: list[str], steps: Sequence[list[str]] = (), *, resources: list[str], **extra: Any
+) -> dict[str, Any]:
+    """Settings of a claiming.py driver named ``name`` with device IDs ``<name>-0``, ``<name>-1``,
+    that may serve ``resources`` (whatever it declares) and grant its env CLAIMED."""
     env = {
         "CLAIM_RESOURCES": json.dumps(declared),
         "CLAIM_STEPS": json.dumps(list(steps)),
         "CLAIM_PREFIX": f"{name}-",
     }
-    return {"name": name, "command": [sys.executable, str(CLAIMING)], "env": env, **extra}
+    command = [sys.executable, str(CLAIMING)]
+    return {
+        "name": name,
+        "command": command,
+        "env": env,
+        "resources": resources,
+        "policy": {"envs": ["CLAIMED"]},
+        **extra,
+    }
 
 
 @asynccontextmanager
@@ -109,9 +120,9 @@ async def test_a_driver_can_neither_take_over_nor_remove_another_sources_resourc
         "driver": (SHARED, ["owner-0", "owner-1"], {"CLAIMED": "owner-0"}, "driver 'owner'"),
     }[victim]
     steps = [[THIEF, target, MARKS[1]], [THIEF, MARKS[2]], [THIEF, target, MARKS[3]]]
-    drivers = [claiming("thief", [THIEF], steps)]
+    drivers = [claiming("thief", [THIEF], steps, resources=[THIEF, *MARKS[1:]])]
     if victim == "driver":
-        drivers.insert(0, claiming("owner", [SHARED]))
+        drivers.insert(0, claiming("owner", [SHARED], resources=[SHARED]))
     before = refused("thief", target)
     async with devshim(plugin_dir, state_dir, drivers) as (kubelet, shim):
         session = await kubelet.wait_for_plugin(target, timeout=WAIT_S)
@@ -143,11 +154,15 @@ async def test_a_resource_a_driver_served_before_the_config_made_it_static_is_no
 ) -> None:
     """The driver's saved inventory names a resource that is static now: devshim does not serve
     it for the driver again, so the driver's next set (without it) removes nothing."""
-    async with devshim(plugin_dir, state_dir, [claiming("thief", [SHARED])]) as (kubelet, shim):
+    async with devshim(plugin_dir, state_dir, [claiming("thief", [SHARED], resources=[SHARED])]) as (
+        kubelet,
+        shim,
+    ):
         await ids_listed(await kubelet.wait_for_plugin(SHARED, timeout=WAIT_S), ["thief-0", "thief-1"])
 
     before = refused("thief", SHARED)
-    async with devshim(plugin_dir, state_dir, [claiming("thief", [THIEF])], static=SHARED) as (kubelet, shim):
+    thief = claiming("thief", [THIEF], resources=[THIEF])  # the config no longer gives it SHARED
+    async with devshim(plugin_dir, state_dir, [thief], static=SHARED) as (kubelet, shim):
         session = await kubelet.wait_for_plugin(SHARED, timeout=WAIT_S)
         await kubelet.wait_for_plugin(THIEF, timeout=WAIT_S)
         assert refused("thief", SHARED) == before + 1
@@ -166,7 +181,7 @@ async def test_a_driver_given_a_resources_list_serves_only_those_and_they_are_re
     other = "example.com/unlisted"
     listed = claiming("listed", [SHARED, other], [[SHARED, other, MARKS[1]]], resources=[SHARED, MARKS[1]])
     # The thief declares the listed driver's marker before the listed driver does.
-    drivers = [listed, claiming("thief", [MARKS[1], THIEF])]
+    drivers = [listed, claiming("thief", [MARKS[1], THIEF], resources=[THIEF])]
     before_other, before_thief = refused("listed", "other"), refused("thief", MARKS[1])
     async with devshim(plugin_dir, state_dir, drivers) as (kubelet, shim):
         await kubelet.wait_for_plugin(SHARED, timeout=WAIT_S)
@@ -204,7 +219,9 @@ async def test_invalid_resource_names_from_a_driver_are_refused_and_its_valid_on
     """Invalid names, at initialize and in resources_changed, are refused one by one with a
     warning naming the driver and the name: no socket, no Register, no state file, no handover
     glob; the message's valid names still apply, and dropping names later works."""
-    drivers = [claiming("namer", [*BAD_NAMES, GOOD], [[*BAD_NAMES, GOOD, GOOD2], [GOOD]])]
+    drivers = [
+        claiming("namer", [*BAD_NAMES, GOOD], [[*BAD_NAMES, GOOD, GOOD2], [GOOD]], resources=[GOOD, GOOD2])
+    ]
     before = refused("namer", "invalid")
     async with devshim(plugin_dir, state_dir, drivers) as (kubelet, shim):
         static = await kubelet.wait_for_plugin(STATIC, timeout=WAIT_S)

@@ -15,7 +15,7 @@ from pathlib import Path
 from shim.bootstrap import Shim
 from shim.kubelet import FakeKubelet
 from shim.settings import Settings
-from tests.support.legacy import PYTHON_PLUGIN, RESOURCE, legacy_pid, plugin_env, served
+from tests.support.legacy import PYTHON_PLUGIN, RESOURCE, legacy_driver, legacy_pid, plugin_env, served
 
 
 async def test_the_subprocess_form_serves_the_legacy_plugin_end_to_end(
@@ -63,7 +63,7 @@ async def test_the_sidecar_form_serves_a_plugin_started_elsewhere(
     serves, a bug older kubelets tolerated."""
     argv = [sys.executable, "-m", "devshim_adapters.legacy", "--kubelet-dir", str(private_dir)]
     settings = Settings.load(
-        device_plugins_dir=plugin_dir, state_dir=state_dir, drivers=[{"name": "legacy", "command": argv}]
+        device_plugins_dir=plugin_dir, state_dir=state_dir, drivers=[legacy_driver(argv)]
     )
     env = {**plugin_env(private_dir, stubs), "PY_REGISTER_FIRST": "1"}
     shim = Shim(settings)

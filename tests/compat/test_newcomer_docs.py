@@ -33,10 +33,20 @@ DOCUMENTED = [
 
 
 def test_the_docs_show_how_to_give_a_driver_its_environment() -> None:
-    """A `--driver` started from the command line has an empty environment unless given one: both
-    the README and the configuration reference show how (and the test below runs it)."""
-    for doc in ("README.md", "docs/configuration.md"):
-        assert any("--driver-env" in command for d, command in DOCUMENTED if d == doc), doc
+    """A `--driver` started from the command line has an empty environment unless given one: the
+    configuration reference shows how in a command (which the test below runs), and the README,
+    whose quick start keeps to what a driver serves and grants, says it next to that command."""
+    assert any("--driver-env" in command for d, command in DOCUMENTED if d == "docs/configuration.md")
+    assert re.search(r"`--driver-env \w+=\w+`", (ROOT / "README.md").read_text())
+
+
+def test_the_documented_driver_commands_declare_what_the_driver_serves_and_grants() -> None:
+    """A `--driver` without `--driver-resource` is refused at start: every documented one has it,
+    and, since grants are denied unless declared, says what its grants may hold."""
+    drivers = [(doc, command) for doc, command in DOCUMENTED if "--driver " in command]
+    assert {doc for doc, _ in drivers} == {"README.md", "docs/configuration.md"}
+    for doc, command in drivers:
+        assert "--driver-resource " in command and "--driver-allow " in command, (doc, command)
 
 
 @pytest.mark.parametrize(

@@ -96,7 +96,14 @@ def test_flags_take_no_value_and_values_have_names() -> None:
     }
     assert options["--json"][1] == "Print"
     assert options["--help"][1] == "Show"
-    named = {"--log-level": "LEVEL", "--log-format": "FORMAT", "--address": "HOST:PORT", "--state-dir": "DIR"}
+    named = {
+        "--log-level": "LEVEL",
+        "--log-format": "FORMAT",
+        "--address": "HOST:PORT",
+        "--state-dir": "DIR",
+        "--driver-resource": "NAME=RESOURCE",
+        "--driver-allow": "NAME=SETTING:VALUE",
+    }
     for option, metavar in named.items():
         assert options[option][1] == metavar, options[option]
     assert options["-c"][1:3] == ["--config", "FILE"]

@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "adapters" / "examples" / "node" / "driver.js"
 NODE = shutil.which("node")
 RESOURCE = "example.com/node"
+# What its Allocate grants: an env, /dev/null as /dev/node/<id>, and a CDI device of its resource.
+POLICY = {"envs": ["EXAMPLE_NODE_DEVICES"], "device_nodes": ["/dev/null"], "cdi_kinds": [RESOURCE]}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -32,7 +34,15 @@ def node_settings(plugin_dir: Path, state_dir: Path, **env: str) -> Settings:
         device_plugins_dir=plugin_dir,
         state_dir=state_dir,
         register_backoff_max_s=0.5,
-        drivers=[{"name": "node-example", "command": [NODE, str(DRIVER)], "env": env}],
+        drivers=[
+            {
+                "name": "node-example",
+                "command": [NODE, str(DRIVER)],
+                "env": env,
+                "resources": [RESOURCE],
+                "policy": POLICY,
+            }
+        ],
     )
 
 

@@ -85,9 +85,10 @@ def _share(node: Node) -> str:
     return str(node.folder / "share")
 
 
-def _share_policy(node: Node) -> dict[str, Any]:
+def _share_policy(node: Node, **allowed: list[str]) -> dict[str, Any]:
+    """A policy allowing the share's read-only mount and ``allowed`` (envs, device_nodes, ...)."""
     # The share lies in the node's temp folder, below /tmp, which anyone may write to.
-    return {"mount_path_prefixes": [_share(node)], "allow_world_writable_dirs": True}
+    return {"mounts": [_share(node)], "allow_world_writable_dirs": True, **allowed}
 
 
 def _sim(
@@ -110,7 +111,8 @@ def _sim(
     driver: dict[str, Any] = {
         "name": "sim",
         "command": [*wrapper, PYTHON, "-m", "devshim_adapters.sim", "--config", str(config)],
-        "policy": _share_policy(node),
+        "resources": [GPU],
+        "policy": _share_policy(node, envs=["SIM_DEVICES"], device_nodes=["/dev/zero"]),
     }
     if restart:
         driver["restart"] = restart
@@ -218,7 +220,7 @@ def test_a_pod_sees_the_static_resources_grant(node: Node) -> None:
             "device_nodes": [{"container_path": "/dev/granted", "host_path": "/dev/zero"}],
             "mounts": [{"container_path": "/granted", "host_path": _share(node), "read_only": True}],
         }},
-        "policy": _share_policy(node),
+        "policy": _share_policy(node, envs=["STATIC_IDS"], device_nodes=["/dev/zero"]),
     }]}  # fmt: skip
     with Devshim(node, settings) as devshim:
         devshim.registered(STATIC)
@@ -238,7 +240,8 @@ def test_a_pod_sees_the_devfs_node(node: Node) -> None:
     driver = {
         "name": "devfs",
         "command": [PYTHON, "-m", "devshim_adapters.devfs", "--config", str(config)],
-        "policy": _share_policy(node),
+        "resources": [FULL],
+        "policy": _share_policy(node, device_nodes=["/dev/full"]),
     }
     with Devshim(node, {"drivers": [driver]}) as devshim:
         devshim.registered(FULL)
@@ -254,7 +257,10 @@ def test_a_pod_sees_the_legacy_plugins_grant(node: Node, goplug: Path) -> None:
     with short_temp_dir("ds-priv-") as private:
         adapter = [PYTHON, "-m", "devshim_adapters.legacy", "--kubelet-dir", str(private)]
         adapter += ["--", str(goplug), "-dir", str(private), "-prestart"]
-        with Devshim(node, {"drivers": [{"name": "legacy", "command": adapter}]}) as devshim:
+        # What the Go plugin grants: an env, /dev/null per device, and a CDI device of its own.
+        allowed = {"envs": ["GOPLUG_DEVICES"], "device_nodes": ["/dev/null"], "cdi_kinds": [GOPLUG]}
+        driver = {"name": "legacy", "command": adapter, "resources": [GOPLUG], "policy": allowed}
+        with Devshim(node, {"drivers": [driver]}) as devshim:
             devshim.registered(GOPLUG)
             wait_until(lambda: allocatable_ids(node, GOPLUG) == {"g0", "g1", "g2"}, "the kubelet lists g0-g2")
             script = reporting(

@@ -77,8 +77,14 @@ def _devshim_settings(cluster: ConnectedNode) -> dict[str, Any]:
             "device_nodes": [{"container_path": "/dev/simgpu", "host_path": "/dev/zero"}],
         },
     }]}))  # fmt: skip
+    driver = {
+        "name": "sim",
+        "command": [sys.executable, *PYTHON_SIM, "--config", str(config)],
+        "resources": [GPU],
+        "policy": {"envs": ["SIM_DEVICES"], "device_nodes": ["/dev/zero"]},  # what its grant holds
+    }
     return {
-        "drivers": [{"name": "sim", "command": [sys.executable, *PYTHON_SIM, "--config", str(config)]}],
+        "drivers": [driver],
         "dra": {
             "plugins_dir": str(node.plugins_dir),
             "cdi_dir": str(node.cdi_dir),

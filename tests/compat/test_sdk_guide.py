@@ -57,14 +57,15 @@ async def served(
     *resources: str,
     name: str,
     env: dict[str, str] | None = None,
+    **declared: Any,
 ) -> AsyncIterator[tuple[Shim, list[PluginSession]]]:
-    """devshim running ``example`` as driver ``name`` with ``env`` (its whole environment), and the
-    fake kubelet's session of each of ``resources`` once its first list arrived."""
+    """devshim running ``example`` as driver ``name`` with ``env`` (its whole environment), serving
+    ``resources`` and granting what ``declared`` (policy, resource_policies) allows, and the fake
+    kubelet's session of each of ``resources`` once its first list arrived."""
+    command = [sys.executable, str(EXAMPLES / example)]
+    driver = {"name": name, "command": command, "env": env or {}, "resources": list(resources), **declared}
     settings = Settings.load(
-        device_plugins_dir=plugin_dir,
-        state_dir=state_dir,
-        register_backoff_max_s=0.5,
-        drivers=[{"name": name, "command": [sys.executable, str(EXAMPLES / example)], "env": env or {}}],
+        device_plugins_dir=plugin_dir, state_dir=state_dir, register_backoff_max_s=0.5, drivers=[driver]
     )
     async with FakeKubelet(plugin_dir) as kubelet, Shim(settings) as shim:
         sessions = [await kubelet.wait_for_plugin(r, timeout=20) for r in resources]
@@ -97,10 +98,12 @@ def test_the_figures_the_guide_gives_are_devshims_own() -> None:
 
 
 def test_the_drivers_entry_the_guide_shows_is_a_valid_config(plugin_dir: Path) -> None:
-    """The guide's YAML is a drivers[] entry devshim's settings accept as written."""
+    """The guide's YAML is a drivers[] entry devshim's settings accept as written: it lists the
+    resource guide_notifications.py serves (a driver never chooses its own)."""
     settings = Settings.load(device_plugins_dir=plugin_dir, **yaml.safe_load(block("yaml")))
     (driver,) = settings.drivers
     assert driver.env == {"SLOTS_DIR": "/run/slots"}
+    assert driver.resources == ["example.com/slot"]
 
 
 def test_trying_the_smallest_driver_by_hand_with_files(tmp_path: Path) -> None:
@@ -142,7 +145,11 @@ def test_the_warning_the_guide_shows_is_the_one_the_sdk_writes() -> None:
 async def test_the_smallest_driver_serves_its_fans_to_the_kubelet(plugin_dir: Path, state_dir: Path) -> None:
     """python_minimal.py behind devshim: four healthy fans, and a pod's grant names its fans."""
     minimal = "python_minimal.py"
-    async with served(plugin_dir, state_dir, minimal, "example.com/fan", name="fans") as (_, [fans]):
+    policy = {"envs": ["FANS"]}
+    async with served(plugin_dir, state_dir, minimal, "example.com/fan", name="fans", policy=policy) as (
+        _,
+        [fans],
+    ):
         assert health(fans.latest) == dict.fromkeys(["fan0", "fan1", "fan2", "fan3"], "Healthy")
         ids, grant = await fans.admit(2)
     assert grant.envs == {"FANS": ",".join(ids)}
@@ -205,8 +212,19 @@ async def test_declared_grants_need_no_call_and_per_call_grants_one_each(
 ) -> None:
     """guide_grants.py: disks are allocated from their declared grants, merged, without asking the
     driver; virtual functions ask it once per Allocate, and each container gets its own VLAN."""
+    # Each resource's grants declared on their own: a disk's env and CDI device, a VF's two envs.
+    policies = {
+        "example.com/disk": {"envs": ["DISKS"], "cdi_kinds": ["example.com/disk"]},
+        "example.com/vf": {"envs": ["VFS", "VLAN"]},
+    }
     async with served(
-        plugin_dir, state_dir, "guide_grants.py", "example.com/disk", "example.com/vf", name="storage"
+        plugin_dir,
+        state_dir,
+        "guide_grants.py",
+        "example.com/disk",
+        "example.com/vf",
+        name="storage",
+        resource_policies=policies,
     ) as (shim, [disks, vfs]):
         disk_grant = await disks.allocate(["disk1", "disk0"])
         assert "allocate" not in shim.drivers[0].calls
@@ -235,7 +253,10 @@ async def test_preferred_allocation_keeps_a_containers_devices_on_one_numa_node(
     """guide_numa.py: GetPreferredAllocation answers each row of the guide's table, and the kubelet
     then admits a pod of three to node 1 and a pod of two to node 0."""
     everything = ["acc0", "acc1", "acc2", "acc3", "acc4"]
-    async with served(plugin_dir, state_dir, "guide_numa.py", "example.com/acc", name="acc") as (_, [accs]):
+    policy = {"envs": ["ACCELERATORS"]}
+    async with served(
+        plugin_dir, state_dir, "guide_numa.py", "example.com/acc", name="acc", policy=policy
+    ) as (_, [accs]):
         assert [d.numa_nodes for d in accs.latest] == [(0,), (0,), (1,), (1,), (1,)]
         for size, must_include, preferred in preference_table():
             assert await accs.preferred_allocation(everything, must_include, size) == preferred

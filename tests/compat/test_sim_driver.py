@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +21,13 @@ from tests.support.waiting import until
 
 GPU = "example.com/tgpu"
 NIC = "example.com/tnic"
+EXTRA = "example.com/textra"  # added at run time
 GRANT = {
     "envs": {"T": "{ids}"},
     "device_nodes": [{"container_path": "/dev/t-{id}", "host_path": "/dev/null"}],
 }
+# What GRANT holds, declared for the driver.
+POLICY = {"envs": ["T"], "device_nodes": ["/dev/null"]}
 
 
 @dataclass
@@ -44,9 +47,13 @@ async def start(
     state_dir: Path,
     resources: list[dict[str, Any]],
     registration: str = "classic",
+    *,
+    added: Sequence[str] = (),
+    policy: dict[str, Any] | None = None,
     **timeouts: float,
 ) -> AsyncIterator[Running]:
-    """The sim serving `resources` behind devshim, registered by `registration` with a fake kubelet;
+    """The sim serving `resources` behind devshim, registered by `registration` with a fake kubelet,
+    and allowed to serve those it may add at run time (`added`) and to grant what `policy` allows;
     `Running.command` writes its control file."""
     control = plugin_dir.parent / f"{plugin_dir.name}-control"
     control.touch()
@@ -63,6 +70,8 @@ async def start(
             {
                 "name": "sim",
                 "command": [sys.executable, "-m", "devshim_adapters.sim", "--config", str(config)],
+                "resources": [*(r["name"] for r in resources), *added],
+                "policy": policy or {},
                 "timeouts": timeouts,
             }
         ],
@@ -102,7 +111,7 @@ TWO_RESOURCES = [
 
 @pytest.fixture
 async def sim(plugin_dir: Path, state_dir: Path) -> AsyncIterator[Running]:
-    async with start(plugin_dir, state_dir, TWO_RESOURCES) as running:
+    async with start(plugin_dir, state_dir, TWO_RESOURCES, added=[EXTRA], policy=POLICY) as running:
         yield running
 
 
@@ -177,12 +186,12 @@ async def test_a_resource_added_and_removed_at_run_time(sim: Running, plugin_dir
     """resources_changed adding a resource makes devshim list, serve and register it; removing
     it stops serving and removes its socket."""
     await session(sim, GPU)
-    sim.command("add example.com/textra 3")
-    extra = await session(sim, "example.com/textra")
+    sim.command(f"add {EXTRA} 3")
+    extra = await session(sim, EXTRA)
     assert [d.id for d in extra.latest] == ["textra-0", "textra-1", "textra-2"]
     socket = plugin_dir / extra.endpoint
     assert socket.exists()
-    sim.command("remove example.com/textra")
+    sim.command(f"remove {EXTRA}")
     async with asyncio.timeout(10):
         await extra.stream_ended.wait()
     # The stream ends before the socket is removed: wait for that too, however busy the machine.

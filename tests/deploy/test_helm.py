@@ -428,6 +428,9 @@ def test_sim_driver_values_serve_four_simulated_devices(tmp_path: Path, no_devsh
     settings, folder, mount = loaded_settings(render_file("sim-driver-values.yaml"), tmp_path)
     (driver,) = settings.drivers
     assert driver.command == values["drivers"][0]["command"]
+    # What it may serve and grant reaches the config as the values declare it.
+    assert driver.resources == values["drivers"][0]["resources"]
+    assert driver.policy.model_dump(exclude_defaults=True) == values["drivers"][0]["policy"]
     sim_path = Path(driver.command[driver.command.index("--config") + 1])
     (resource,) = load_config(folder / sim_path.relative_to(mount["mountPath"])).resources
     assert len(resource.initial_devices()) == 4

@@ -8,6 +8,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from shim.bootstrap import Shim
 from shim.kubelet import FakeKubelet, PluginSession
@@ -17,6 +18,20 @@ from tests.support import LEGACY_PLUGINS
 PYTHON_PLUGIN = LEGACY_PLUGINS / "python"  # the Python plugin: plugin.py, register.py, api.proto
 GO_PLUGIN = LEGACY_PLUGINS / "go"  # the Go plugin: a Go module, built by build.sh
 RESOURCE = "example.com/pyplug"  # the Python plugin's resource
+PYTHON_POLICY = {"envs": ["PYPLUG"]}  # what the Python plugin's Allocate grants
+
+
+def legacy_driver(
+    argv: list[str], resource: str = RESOURCE, policy: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The adapter as devshim's driver "legacy", serving ``resource`` and granting what ``policy``
+    (by default the Python plugin's) allows."""
+    return {
+        "name": "legacy",
+        "command": argv,
+        "resources": [resource],
+        "policy": PYTHON_POLICY if policy is None else policy,
+    }
 
 
 def plugin_env(private_dir: Path, stubs: Path, **extra: str) -> dict[str, str]:
@@ -33,16 +48,18 @@ async def served(
     env: dict[str, str],
     resource: str = RESOURCE,
     adapter_args: Sequence[str] = (),
+    policy: dict[str, Any] | None = None,
 ) -> AsyncIterator[tuple[PluginSession, Shim]]:
     """devshim with the legacy adapter as its driver, the adapter starting ``command`` with ``env``
     and playing kubelet in ``private_dir``: the kubelet's session of ``resource`` once its three
-    devices are listed Healthy, and the Shim."""
+    devices are listed Healthy, and the Shim. ``policy``: what the plugin's grants hold
+    (legacy_driver)."""
     argv = [sys.executable, "-m", "devshim_adapters.legacy", "--kubelet-dir", str(private_dir), *adapter_args]
     argv += [arg for key, value in env.items() for arg in ("--plugin-env", f"{key}={value}")]
     if command:
         argv += ["--", *command]
     settings = Settings.load(
-        device_plugins_dir=plugin_dir, state_dir=state_dir, drivers=[{"name": "legacy", "command": argv}]
+        device_plugins_dir=plugin_dir, state_dir=state_dir, drivers=[legacy_driver(argv, resource, policy)]
     )
     async with FakeKubelet(plugin_dir) as kubelet, Shim(settings) as shim:
         session = await kubelet.wait_for_plugin(resource, timeout=30)

@@ -11,7 +11,12 @@ import pytest
 from shim.configfile import ConfigError
 from shim.settings import DriverStderrSettings, Settings, SocketSettings
 
-DRIVER = {"name": "d", "command": ["/bin/true"]}
+DRIVER = {"name": "d", "command": ["/bin/true"], "resources": ["example.com/d"]}
+
+
+def driver(name: str, **fields: Any) -> dict[str, Any]:
+    """A driver of its own resource: no two drivers may serve one."""
+    return {**DRIVER, "name": name, "resources": [f"example.com/{name}"], **fields}
 
 
 def load_yaml(tmp_path: Path, text: str) -> Settings:
@@ -71,7 +76,11 @@ def test_a_socket_group_may_be_a_name_or_an_id() -> None:
 def test_an_unknown_driver_user_is_refused_with_its_place_in_the_file(tmp_path: Path) -> None:
     """Not at the driver's first start, where it would only show as a failing driver."""
     with pytest.raises(ConfigError) as caught:
-        load_yaml(tmp_path, "drivers:\n  - {name: d, command: [/bin/true], user: no-such-user-here}\n")
+        load_yaml(
+            tmp_path,
+            "drivers:\n"
+            "  - {name: d, command: [/bin/true], resources: [example.com/d], user: no-such-user-here}\n",
+        )
     message = str(caught.value)
     assert str(tmp_path / "devshim.yaml") in message
     assert "drivers[0].user: Value error, there is no user named 'no-such-user-here' on this node" in message
@@ -96,9 +105,9 @@ def test_a_bad_driver_identity_or_limit_is_refused(driver: dict[str, Any], fragm
 def test_a_driver_user_and_group_may_be_names_or_ids() -> None:
     loaded = Settings.load(
         drivers=[
-            {**DRIVER, "name": "a", "user": "nobody"},
-            {**DRIVER, "name": "b", "user": 4242, "group": "4242"},
-            {**DRIVER, "name": "c", "group": "nogroup"},
+            driver("a", user="nobody"),
+            driver("b", user=4242, group="4242"),
+            driver("c", group="nogroup"),
         ]
     )
     assert [(d.user, d.group) for d in loaded.drivers] == [

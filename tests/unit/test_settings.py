@@ -283,7 +283,9 @@ def _policy(**fields: object) -> dict[str, object]:
     ("settings", "where"),
     [
         pytest.param(
-            {"drivers": [{"name": "sim\n", "command": ["x"]}]}, r"drivers\[0\]\.name", id="driver-name"
+            {"drivers": [{"name": "sim\n", "command": ["x"], "resources": ["example.com/a"]}]},
+            r"drivers\[0\]\.name",
+            id="driver-name",
         ),
         pytest.param(
             {"drivers": [{"name": "sim", "command": ["x"], "resources": ["example.com/a\n"]}]},
@@ -291,7 +293,16 @@ def _policy(**fields: object) -> dict[str, object]:
             id="driver-resources",
         ),
         pytest.param(
-            {"drivers": [{"name": "sim", "command": ["x"], "resource_policies": {"example.com/a\n": {}}}]},
+            {
+                "drivers": [
+                    {
+                        "name": "sim",
+                        "command": ["x"],
+                        "resources": ["example.com/a"],
+                        "resource_policies": {"example.com/a\n": {}},
+                    }
+                ]
+            },
             r"drivers\[0\]\.resource_policies",
             id="resource-policies-key",
         ),
@@ -320,9 +331,14 @@ def _policy(**fields: object) -> dict[str, object]:
             id="device-node-permissions",
         ),
         pytest.param(
-            {"resources": [_policy(cdi_vendor_prefixes=["example.com\n"])]},
-            r"policy\.cdi_vendor_prefixes\[0\]",
-            id="cdi-vendor-prefix",
+            {"resources": [_policy(cdi_kinds=["example.com/gpu\n"])]},
+            r"policy\.cdi_kinds\[0\]",
+            id="cdi-kind",
+        ),
+        pytest.param(
+            {"resources": [_policy(envs=["SIM_DEVICES\n"])]},
+            r"policy\.envs\[0\]",
+            id="policy-env",
         ),
     ],
 )
@@ -364,9 +380,58 @@ def _driver(name: str, resources: list[str] | None) -> dict[str, object]:
 
 
 def test_a_driver_may_be_given_the_resources_it_serves() -> None:
-    settings = Settings.load(drivers=[_driver("a", ["example.com/a", "example.com/b"]), _driver("b", None)])
+    settings = Settings.load(drivers=[_driver("a", ["example.com/a", "example.com/b"]), _driver("b", [])])
     assert settings.drivers[0].resources == ["example.com/a", "example.com/b"]
-    assert settings.drivers[1].resources is None
+    assert settings.drivers[1].resources == []  # it serves nothing: declared, if of little use
+
+
+def test_a_driver_without_resources_is_refused_naming_the_setting_and_the_flag() -> None:
+    """A driver never chooses its own resources: leaving them out is a config error, not a
+    driver that serves whatever it reports."""
+    with pytest.raises(ConfigError) as caught:
+        Settings.load(drivers=[_driver("a", ["example.com/a"]), {"name": "b", "command": ["x"]}])
+    message = str(caught.value)
+    assert "drivers[1]: " in message
+    assert "drivers[b].resources is not set" in message
+    assert "--driver-resource b=RESOURCE" in message
+
+
+def test_only_compats_discovery_loads_a_driver_without_resources() -> None:
+    """`devshim compat` learns what a driver would serve, in its own sandbox (DISCOVER)."""
+    settings = Settings.load(drivers=[{"name": "b", "command": ["x"]}], discover_resources=True)
+    assert settings.drivers[0].resources is None
+
+
+def test_resource_policies_apply_to_the_drivers_own_resources() -> None:
+    driver = {
+        **_driver("a", ["example.com/a", "example.com/b"]),
+        "policy": {"envs": ["A_DEVICES"]},
+        "resource_policies": {"example.com/b": {"envs": ["B_DEVICES"]}},
+    }
+    loaded = Settings.load(drivers=[driver]).drivers[0]
+    assert loaded.grant_policy("example.com/a").where == "drivers[a].policy"
+    assert loaded.grant_policy("example.com/a").settings.envs == ["A_DEVICES"]
+    assert loaded.grant_policy("example.com/b").where == "drivers[a].resource_policies[example.com/b]"
+    assert loaded.grant_policy("example.com/b").settings.envs == ["B_DEVICES"]
+
+
+@pytest.mark.parametrize(
+    ("resources", "policies"),
+    [
+        pytest.param(["example.com/a"], {"example.com/c": {}}, id="another-resource"),
+        pytest.param([], {"example.com/a": {}}, id="no-resources"),
+        pytest.param(None, {"example.com/a": {}}, id="resources-unset"),
+    ],
+)
+def test_a_resource_policy_for_a_resource_the_driver_does_not_serve_is_refused(
+    resources: list[str] | None, policies: dict[str, object]
+) -> None:
+    """A policy nobody reads would be a declaration that silently does nothing; even where
+    compat's discovery lets the resources go unset."""
+    with pytest.raises(ConfigError, match=r"drivers\[0\]: .*resource_policies names example.com/"):
+        Settings.load(
+            drivers=[{**_driver("a", resources), "resource_policies": policies}], discover_resources=True
+        )
 
 
 @pytest.mark.parametrize(
