@@ -74,16 +74,17 @@ def test_devfs_passes_on_a_1_33_kubelet_through_the_plugin_watcher(tmp_path: Pat
     config = tmp_path / "devfs.json"
     group = {"resource": "example.com/devfs-serial", "paths": [str(dev / "ttyUSB*")]}
     config.write_text(json.dumps({"groups": [group], "poll_interval_s": 0.2}))
-    # As an operator would run it: the nodes here are regular files in a temp dir (below /tmp),
-    # which the default grant policy refuses, so devshim's config allows them for this driver.
+    # As an operator would run it: the resource it serves declared, and the nodes here, regular
+    # files in a temp dir (below /tmp) that a policy allows only when told so, allowed for it.
     policy = {
-        "device_path_prefixes": [str(dev)],
+        "device_nodes": [str(dev / "ttyUSB*")],
         "device_node_types": None,
         "allow_world_writable_dirs": True,
     }
     command = [sys.executable, "-m", "devshim_adapters.devfs", "--config", str(config)]
+    driver = {"name": "devfs", "command": command, "resources": [group["resource"]], "policy": policy}
     settings = tmp_path / "devshim.yaml"
-    settings.write_text(json.dumps({"drivers": [{"name": "devfs", "command": command, "policy": policy}]}))
+    settings.write_text(json.dumps({"drivers": [driver]}))
     run = compat(tmp_path, "--config", str(settings), "--profile", "1.33+", "--registration", "watcher")
     assert run.code == 0, run.stdout
     assert run.by_status("fail") == {}

@@ -25,17 +25,19 @@ NEWEST = "1.37/1.37"
 PREPARING = {"prepare", "shared", "kubelet_restart", "devshim_restart"}
 
 
-def config(tmp_path: Path, driver: dict[str, Any], resource: str) -> Path:
+def config(tmp_path: Path, driver: dict[str, Any], resource: str, envs: tuple[str, ...] = ()) -> Path:
+    """The driver serving ``resource``, its grants allowed ``envs``, as the DRA pool's one resource."""
     path = tmp_path / "devshim.yaml"
     dra = {"drivers": [{"name": "gpu.example.com", "resources": [resource]}]}
-    path.write_text(yaml.safe_dump({"drivers": [driver], "dra": dra}))
+    declared = {**driver, "resources": [resource], **({"policy": {"envs": list(envs)}} if envs else {})}
+    path.write_text(yaml.safe_dump({"drivers": [declared], "dra": dra}))
     return path
 
 
 def sim(tmp_path: Path) -> Path:
     examples = Path(__file__).resolve().parents[2] / "examples" / "sim.yaml"
     command = [sys.executable, "-m", "adapters.sim", "--config", str(examples)]
-    return config(tmp_path, {"name": "sim", "command": command}, "example.com/gpu")
+    return config(tmp_path, {"name": "sim", "command": command}, "example.com/gpu", ("SIM_DEVICES",))
 
 
 # The command's own default: the oldest and the newest pair (every pair with --full-matrix).
@@ -103,10 +105,10 @@ def test_a_driver_whose_allocate_fails_fails_the_rows_that_prepare(tmp_path: Pat
 
 
 def test_driver_replaces_the_command_of_the_configs_driver(tmp_path: Path) -> None:
-    """--config's pool and driver entry, --driver's command: the config's driver fails every
-    allocate, the command given (the sim) prepares the claim."""
+    """--config's pool and driver entry (its resources and policy), --driver's command: the
+    config's driver fails every allocate, the command given (the sim) prepares the claim."""
     driver = {"name": "broken", "command": [sys.executable, str(DRIVERS / "broken.py"), "allocate-fails"]}
-    path = config(tmp_path, driver, "example.com/gpu")
+    path = config(tmp_path, driver, "example.com/gpu", ("SIM_DEVICES",))
     sim = f"devshim-sim --config {SIM}"
     run = compat(tmp_path, "--dra", "--config", str(path), "--driver", sim, "--dra-pair", NEWEST,
                  "--scenario", "prepare", cwd=tmp_path)  # fmt: skip

@@ -18,7 +18,12 @@ from tests.support.compat_cell import Cell, run_cell
 
 def health_watch(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Cell:
     settings = tmp_path / "devshim.yaml"
-    entry = {"name": "flipping", "command": [sys.executable, str(DRIVERS / "flipping.py")], "env": env or {}}
+    entry = {
+        "name": "flipping",
+        "command": [sys.executable, str(DRIVERS / "flipping.py")],
+        "env": env or {},
+        "resources": ["example.com/flip"],
+    }
     settings.write_text(yaml.safe_dump({"drivers": [entry]}))
     return run_cell(tmp_path, "health_watch", "--config", str(settings), *args)
 

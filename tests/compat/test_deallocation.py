@@ -23,6 +23,13 @@ from tests.support.unix import short_temp_dir
 
 DRIVER = DRIVERS / "recording.py"
 RESOURCE = "example.com/rec"
+# The recording driver as configured: its one resource, and the env its grants set.
+REC = {
+    "name": "rec",
+    "command": [sys.executable, str(DRIVER)],
+    "resources": [RESOURCE],
+    "policy": {"envs": ["REC"]},
+}
 GRACE_S = 0.6
 POLL_S = 0.05
 
@@ -61,7 +68,7 @@ async def running(
     settings = Settings.load(
         device_plugins_dir=plugin_dir,
         state_dir=state_dir,
-        drivers=[{"name": "rec", "command": [sys.executable, str(DRIVER)]}],
+        drivers=[REC],
         deallocation={"pod_resources_socket": str(socket), "poll_interval_s": POLL_S, "grace_s": GRACE_S},
     )
     seen = Deallocations()
@@ -135,7 +142,7 @@ async def test_without_a_pod_resources_socket_the_emulation_is_off_and_says_so(
     settings = Settings.load(
         device_plugins_dir=plugin_dir,
         state_dir=state_dir,
-        drivers=[{"name": "rec", "command": [sys.executable, str(DRIVER)]}],
+        drivers=[REC],
         deallocation={
             "pod_resources_socket": str(pod_resources_dir / "absent.sock"),
             "poll_interval_s": POLL_S,
@@ -169,9 +176,7 @@ async def test_a_driver_added_by_reload_to_a_static_only_config_gets_the_emulati
     }
     async with Shim(Settings.load(**common)) as shim:
         assert shim.deallocation.status.startswith("not running: no drivers to tell")
-        await shim.reload(
-            Settings.load(**common, drivers=[{"name": "rec", "command": [sys.executable, str(DRIVER)]}])
-        )
+        await shim.reload(Settings.load(**common, drivers=[REC]))
         await kubelet.wait_for_plugin(RESOURCE, timeout=20)
         async with asyncio.timeout(10):  # the emulation's first poll finds no socket: off, says why
             while not shim.deallocation.status.startswith("off"):

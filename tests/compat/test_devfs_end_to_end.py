@@ -35,10 +35,11 @@ async def served(
             {
                 "name": "devfs",
                 "command": [sys.executable, "-m", "devshim_adapters.devfs", "--config", str(config)],
+                "resources": [SERIAL],
                 # The test's nodes are regular files in a temp dir (below /tmp, which anyone may
-                # write to), not character devices under /dev as the default policy wants.
+                # write to), not character devices: the policy allows exactly them.
                 "policy": {
-                    "device_path_prefixes": [str(dev)],
+                    "device_nodes": [str(dev / "ttyUSB*")],
                     "device_node_types": None,
                     "allow_world_writable_dirs": True,
                 },
@@ -104,14 +105,17 @@ async def test_devfs_under_devshim_run_serves_real_dev_nodes(
     plugin_dir: Path, state_dir: Path, tmp_path: Path, kubelet: FakeKubelet
 ) -> None:
     """`devshim run --driver devfs=...` as a real process: /dev/null, /dev/zero and /dev/full
-    matched by one glob reach the kubelet, and Allocate grants the real device nodes."""
+    reach the kubelet, and Allocate grants the real device nodes, declared on the command line."""
     config = tmp_path / "devfs.json"
-    group = {"resource": "example.com/nullish", "paths": ["/dev/null", "/dev/zero", "/dev/full"]}
+    nodes = ["/dev/null", "/dev/zero", "/dev/full"]
+    group = {"resource": "example.com/nullish", "paths": nodes}
     config.write_text(json.dumps({"groups": [group]}))
     command = f"{shlex.quote(sys.executable)} -m devshim_adapters.devfs --config {shlex.quote(str(config))}"
+    allowed = [f"--driver-allow=devfs=device_nodes:{node}" for node in nodes]
     proc = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "shim", "run", "--device-plugins-dir", str(plugin_dir)),
         *("--state-dir", str(state_dir), "--driver", f"devfs={command}"),
+        *("--driver-resource", "devfs=example.com/nullish", *allowed),
     )
     try:
         session = await kubelet.wait_for_plugin("example.com/nullish", timeout=30)

@@ -44,13 +44,13 @@ async def test_a_signal_stops_devshim_cleanly_removing_only_its_sockets(
 
 
 async def test_sigterm_stops_the_drivers_too(plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet) -> None:
-    """A driver given with --driver serves its resource; on SIGTERM devshim stops it before
-    exiting, so no driver process outlives devshim."""
+    """A driver given with --driver serves its declared resource; on SIGTERM devshim stops it
+    before exiting, so no driver process outlives devshim."""
     sim = json.dumps({"resources": [{"name": "example.com/cli", "count": 2}]})
     command = f"{shlex.quote(sys.executable)} -m devshim_adapters.sim --config-json {shlex.quote(sim)}"
     async with devshim(
         *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
-        *("--driver", f"sim={command}"),
+        *("--driver", f"sim={command}", "--driver-resource", "sim=example.com/cli"),
     ) as proc:
         session = await kubelet.wait_for_plugin("example.com/cli", timeout=30)
         assert [d.id for d in await session.wait_for_list()] == ["cli-0", "cli-1"]
@@ -77,6 +77,7 @@ def run_devshim(*args: str) -> subprocess.CompletedProcess[str]:
         pytest.param(["-c", "/nonexistent/devshim.yaml"], "cannot read config file", id="no-file"),
         pytest.param(["--driver", "sim"], "expected NAME=COMMAND", id="bad-driver-spec"),
         pytest.param(["--driver", "Sim=x"], "drivers[0].name", id="bad-driver-name"),
+        pytest.param(["--driver", "sim=x"], "--driver-resource sim=RESOURCE", id="driver-serving-nothing"),
         pytest.param(["-d", "sim=x", "--driver-env", "sim"], "expected NAME=KEY=VALUE", id="bad-env-spec"),
         pytest.param(
             ["-d", "sim=x", "-e", "other=A=1"], "no --driver is named 'other'", id="env-for-no-driver"
@@ -127,6 +128,7 @@ async def test_driver_env_gives_a_driver_the_variables_named_and_nothing_else(
         *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
         *("--driver", f"env={command}", "--driver-env", "env=GREETING=a=b c", "-e", "env=EMPTY="),
         *("-e", "env=DEVSHIM_TEST_PASSED_ON", "-e", "env=PATH"),
+        *("--driver-resource", "env=example.com/env", "--driver-allow", "env=envs:SEEN_*"),
     ):
         session = await kubelet.wait_for_plugin("example.com/env", timeout=30)
         grant = await session.allocate([(await session.wait_for_list())[0].id])
@@ -166,7 +168,7 @@ async def test_a_driver_that_cannot_start_stays_down_while_others_are_served(
     proc = await start_devshim(
         *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
         *("-r", "example.com/ok=1"),
-        *("--driver", "gone=/nonexistent/driver"),
+        *("--driver", "gone=/nonexistent/driver", "--driver-resource", "gone=example.com/gone"),
     )
     try:
         await kubelet.wait_for_registration("example.com/ok", timeout=30)
@@ -214,7 +216,7 @@ async def test_a_killed_devshim_leaves_no_driver_running(
     command = f"{shlex.quote(sys.executable)} {shlex.quote(str(stubborn))}"
     async with devshim(
         *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
-        *("--driver", f"sim={command}"),
+        *("--driver", f"sim={command}", "--driver-resource", "sim=example.com/orphan"),
     ) as proc:
         await kubelet.wait_for_plugin("example.com/orphan", timeout=30)
         (driver,) = children(proc.pid)

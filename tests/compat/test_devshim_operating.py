@@ -35,6 +35,11 @@ def sim(name: str, count: int) -> list[str]:
     return [sys.executable, "-m", "devshim_adapters.sim", "--config-json", config]
 
 
+def sim_driver(name: str, count: int) -> dict[str, Any]:
+    """drivers[sim]: the simulator serving ``count`` devices of resource ``name``, declared."""
+    return {"name": "sim", "command": sim(name, count), "resources": [name]}
+
+
 def write_config(path: Path, plugin_dir: Path, state_dir: Path, **fields: Any) -> None:
     path.write_text(
         yaml.safe_dump({"device_plugins_dir": str(plugin_dir), "state_dir": str(state_dir), **fields})
@@ -49,7 +54,7 @@ def test_check_config_accepts_a_valid_file_and_summarises_it(tmp_path: Path) -> 
     config = tmp_path / "devshim.yaml"
     write_config(config, tmp_path / "dp", tmp_path / "state",
                  resources=[{"name": "example.com/a", "static": {"count": 2}}],
-                 drivers=[{"name": "sim", "command": sim("example.com/s", 1)}])  # fmt: skip
+                 drivers=[sim_driver("example.com/s", 1)])  # fmt: skip
     result = check_config(config)
     assert result.returncode == 0, result.stderr
     assert "valid; serves example.com/a, driver sim; classic registration; API v1beta1" in result.stdout
@@ -97,9 +102,9 @@ async def test_sighup_reloads_the_config_restarting_only_what_changed(
     """A changed static resource and a changed driver are restarted, a new resource is served, an
     unchanged driver keeps running; a broken config on a later SIGHUP changes nothing."""
     config = tmp_path / "devshim.yaml"
-    life = {"name": "life", "command": [sys.executable, LIFECYCLE]}
+    life = {"name": "life", "command": [sys.executable, LIFECYCLE], "resources": ["example.com/life"]}
     write_config(config, plugin_dir, state_dir, resources=[{"name": "example.com/a", "static": {"count": 1}}],
-                 drivers=[life, {"name": "sim", "command": sim("example.com/s", 1)}])  # fmt: skip
+                 drivers=[life, sim_driver("example.com/s", 1)])  # fmt: skip
     async with devshim("run", "--config", str(config)) as proc:
         for resource in ("example.com/a", "example.com/life", "example.com/s"):
             await (await kubelet.wait_for_plugin(resource, timeout=30)).wait_for_list()
@@ -109,7 +114,7 @@ async def test_sighup_reloads_the_config_restarting_only_what_changed(
         write_config(config, plugin_dir, state_dir,
                      resources=[{"name": "example.com/a", "static": {"count": 3}},
                                 {"name": "example.com/b", "static": {"count": 1}}],
-                     drivers=[life, {"name": "sim", "command": sim("example.com/s", 2)}])  # fmt: skip
+                     drivers=[life, sim_driver("example.com/s", 2)])  # fmt: skip
         proc.send_signal(signal.SIGHUP)
         session_b = await kubelet.wait_for_plugin("example.com/b", timeout=30)
         assert len(await session_b.wait_for_list()) == 1
@@ -180,6 +185,7 @@ async def test_json_logs_are_one_object_per_line_naming_the_resource(
         *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
         *("--log-format", "json"),
         *("-r", "example.com/foo=1", "--driver", f"life={sys.executable} {LIFECYCLE}"),
+        *("--driver-resource", "life=example.com/life"),
     ) as proc:
         await kubelet.wait_for_registration("example.com/foo", timeout=30)
         await kubelet.wait_for_registration("example.com/life", timeout=30)
@@ -211,6 +217,7 @@ async def test_status_metrics_and_probes_of_a_running_devshim(
     async with devshim(
         *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
         *("-r", "example.com/foo=3", "--driver", f"sim=devshim-sim --config-json '{sim_config}'"),
+        *("--driver-resource", "sim=example.com/st"),
     ) as proc:
         session = await kubelet.wait_for_plugin("example.com/st", timeout=30)
         await session.allocate([(await session.wait_for_list())[0].id])
@@ -313,8 +320,9 @@ async def test_status_counts_a_failed_start_and_claims_no_devices_for_a_driver_w
 
     async with devshim(
         *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
-        *("--driver", "gone=/nonexistent/driver"),
+        *("--driver", "gone=/nonexistent/driver", "--driver-resource", "gone=example.com/gone"),
         *("--driver", f"empty={shlex.join(sim('example.com/none', 0))}"),
+        *("--driver-resource", "empty=example.com/none"),
     ):
         report = await status_once(port, settled, "gone is given up and empty is up")
         shown = await devshim_status("--address", f"127.0.0.1:{port}")

@@ -26,9 +26,8 @@ GRANT = {
     "annotations": {"example.com/owner": "devshim"},
     "cdi_devices": ["example.com/foo={id}"],
 }
+# With no policy of its own, a static resource may grant exactly what its grant holds.
 FOUR = {"count": 4, "grant": GRANT}
-# What GRANT needs beyond the default policy (device nodes under /dev only).
-POLICY = {"mount_path_prefixes": ["/opt/foo"], "annotation_key_prefixes": ["example.com/"]}
 
 
 def ids(devices: tuple[DeviceState, ...]) -> list[str]:
@@ -37,7 +36,7 @@ def ids(devices: tuple[DeviceState, ...]) -> list[str]:
 
 @pytest.fixture
 async def foo(plugin_dir: Path, kubelet: FakeKubelet) -> AsyncIterator[tuple[StaticSource, PluginSession]]:
-    async with running_shim(plugin_dir, {FOO: FOUR}, policies={FOO: POLICY}) as (_, sources):
+    async with running_shim(plugin_dir, {FOO: FOUR}) as (_, sources):
         session = await kubelet.wait_for_plugin(FOO)
         await session.wait_for_list()
         yield sources[FOO], session
@@ -66,7 +65,7 @@ async def test_register_request_carries_the_same_options_as_get_options(
 
 async def test_devshim_started_before_the_kubelet_registers_when_it_appears(plugin_dir: Path) -> None:
     """With no kubelet yet, devshim serves and retries; kubelet.sock appearing wakes it at once."""
-    async with running_shim(plugin_dir, {FOO: FOUR}, policies={FOO: POLICY}, register_backoff_max_s=30):
+    async with running_shim(plugin_dir, {FOO: FOUR}, register_backoff_max_s=30):
         await asyncio.sleep(0.3)
         async with FakeKubelet(plugin_dir) as kubelet:
             record = await kubelet.wait_for_registration(FOO, timeout=5)

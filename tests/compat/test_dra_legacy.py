@@ -55,7 +55,16 @@ async def manager(
             folder,
             plane,
             NODE,
-            driver={"name": "legacy", "command": [*adapter, "--", *plugin]},
+            # What the Go plugin's Allocate grants: its env, /dev/null as each device, its CDI kind.
+            driver={
+                "name": "legacy",
+                "command": [*adapter, "--", *plugin],
+                "policy": {
+                    "envs": ["GOPLUG_DEVICES"],
+                    "device_nodes": ["/dev/null"],
+                    "cdi_kinds": [RESOURCE],
+                },
+            },
             resources=[RESOURCE],
         )
         for sub in ("registry", "dra-state", "cdi"):

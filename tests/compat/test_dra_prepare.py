@@ -109,18 +109,29 @@ def write_config(folder: Path, plane: ControlPlane, flaky_env: dict[str, str] | 
     (folder / "sim.yaml").write_text(
         yaml.safe_dump({"resources": [SIM_GPUS], "control_file": str(folder / "sim.ctl")})
     )
+    # Each driver declared with the resource it serves and what its good grants hold: granting's
+    # ok-N devices get /dev/null and GRANTING; its writable /etc mount is declared by no one.
     drivers = [
-        {"name": "sim", "command": [*SIM, "--config", str(folder / "sim.yaml")]},
+        {
+            "name": "sim",
+            "command": [*SIM, "--config", str(folder / "sim.yaml")],
+            "resources": ["example.com/gpu"],
+            "policy": {"envs": ["SIM_DEVICES"]},
+        },
         {
             "name": "flaky",
             "command": [sys.executable, str(DRIVERS / "flaky.py")],
             "env": {"RUN_FILE": str(folder / "flaky.runs"), **(flaky_env or {})},
             "restart": {"backoff_initial_s": 0.05, "backoff_max_s": 0.2},
+            "resources": ["example.com/flaky"],
+            "policy": {"envs": ["FLAKY"]},
         },
         {
             "name": "granting",
             "command": [sys.executable, str(DRIVERS / "granting.py")],
             "env": {"DEALLOCATED": str(folder / "deallocated")},
+            "resources": ["example.com/granting"],
+            "policy": {"envs": ["GRANTING"], "device_nodes": ["/dev/null"]},
         },
     ]
     settings = {
@@ -444,14 +455,20 @@ HONEST, HOSTILE = "example.com/gpu", "evil.example.com/gpu"
 
 
 def sim_driver(folder: Path, name: str, resource: dict[str, Any]) -> dict[str, Any]:
-    """A sim driver serving ``resource``; its control file is ``<folder>/<name>/sim.ctl``."""
+    """A sim driver serving ``resource``, declared with it and its grant's SIM_DEVICES; its
+    control file is ``<folder>/<name>/sim.ctl``."""
     home = folder / name
     home.mkdir()
     (home / "sim.ctl").write_text("")
     (home / "sim.yaml").write_text(
         yaml.safe_dump({"resources": [resource], "control_file": str(home / "sim.ctl")})
     )
-    return {"name": name, "command": [*SIM, "--config", str(home / "sim.yaml")]}
+    return {
+        "name": name,
+        "command": [*SIM, "--config", str(home / "sim.yaml")],
+        "resources": [resource["name"]],
+        "policy": {"envs": ["SIM_DEVICES"]},
+    }
 
 
 def write_two_driver_config(folder: Path, plane: ControlPlane) -> Path:

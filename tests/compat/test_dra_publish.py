@@ -228,7 +228,7 @@ async def test_devfs_publishes_each_nodes_name(plane: ControlPlane, folder: Path
         "name": "devfs",
         "command": [sys.executable, "-m", "devshim_adapters.devfs", "--config", str(devfs)],
         "policy": {
-            "device_path_prefixes": [str(dev)],
+            "device_nodes": [str(dev / "ttyUSB*")],
             "device_node_types": None,
             "allow_world_writable_dirs": True,
         },

@@ -521,6 +521,8 @@ async def garbage(dirs: tuple[Path, Path, Path]) -> AsyncIterator[Garbage]:
                 # allocate unanswered, which is then a hang: 5 s, not 20.
                 "restart": {"backoff_initial_s": 0.01, "backoff_max_s": 0.05, "call_wait_s": 20},
                 "timeouts": {"allocate_s": 5},
+                "resources": [GARBAGE],
+                "policy": {"envs": ["GARBAGE"]},
             }
         ],
     )

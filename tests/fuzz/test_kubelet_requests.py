@@ -169,6 +169,9 @@ def settings_for(plugin_dir: Path, state_dir: Path) -> Settings:
                     "--config-json",
                     json.dumps(SIM_CONFIG),
                 ],
+                # Exactly what SIM_CONFIG's grant holds.
+                "resources": [DRIVEN],
+                "policy": {"envs": ["SIM_DEVICES"], "cdi_kinds": ["example.com/sim"]},
             }
         ],
     )

@@ -33,6 +33,20 @@ SIM_GPUS: dict[str, Any] = {
 }
 
 
+def sim_policy(grant: dict[str, Any]) -> dict[str, Any]:
+    """The grant policy allowing exactly what a sim resource's ``grant`` holds: its env names,
+    and its device nodes' and mounts' host paths (a device's ``{id}`` as ``*``)."""
+    unknown = set(grant) - {"envs", "device_nodes", "mounts"}
+    assert not unknown, f"declare {sorted(unknown)} in the test's own policy"
+    policy: dict[str, Any] = {}
+    if grant.get("envs"):
+        policy["envs"] = sorted(grant["envs"])
+    for setting in ("device_nodes", "mounts"):
+        if grant.get(setting):
+            policy[setting] = sorted({n["host_path"].replace("{id}", "*") for n in grant[setting]})
+    return policy
+
+
 class Published(world.Published):
     """The product's pool reader (shim.compat.dra_world), for GPU_DRIVER unless told."""
 
@@ -50,15 +64,21 @@ def config(
     driver: dict[str, Any] | None = None,
     resources: list[str] | None = None,
 ) -> Path:
-    """A devshim config whose driver is the sim serving ``sim`` (its control file in ``folder``)
-    or ``driver``, and whose ``resources`` (default: the sim's) make up one DRA driver's pool."""
+    """A devshim config whose driver is the sim serving ``sim`` (its control file in ``folder``),
+    declared with what its grant holds, or ``driver``, and whose ``resources`` (default: the
+    sim's) make up one DRA driver's pool and are what the driver is declared to serve (unless
+    ``driver`` says)."""
     if driver is None:
         assert sim is not None
         sim_config = {"resources": [sim], "control_file": str(folder / "sim.ctl")}
         (folder / "sim.ctl").write_text("")
         (folder / "sim.yaml").write_text(yaml.safe_dump(sim_config))
         driver = {"name": "sim", "command": [*SIM, "--config", str(folder / "sim.yaml")]}
+        policy = sim_policy(sim.get("grant", {}))
+        if policy:
+            driver["policy"] = policy
         resources = resources or [sim["name"]]
+    driver = {"resources": resources, **driver}
     settings = {
         "device_plugins_dir": str(folder / "dp"),
         "plugins_registry_dir": str(folder / "registry"),

@@ -30,7 +30,7 @@ from shim.settings import Settings
 from .modes import Kubelet, Mode
 from .results import Failed
 
-DRIVER_NAME = "under-test"
+DRIVER_NAME = "my-driver"
 # How long a driver may take from its start to every resource's first list reaching the kubelet.
 START_TIMEOUT_S = 30.0
 # The deallocate emulation's grace (devshim's default is 30 s); short so cells stay quick.
