@@ -3,14 +3,15 @@
 Its per-call resource is example.com/granting, or $GRANTING_RESOURCE where that is set (a driver
 serving a resource of another vendor's domain). It answers ``allocate`` per call: ``ok-N`` gets
 /dev/null and GRANTING=<id>, ``escape`` a device node at $ESCAPE_PATH (a symlink out of an
-allowed glob), ``mount`` a writable mount of /etc (the floor's), ``preload`` LD_PRELOAD, ``dev`` /dev itself as
-a node, ``shm`` a node at $SHM_LINK (a link in world-writable /dev/shm), ``cdi`` its own vendor's
-CDI device and then another vendor's, ``cdi-own`` the CDI device of its resource's own kind
-(``<resource>=0``), ``cdi-all`` every GPU of nvidia.com (``nvidia.com/gpu=all``), ``shell``
-SHELLOPTS=xtrace with a PS4 that runs a command (what bash does on start with both), ``pts`` a
-node at $PTS_PATH (default /dev/pts/0: a terminal of the host). It declares ``deallocate`` and
-appends each call's IDs as one line to $DEALLOCATED. example.com/granting-declared declares its
-grants at list time: ``d-ok`` /dev/null, ``d-escape`` /dev/../etc/shadow.
+allowed glob), ``mount`` a writable mount of /etc (the floor's), ``preload`` LD_PRELOAD, ``dev``
+/dev itself as a node, ``shm`` a node at $SHM_LINK (a link in world-writable /dev/shm), ``cdi``
+its own vendor's CDI device and then another vendor's, ``cdi-own`` the CDI device of its
+resource's own kind (``<resource>=0``), ``cdi-all`` every GPU of nvidia.com
+(``nvidia.com/gpu=all``), ``shell`` SHELLOPTS=xtrace with a PS4 that runs a command (what bash
+does on start with both), ``pts`` a node at $PTS_PATH (default /dev/pts/0: a terminal of the
+host). It declares ``deallocate`` and appends each call's IDs as one line to $DEALLOCATED.
+example.com/granting-declared declares its grants at list time: ``d-ok`` /dev/null, ``d-escape``
+/dev/../etc/shadow.
 """
 
 from __future__ import annotations
