@@ -66,7 +66,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  read-only API:     http://127.0.0.1:{node.read_only_port}/pods")
             print(f"  logs:              {node.kubelet_log}, {node.containerd_log}, {node.pod_logs}")
             print("Ctrl-C stops it and removes what it ran and mounted.", flush=True)
-            signal.signal(signal.SIGTERM, signal.default_int_handler)
+            # SIGINT too: started from a script's background job (`cmd &`), Python inherits it
+            # ignored and installs no handler, so Ctrl-C or kill -INT would never stop the node.
+            for stop in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(stop, signal.default_int_handler)
             with contextlib.suppress(KeyboardInterrupt):
                 signal.pause()
     except (NodeUnavailable, NodeError, upstream.JudgeUnavailable) as err:
@@ -86,7 +89,10 @@ def _control_plane(release: upstream.Release, folder: Path) -> int:
             print(f"  CA:                {plane.ca_file}")
             print(f"  logs:              {plane.apiserver_log}, {plane.etcd_log}")
             print("Ctrl-C stops both.", flush=True)
-            signal.signal(signal.SIGTERM, signal.default_int_handler)
+            # SIGINT too: started from a script's background job (`cmd &`), Python inherits it
+            # ignored and installs no handler, so Ctrl-C or kill -INT would never stop the node.
+            for stop in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(stop, signal.default_int_handler)
             with contextlib.suppress(KeyboardInterrupt):
                 signal.pause()
     except (NodeError, upstream.JudgeUnavailable, OSError) as err:
@@ -112,7 +118,10 @@ def _connected(release: upstream.Release, folder: Path) -> int:
             assert cluster.scheduler is not None
             print(f"                     {cluster.scheduler.log}, {plane.apiserver_log}, {plane.etcd_log}")
             print("Ctrl-C stops everything and removes what the node ran and mounted.", flush=True)
-            signal.signal(signal.SIGTERM, signal.default_int_handler)
+            # SIGINT too: started from a script's background job (`cmd &`), Python inherits it
+            # ignored and installs no handler, so Ctrl-C or kill -INT would never stop the node.
+            for stop in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(stop, signal.default_int_handler)
             with contextlib.suppress(KeyboardInterrupt):
                 signal.pause()
     except (NodeUnavailable, NodeError, upstream.JudgeUnavailable, OSError) as err:
