@@ -14,7 +14,6 @@ import collections.abc
 import grp
 import json
 import os
-import posixpath
 import pwd
 import types
 from collections.abc import Mapping
@@ -39,6 +38,7 @@ from shim.grants import GrantSettings, expand
 from shim.model import KUBELET_PRESTART_DEADLINE_S, MAX_NUMA_NODE, PRESTART_TIMEOUT_S
 from shim.names import check_extended_resource_name, driver_name_problem, node_name_problem
 from shim.policy import GrantPolicy, GrantPolicySettings
+from shim.policy.paths import normal
 
 # Upstream constants (deviceplugin/v1beta1/constants.go).
 DEFAULT_DEVICE_PLUGINS_DIR = Path("/var/lib/kubelet/device-plugins")
@@ -109,7 +109,8 @@ def declared_by(template: GrantSettings) -> GrantPolicySettings:
 
 
 def _normal(path: str) -> str:
-    return "/" + posixpath.normpath(path).lstrip("/") if path.startswith("/") else path
+    # A relative path stays as written: the policy's settings then refuse it, naming it.
+    return normal(path) if path.startswith("/") else path
 
 
 def _cdi_kind(name: str) -> str:
