@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from shim.sdk.config import (
@@ -20,13 +19,18 @@ from shim.sdk.config import (
     capacity_from_json,
     check_extended_resource_name,
     format_validation_error,
+    read_config_file,
 )
+from shim.sdk.config import ConfigError as _FileError
 from shim.sdk.grants import GrantSettings
 
 DeviceId = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[^\s,]+$")]
 # DRA's typed attributes, in the protocol's JSON form: {"model": {"string": "A100"}}.
 Attributes = dict[str, dict[str, int | bool | str]]
 Delay = Annotated[float, Field(ge=0, le=600)]
+# The cap devshim puts on its own settings file (8 MiB, which read_config_file applies to a file),
+# applied to --config-json too; Linux already refuses a single argument over 128 KiB.
+INLINE_JSON_LIMIT = 8 * 1024 * 1024
 
 
 class ConfigError(Exception):
@@ -132,18 +136,21 @@ class SimConfig(_Strict):
 
 
 def load_config(path: Path | None = None, inline_json: str | None = None) -> SimConfig:
-    """The configuration from a file (YAML, or JSON, which YAML reads too) or an inline JSON string."""
+    """The configuration from a file (YAML, or JSON, which YAML reads too) or an inline JSON string.
+
+    Read within devshim's bounds, since the simulator runs beside it as root: a file through the
+    SDK's read_config_file (a size cap, a FIFO, device or directory refused without blocking, a
+    document nested past the parser's depth refused), an inline string under the same caps.
+    """
     source = str(path) if path is not None else "--config-json"
-    try:
-        if path is not None:
-            data: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
-        else:
-            data = json.loads(inline_json or "{}")
-    except OSError as exc:
-        raise ConfigError(f"cannot read {source}: {exc.strerror}") from None
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{source} does not parse: {exc}") from None
-    if data is None:  # an empty file: no resources yet (they can be added at run time)
+    if path is not None:
+        try:
+            data: Any = read_config_file(path)
+        except _FileError as exc:  # the SDK's message names the file and the bound broken
+            raise ConfigError(str(exc)) from None
+    else:
+        data = _parse_inline_json(inline_json or "{}")
+    if data is None:  # `null`, like an empty file: no resources yet (they can be added at run time)
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{source} must hold a mapping at the top, not {type(data).__name__}")
@@ -151,3 +158,16 @@ def load_config(path: Path | None = None, inline_json: str | None = None) -> Sim
         return SimConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, source, "simulator config")) from None
+
+
+def _parse_inline_json(text: str) -> Any:
+    """``--config-json``'s value parsed, within the bounds a config file is read under."""
+    # Counted in characters: a str from argv may hold surrogates that do not encode to UTF-8.
+    if len(text) > INLINE_JSON_LIMIT:
+        raise ConfigError(f"cannot read --config-json: it is longer than {INLINE_JSON_LIMIT} characters")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--config-json does not parse: {exc}") from None
+    except RecursionError:  # the parser's depth is the bound: say so instead of a traceback
+        raise ConfigError("--config-json is nested too deeply to parse") from None
