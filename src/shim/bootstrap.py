@@ -335,7 +335,7 @@ class Shim:
         from shim.driverhost import DriverHost
         from shim.inventory import InventoryStore
 
-        store = InventoryStore(self.settings.state_dir / "drivers" / driver.name)
+        store = InventoryStore.of_driver(self.settings.state_dir, driver.name)
         return DriverHost(driver, _DriverResources(self, driver), store)
 
     async def _stop_driver(self, host: DriverHost) -> None:

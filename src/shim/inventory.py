@@ -171,6 +171,12 @@ class InventoryStore:
         self._stamps = itertools.count(1)
         self._written: dict[str, int] = {}
 
+    @classmethod
+    def of_driver(cls, state_dir: Path, driver: str) -> InventoryStore:
+        """Driver ``driver``'s store: where its host saves and restores its resources, and DRA
+        ownership reads what a resource not served yet last held."""
+        return cls(state_dir / "drivers" / driver)
+
     def _path(self, resource: str) -> Path:
         return self._dir / _file_name(resource)
 

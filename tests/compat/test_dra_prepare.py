@@ -16,9 +16,8 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,22 +26,34 @@ import pytest
 import yaml
 
 from shim.compat.node import ControlPlane
-from shim.generated.dra.v1 import api_pb2 as dra_v1
 from shim.generated.dra.v1beta1 import api_pb2 as dra_v1beta1
 from shim.generated.drahealth.v1 import api_pb2 as health_v1
 from shim.generated.drahealth.v1alpha1 import api_pb2 as health_v1alpha1
 from shim.generated.pluginregistration.v1 import api_pb2 as registration
 from shim.status import render_status
 from tests.support import DRIVERS, control_plane
-from tests.support.devshim_process import http_get
 from tests.support.dra import SIM, Published, control, dra_status, make_claim, running_devshim
+from tests.support.dra_calls import (
+    GPU,
+    HONEST,
+    HOSTILE,
+    Devshim,
+    granted_env,
+    models,
+    pool_config,
+    prepare,
+    sim_driver,
+    spec_of,
+    status_when,
+    unprepare,
+)
 from tests.support.unix import short_temp_dir
 from tests.support.waiting import until
 
 NODE = "node-prep"
 PREPARED, FAILED = "NodePrepareResources ok", "NodePrepareResources failed"
 UNPREPARED = "NodeUnprepareResources ok"
-GPU, FLAKY, GRANTING = "gpu.example.com", "flaky.example.com", "granting.example.com"
+FLAKY, GRANTING = "flaky.example.com", "granting.example.com"
 SIM_GPUS: dict[str, Any] = {
     "name": "example.com/gpu",
     "devices": [{"id": f"gpu-{i}"} for i in range(4)],
@@ -58,52 +69,6 @@ def plane() -> Iterator[ControlPlane]:
         yield running
 
 
-@dataclass
-class Devshim:
-    folder: Path
-    config: Path
-    port: int
-    proc: Any
-
-    @property
-    def socket(self) -> Path:
-        return self.folder / "plugins" / GPU / "dra.sock"
-
-    def registration(self, driver: str = GPU) -> Path:
-        return self.folder / "registry" / f"{driver}-reg.sock"
-
-    def channel(self, driver: str = GPU) -> grpc.aio.Channel:
-        return grpc.aio.insecure_channel(f"unix:{self.folder / 'plugins' / driver / 'dra.sock'}")
-
-    async def calls(self, after: dict[str, int], driver: str = GPU) -> dict[str, int]:
-        """Every devshim driver's call tallies (``{"sim allocate": 1, ...}``) in the first /status
-        whose DRA driver ``driver`` has answered the kubelet as ``after`` counts (its calls, e.g.
-        ``{"NodePrepareResources ok": 2}``): what the drivers were asked for those calls (/status
-        is a snapshot up to 0.2 s old, so a condition, not the next read, says it is current)."""
-        status = await status_when(
-            self.port,
-            lambda s: all(s["dra"][driver]["kubelet"]["calls"].get(k, 0) == n for k, n in after.items()),
-        )
-        return {
-            f"{name} {method}": tally["ok"]
-            for name, d in status["drivers"].items()
-            for method, tally in d["calls"].items()
-            if method != "list_devices"
-        }
-
-
-async def status_when(
-    port: int, holds: Callable[[dict[str, Any]], bool], timeout: float = 60
-) -> dict[str, Any]:
-    last: Any = None
-    async with asyncio.timeout(timeout):
-        while True:
-            code, body = await asyncio.to_thread(http_get, f"http://127.0.0.1:{port}/status")
-            if code == 200 and holds(last := json.loads(body)):
-                return dict(last)
-            await asyncio.sleep(0.05)
-
-
 def write_config(folder: Path, plane: ControlPlane, flaky_env: dict[str, str] | None = None) -> Path:
     (folder / "sim.ctl").write_text("")
     (folder / "sim.yaml").write_text(
@@ -114,12 +79,14 @@ def write_config(folder: Path, plane: ControlPlane, flaky_env: dict[str, str] | 
     drivers = [
         {
             "name": "sim",
+            "user": "root",
             "command": [*SIM, "--config", str(folder / "sim.yaml")],
             "resources": ["example.com/gpu"],
             "policy": {"envs": ["SIM_DEVICES"]},
         },
         {
             "name": "flaky",
+            "user": "root",
             "command": [sys.executable, str(DRIVERS / "flaky.py")],
             "env": {"RUN_FILE": str(folder / "flaky.runs"), **(flaky_env or {})},
             "restart": {"backoff_initial_s": 0.05, "backoff_max_s": 0.2},
@@ -128,32 +95,19 @@ def write_config(folder: Path, plane: ControlPlane, flaky_env: dict[str, str] | 
         },
         {
             "name": "granting",
+            "user": "root",
             "command": [sys.executable, str(DRIVERS / "granting.py")],
             "env": {"DEALLOCATED": str(folder / "deallocated")},
             "resources": ["example.com/granting"],
             "policy": {"envs": ["GRANTING"], "device_nodes": ["/dev/null"]},
         },
     ]
-    settings = {
-        "device_plugins_dir": str(folder / "dp"),
-        "plugins_registry_dir": str(folder / "registry"),
-        "state_dir": str(folder / "state"),
-        "drivers": drivers,
-        "dra": {
-            "node_name": NODE,
-            "kubeconfig": str(plane.admin_kubeconfig),
-            "plugins_dir": str(folder / "plugins"),
-            "cdi_dir": str(folder / "cdi"),
-            "drivers": [
-                {"name": GPU, "resources": ["example.com/gpu"]},
-                {"name": FLAKY, "resources": ["example.com/flaky"]},
-                {"name": GRANTING, "resources": ["example.com/granting"]},
-            ],
-        },
-    }
-    path = folder / "devshim.yaml"
-    path.write_text(yaml.safe_dump(settings))
-    return path
+    pools = [
+        {"name": GPU, "resources": ["example.com/gpu"]},
+        {"name": FLAKY, "resources": ["example.com/flaky"]},
+        {"name": GRANTING, "resources": ["example.com/granting"]},
+    ]
+    return pool_config(folder, plane, NODE, drivers, pools)
 
 
 @asynccontextmanager
@@ -183,53 +137,10 @@ def folder() -> Iterator[Path]:
         yield path
 
 
-async def prepare(
-    shim: Devshim, claims: list[dict[str, Any]], pb: Any = dra_v1, driver: str = GPU
-) -> dict[str, Any]:
-    """NodePrepareResources for ``claims`` (as the API server stored them) in ``pb``'s version."""
-    request = pb.NodePrepareResourcesRequest(
-        claims=[
-            pb.Claim(
-                namespace=c["metadata"]["namespace"], name=c["metadata"]["name"], uid=c["metadata"]["uid"]
-            )
-            for c in claims
-        ]
-    )
-    async with shim.channel(driver) as channel:
-        service = pb.DESCRIPTOR.services_by_name["DRAPlugin"].full_name
-        call = channel.unary_unary(f"/{service}/NodePrepareResources", None, None)
-        raw = await call(request.SerializeToString(), timeout=60)
-    return dict(pb.NodePrepareResourcesResponse.FromString(raw).claims)
-
-
-async def unprepare(
-    shim: Devshim, claims: list[dict[str, Any]], pb: Any = dra_v1, driver: str = GPU
-) -> dict[str, str]:
-    request = pb.NodeUnprepareResourcesRequest(
-        claims=[
-            pb.Claim(
-                namespace=c["metadata"]["namespace"], name=c["metadata"]["name"], uid=c["metadata"]["uid"]
-            )
-            for c in claims
-        ]
-    )
-    async with shim.channel(driver) as channel:
-        service = pb.DESCRIPTOR.services_by_name["DRAPlugin"].full_name
-        call = channel.unary_unary(f"/{service}/NodeUnprepareResources", None, None)
-        raw = await call(request.SerializeToString(), timeout=60)
-    return {
-        uid: answer.error for uid, answer in pb.NodeUnprepareResourcesResponse.FromString(raw).claims.items()
-    }
-
-
 def devices(answer: Any) -> list[tuple[list[str], str, str, list[str]]]:
     return [
         (list(d.request_names), d.pool_name, d.device_name, list(d.cdi_device_ids)) for d in answer.devices
     ]
-
-
-def spec_of(shim: Devshim, driver: str, uid: str) -> Path:
-    return shim.folder / "cdi" / f"devshim-{driver}-{uid}.json"
 
 
 async def test_registration_offers_every_service_newest_first_and_the_dra_socket_by_path(
@@ -451,24 +362,6 @@ async def test_a_removed_socket_is_served_again(plane: ControlPlane, folder: Pat
 # --- two resources of one pool, one hostile -----------------------------------
 
 OWNERS_NODE = "node-owners"
-HONEST, HOSTILE = "example.com/gpu", "evil.example.com/gpu"
-
-
-def sim_driver(folder: Path, name: str, resource: dict[str, Any]) -> dict[str, Any]:
-    """A sim driver serving ``resource``, declared with it and its grant's SIM_DEVICES; its
-    control file is ``<folder>/<name>/sim.ctl``."""
-    home = folder / name
-    home.mkdir()
-    (home / "sim.ctl").write_text("")
-    (home / "sim.yaml").write_text(
-        yaml.safe_dump({"resources": [resource], "control_file": str(home / "sim.ctl")})
-    )
-    return {
-        "name": name,
-        "command": [*SIM, "--config", str(home / "sim.yaml")],
-        "resources": [resource["name"]],
-        "policy": {"envs": ["SIM_DEVICES"]},
-    }
 
 
 def write_two_driver_config(folder: Path, plane: ControlPlane) -> Path:
@@ -486,33 +379,7 @@ def write_two_driver_config(folder: Path, plane: ControlPlane) -> Path:
         sim_driver(folder, who, {"name": name, **rest, "grant": {"envs": {"SIM_DEVICES": f"{who}:{{ids}}"}}})
         for name, who, rest in resources
     ]
-    settings = {
-        "device_plugins_dir": str(folder / "dp"),
-        "plugins_registry_dir": str(folder / "registry"),
-        "state_dir": str(folder / "state"),
-        "drivers": drivers,
-        "dra": {
-            "node_name": OWNERS_NODE,
-            "kubeconfig": str(plane.admin_kubeconfig),
-            "plugins_dir": str(folder / "plugins"),
-            "cdi_dir": str(folder / "cdi"),
-            "drivers": [{"name": GPU, "resources": [HONEST, HOSTILE]}],
-        },
-    }
-    path = folder / "devshim.yaml"
-    path.write_text(yaml.safe_dump(settings))
-    return path
-
-
-def models(pool: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """Each published device's model attribute (on the device in v1 and v1beta2)."""
-    return {name: d["attributes"]["model"]["string"] for name, d in pool.items()}
-
-
-def granted_env(shim: Devshim, uid: str) -> list[str]:
-    """The env of a claim's CDI spec: the grant its devices were prepared with."""
-    spec = json.loads(spec_of(shim, GPU, uid).read_text())
-    return [e for device in spec["devices"] for e in device["containerEdits"].get("env", [])]
+    return pool_config(folder, plane, OWNERS_NODE, drivers)
 
 
 async def test_a_resource_listing_another_resources_device_ids_neither_takes_them_nor_stops_the_pool(

@@ -119,7 +119,8 @@ def test_pool_owners_decide_again_only_when_a_list_changes() -> None:
 
     owners = PoolOwners([HONEST, HOSTILE], services)
     before = owners()
-    assert before.names["gpu-0"] == (HOSTILE, "gpu-0")  # the honest driver is not up yet
+    # The honest driver is not up yet, and there is no inventory (a first start): nothing is held.
+    assert before.names["gpu-0"] == (HOSTILE, "gpu-0")
     assert owners() is before
     served[HONEST] = Listing([GPU0])
     assert owners().names["gpu-0"] == (HONEST, "gpu-0")

@@ -1,13 +1,14 @@
 """Every DRA driver on this node: its pool published (publisher.py) and its kubelet plugin
 (plugin/: registration, NodePrepareResources, health), fed by the served resources it names;
-which resource owns each device name of the pool is one PoolOwners (ownership.py) all three ask."""
+which resource owns each device name of the pool is one PoolOwners (ownership.py) all three ask,
+holding a resource's names while it is not served (its last list, or its driver's inventory)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from shim.core.resource import ResourceService
@@ -21,11 +22,30 @@ from shim.dra.plugin.common import DraService, PluginStatus
 from shim.dra.plugin.server import DraPluginServer, socket_paths
 from shim.dra.preparer import ClaimPreparer
 from shim.dra.publisher import PoolPublisher
+from shim.inventory import InventoryStore
+from shim.model import Device
 from shim.settings import DraDriverSettings, Settings
 
 # A pool is first published once every resource it names is served (each driver has listed its
 # devices, or devshim's inventory has them), or after this long with what is served by then.
 FIRST_POOL_WAIT_S = 30.0
+
+
+def _inventories(settings: Settings) -> Callable[[str], Sequence[Device]]:
+    """Each resource's devices as its configured driver's inventory last saved them (what its
+    driver host restores at start): what ownership holds for a resource not served yet."""
+    stores = {
+        resource: InventoryStore.of_driver(settings.state_dir, driver.name)
+        for driver in settings.drivers
+        for resource in driver.resources or ()
+    }
+
+    def last_known(resource: str) -> Sequence[Device]:
+        store = stores.get(resource)  # none for a static resource: its devices are always served
+        saved = store.load(resource) if store is not None else None
+        return saved.devices if saved is not None else ()
+
+    return last_known
 
 
 class DraDrivers:
@@ -47,7 +67,10 @@ class DraDrivers:
         assert node is not None  # DraSettings fills it in, or refuses to load
         self._services = services
         self._in_use, self._in_use_known = in_use, in_use_known
-        self._owners = {driver.name: PoolOwners(driver.resources, services) for driver in dra.drivers}
+        last_known = _inventories(settings)
+        self._owners = {
+            driver.name: PoolOwners(driver.resources, services, last_known) for driver in dra.drivers
+        }
         self._publishers = {
             driver.name: PoolPublisher(driver.name, node, self._devices_of(driver), kubeconfig=dra.kubeconfig)
             for driver in dra.drivers
