@@ -67,6 +67,7 @@ def config(work: Path, drivers: dict[str, dict[str, int]], total: int, per_drive
     entries: list[dict[str, Any]] = [
         {
             "name": "sim",
+            "user": "root",
             "command": sim_command(work, [{"name": SIM, "count": SIM_DEVICES, "id_prefix": "dev"}]),
             "resources": [SIM],
         }
@@ -74,7 +75,13 @@ def config(work: Path, drivers: dict[str, dict[str, int]], total: int, per_drive
     for name, resources in drivers.items():
         command = [sys.executable, "-m", "bench.bulk_driver", "--control", str(work / "full")]
         command += [f"--resource={r}={n}" for r, n in resources.items()]
-        entry = {"name": name, "command": command, "resources": list(resources), "max_devices": per_driver}
+        entry = {
+            "name": name,
+            "user": "root",
+            "command": command,
+            "resources": list(resources),
+            "max_devices": per_driver,
+        }
         entries.append(entry)
     path = work / "devshim.yaml"
     path.write_text(yaml.safe_dump({"drivers": entries, "max_devices": total}))

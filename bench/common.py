@@ -127,6 +127,7 @@ def sim_driver(workdir: Path, resources: list[dict[str, Any]]) -> dict[str, Any]
     """The sim's drivers[] entry: its command, the resources it serves and what they grant."""
     grants = [r["grant"] for r in resources if "grant" in r]
     return {
+        "user": "root",
         "command": sim_command(workdir, resources),
         "resources": [r["name"] for r in resources],
         "policy": declared_by(grants),
@@ -141,7 +142,7 @@ def bench_driver_command(stamps: Path, resources: dict[str, int]) -> list[str]:
 
 def bench_driver(stamps: Path, resources: dict[str, int]) -> dict[str, Any]:
     """bench/driver.py's drivers[] entry (its grants are empty: no policy needed)."""
-    return {"command": bench_driver_command(stamps, resources), "resources": list(resources)}
+    return {"user": "root", "command": bench_driver_command(stamps, resources), "resources": list(resources)}
 
 
 def cpu_ticks(pid: int) -> int:

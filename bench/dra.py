@@ -101,6 +101,7 @@ def _config(folder: Path, plane: ControlPlane) -> Path:
         "drivers": [
             {
                 "name": "sim",
+                "user": "root",
                 "command": [
                     sys.executable,
                     "-m",

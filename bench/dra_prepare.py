@@ -207,7 +207,7 @@ def _config(folder: Path, plane: ControlPlane) -> Path:
     sim = [sys.executable, "-m", "devshim_adapters.sim", "--config", str(folder / "sim.yaml")]
     settings: dict[str, Any] = {
         "plugins_registry_dir": str(folder / "registry"),
-        "drivers": [{"name": "sim", "command": sim}],
+        "drivers": [{"name": "sim", "user": "root", "command": sim}],
         "dra": {
             "node_name": NODE,
             "kubeconfig": str(plane.admin_kubeconfig),

@@ -76,6 +76,7 @@ def config(work: Path, control: Path, id_prefix: str) -> Path:
     drivers = [
         {
             "name": "sim",
+            "user": "root",
             "command": sim_command(
                 work, [{"name": SIM, "count": 8, "id_prefix": "dev", "grant_mode": "per_call"}]
             ),
@@ -83,6 +84,7 @@ def config(work: Path, control: Path, id_prefix: str) -> Path:
         },
         {
             "name": "hostile",
+            "user": "root",
             "command": [sys.executable, str(DRIVER)],
             "env": {
                 "RUN_FILE": str(work / "runs"),

@@ -107,7 +107,7 @@ def _devshim_config(work: Path, goplug: Path) -> Path:
     static = {"name": STATIC, "static": {"count": 3, "id_prefix": "g", "grant": GRANT}}
     drivers = {
         "sim": sim_driver(work, [sim]),
-        "legacy": {"command": legacy, "resources": [NATIVE], "policy": declared_by([GRANT])},
+        "legacy": {"user": "root", "command": legacy, "resources": [NATIVE], "policy": declared_by([GRANT])},
     }
     return write_config(work / "devshim.yaml", drivers, resources=[static])
 

@@ -8,7 +8,7 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -64,11 +64,19 @@ ALLOWLISTS = ("envs", "device_nodes", "mounts", "cdi_kinds")
 
 
 def driver_declarations(
-    resources: list[str], allows: list[str], drivers: set[str]
+    resources: list[str], allows: list[str], drivers: set[str], users: Sequence[str] = ()
 ) -> dict[str, dict[str, Any]]:
     """``sim=example.com/gpu`` lets driver sim serve example.com/gpu; ``sim=envs:SIM_*`` lets its
-    grants set SIM_* variables: by driver name, its ``resources`` and ``policy``."""
+    grants set SIM_* variables; ``sim=root`` runs it as root: by driver name, its ``resources``,
+    ``policy`` and ``user``."""
     declared: dict[str, dict[str, Any]] = {}
+    for spec in users:
+        name, sep, user = spec.partition("=")
+        if not sep or not user:
+            raise typer.BadParameter(f"{spec!r}: expected NAME=USER, e.g. sim=nobody or legacy=root")
+        if name not in drivers:
+            raise typer.BadParameter(f"{spec!r}: no --driver is named {name!r}")
+        declared.setdefault(name, {})["user"] = user
     for spec in resources:
         name, sep, resource = spec.partition("=")
         if not sep or not resource:
@@ -176,6 +184,15 @@ def run(
             'Nothing else is allowed (docs/configuration.md, "Grant policy").',
         ),
     ] = None,
+    driver_user: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--driver-user",
+            metavar="NAME=USER",
+            help="Run --driver NAME as USER (a name or uid; root keeps devshim's). Default: nobody "
+            "(65534) with the groups of the device nodes it may grant, when devshim runs as root.",
+        ),
+    ] = None,
     log_level: Annotated[
         str | None,
         typer.Option(metavar="LEVEL", help="TRACE, DEBUG, INFO, WARNING or ERROR. Default: INFO."),
@@ -191,7 +208,7 @@ def run(
     drivers = [parse_driver(spec) for spec in driver or []]
     names = {str(d["name"]) for d in drivers}
     envs = driver_envs(driver_env or [], names)
-    declared = driver_declarations(driver_resource or [], driver_allow or [], names)
+    declared = driver_declarations(driver_resource or [], driver_allow or [], names, driver_user or [])
     load = functools.partial(
         Settings.load,
         config,
@@ -402,6 +419,14 @@ def compat(
             "grants held to its grant policy).",
         ),
     ] = False,
+    driver_user: Annotated[
+        str | None,
+        typer.Option(
+            metavar="USER",
+            help="Run the driver as USER (a name or uid; root keeps this shell's), over --config's "
+            "drivers[].user. Default: as `devshim run` would, nobody when root.",
+        ),
+    ] = None,
     suggest_policy: Annotated[
         bool,
         typer.Option(
@@ -478,6 +503,7 @@ def compat(
         config=config,
         driver_name=driver_name,
         relaxed=relaxed,
+        driver_user=driver_user,
         suggest_policy=suggest_policy,
         expect=expect or (),
         health_watch_s=health_watch,

@@ -17,8 +17,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from shim.driverhost.identity import IdentityError, identity
 from shim.policy import RULES, GrantPolicy
-from shim.settings import Settings
+from shim.settings import DriverSettings, Settings
 
 # Keys of the built-in drivers' own configuration files (adapters/*/config.py), never devshim's.
 _DRIVER_KEYS = {"control_file": "the simulator's", "groups": "devfs's", "poll_interval_s": "devfs's"}
@@ -48,6 +49,7 @@ def grants(settings: Settings) -> list[str]:
     for driver in settings.drivers:
         resources = driver.resources or []
         lines.append(f"driver {driver.name} may serve {', '.join(resources) or 'nothing'}")
+        lines += _identity_lines(driver)
         for resource in resources:
             lines += _policy_lines(resource, driver.grant_policy(resource))
     if settings.resources:
@@ -56,6 +58,19 @@ def grants(settings: Settings) -> list[str]:
         shown = f"resources[{static.name}].static.grant (policy unset)" if static.policy is None else None
         lines += _policy_lines(static.name, static.grant_policy(), shown)
     return lines
+
+
+def _identity_lines(driver: DriverSettings) -> list[str]:
+    """Who the driver runs as on this node, as devshim would start it now."""
+    try:
+        found = identity(driver)
+    except IdentityError as exc:
+        return [f"  runs as: cannot tell ({exc})"]
+    if found is None:
+        who = "root, as its user setting says" if driver.user is not None else "devshim's user (not root)"
+        return [f"  runs as {who}"]
+    why = "unprivileged by default (drivers[].user changes it)" if found.default else "as its settings say"
+    return [f"  runs as {found}: {why}"] + [f"  withheld: {line}" for line in found.withheld]
 
 
 def _policy_lines(resource: str, policy: GrantPolicy, where: str | None = None) -> list[str]:

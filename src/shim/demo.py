@@ -8,6 +8,7 @@ each step prints what the kubelet saw, and a line for each term it shows first.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
 import sys
@@ -135,6 +136,9 @@ async def demo(out: Callable[[str], None] = print) -> None:
                 "name": "sim",
                 "command": [sys.executable, "-m", "devshim_adapters.sim", "--config", str(config)],
                 "resources": [GPU, NIC],
+                # As the caller: its files are in a folder of the caller's alone (on a node, a
+                # root devshim runs a driver as nobody unless told, docs/configuration.md).
+                **({"user": "root"} if os.geteuid() == 0 else {}),
                 # What each resource's grants may hold: nothing is allowed unless declared.
                 "resource_policies": {
                     GPU: {

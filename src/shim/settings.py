@@ -285,9 +285,9 @@ class DriverSettings(StrictModel):
     env: dict[str, str] = {}
     timeouts: DriverTimeouts = DriverTimeouts()
     restart: RestartPolicy = RestartPolicy()
-    # Run the driver as this user and group (names or numeric ids) instead of as devshim;
-    # switching needs CAP_SETUID and CAP_SETGID (root has them). Supplementary groups: the
-    # user's own from the group database (docs/configuration.md, "Drivers").
+    # Who the driver runs as (names or numeric ids). Unset: under a root devshim, nobody (65534),
+    # with the groups of the device nodes its policy declares; root only where this says root
+    # (driverhost/identity.py; docs/configuration.md, "Who a driver runs as").
     user: UserName | None = None
     group: GroupName | None = None
     stderr: DriverStderrSettings = DriverStderrSettings()

@@ -157,6 +157,7 @@ def test_check_config_shows_what_each_driver_and_static_resource_may_grant(tmp_p
             {
                 "name": "sim",
                 "command": [sys.executable],
+                "user": "root",  # who it runs as by default: test_driver_identity.py
                 "resources": [SIM, FPGA],
                 "policy": {
                     "envs": ["SIM_DEVICES", "NVIDIA_*"],
@@ -183,6 +184,7 @@ def test_check_config_shows_what_each_driver_and_static_resource_may_grant(tmp_p
     )
     assert shown(result.stdout) == [
         f"driver sim may serve {SIM}, {FPGA}",
+        "  runs as root, as its user setting says",
         f"  {SIM}: its grants may hold, as drivers[sim].policy declares:",
         "    envs: SIM_DEVICES, NVIDIA_*",
         "    device_nodes: /dev/nvidia* (char devices)",
@@ -223,11 +225,18 @@ def test_floor_rules_a_policy_lifts_are_shown_in_capitals(tmp_path: Path) -> Non
         "allow_world_writable_dirs": True,
         "unsafe": {"env.shell": True, "device.terminal": True, "env.loader": False},
     }
-    driver = {"name": "sim", "command": [sys.executable], "resources": [SIM], "policy": policy}
+    driver = {
+        "name": "sim",
+        "command": [sys.executable],
+        "user": "root",
+        "resources": [SIM],
+        "policy": policy,
+    }
     result = check("--strict", write(tmp_path, {"drivers": [driver]}))
     assert (result.returncode, result.stderr) == (0, "")
     assert shown(result.stdout) == [
         f"driver sim may serve {SIM}",
+        "  runs as root, as its user setting says",
         f"  {SIM}: its grants may hold, as drivers[sim].policy declares:",
         "    envs: *",
         "    device_nodes: /dev/** (any type, or nothing at all)",

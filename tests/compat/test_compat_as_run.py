@@ -43,7 +43,12 @@ def config(
 ) -> Path:
     """devshim's settings with one driver, as an operator would write them: the resources it
     serves, and the env names its grants may set."""
-    entry: dict[str, Any] = {"name": "vendor", "command": command, **({"env": env} if env else {})}
+    entry: dict[str, Any] = {
+        "name": "vendor",
+        "user": "root",
+        "command": command,
+        **({"env": env} if env else {}),
+    }
     entry["resources"] = resources
     if envs:
         entry["policy"] = {"envs": envs}
@@ -54,7 +59,9 @@ def config(
 
 def test_compat_applies_the_floor_as_run_does_unless_relaxed(tmp_path: Path) -> None:
     """Undeclared, compat learns what the driver grants, but holds the floor as run does."""
-    cell = run_cell(tmp_path, "allocate", "--driver", subprocess.list2cmdline(PRELOADING))
+    cell = run_cell(
+        tmp_path, "allocate", "--driver", subprocess.list2cmdline(PRELOADING), "--driver-user", "root"
+    )
     assert (cell.code, cell.status) == (1, "fail")
     assert "grant policy refuses envs['LD_PRELOAD']" in cell.reason
     assert "the floor's rule env.loader refuses it" in cell.reason
@@ -149,6 +156,8 @@ def test_the_shipped_example_config_runs_as_its_comments_say(tmp_path: Path) -> 
         [*DEVSHIM, "check-config", "examples/devshim.yaml"], cwd=root, env=env, capture_output=True, text=True
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    ran = run_cell(tmp_path, "allocate", "--config", "examples/devshim.yaml", cwd=root, env=env)
+    ran = run_cell(
+        tmp_path, "allocate", "--config", "examples/devshim.yaml", "--driver-user", "root", cwd=root, env=env
+    )
     assert (ran.code, ran.status) == (0, "pass"), ran
     assert "env SIM_DEVICES=" in ran.stdout  # the allocate row shows the grant

@@ -40,7 +40,7 @@ def test_the_simulator_passes_every_quick_classic_cell_of_the_next_kubelet(tmp_p
     hook = f'echo "health $DEVSHIM_COMPAT_RESOURCE $DEVSHIM_COMPAT_DEVICE Unhealthy" >> {control}'
     driver = f"{PYTHON} -m devshim_adapters.sim --config {config}"
     args = ("--health-hook", hook, "--profile", "next", "--quick", "--registration", "classic")
-    run = compat(tmp_path, "--driver", driver, *args)
+    run = compat(tmp_path, "--driver", driver, "--driver-user", "root", *args)
     assert run.code == 0, run.stdout
     assert run.by_status("fail") == {}
     # --quick: every v1beta1 cell; each scenario once with `both` and once with `v1beta2`, the
@@ -82,7 +82,13 @@ def test_devfs_passes_on_a_1_33_kubelet_through_the_plugin_watcher(tmp_path: Pat
         "allow_world_writable_dirs": True,
     }
     command = [sys.executable, "-m", "devshim_adapters.devfs", "--config", str(config)]
-    driver = {"name": "devfs", "command": command, "resources": [group["resource"]], "policy": policy}
+    driver = {
+        "name": "devfs",
+        "user": "root",
+        "command": command,
+        "resources": [group["resource"]],
+        "policy": policy,
+    }
     settings = tmp_path / "devshim.yaml"
     settings.write_text(json.dumps({"drivers": [driver]}))
     run = compat(tmp_path, "--config", str(settings), "--profile", "1.33+", "--registration", "watcher")
@@ -140,7 +146,15 @@ def test_each_bug_fails_exactly_its_rows(tmp_path: Path, bug: str) -> None:
     driver = f"{PYTHON} {BROKEN} {bug} --state-dir {tmp_path}"
     args = ["--health-hook", SIGUSR1_HOOK, "--profile=next", "--kubelet=both", "--registration=classic"]
     chosen = list(selected or SCENARIOS)
-    run = compat(tmp_path, "--driver", driver, *args, *(f"--scenario={s}" for s in selected or ()))
+    run = compat(
+        tmp_path,
+        "--driver",
+        driver,
+        "--driver-user",
+        "root",
+        *args,
+        *(f"--scenario={s}" for s in selected or ()),
+    )
     assert run.code == 1, run.stdout
     assert [c["scenario"] for c in run.cells] == chosen
     failed = run.by_status("fail")
@@ -162,7 +176,8 @@ def test_each_bug_fails_exactly_its_rows(tmp_path: Path, bug: str) -> None:
 def repeat_command(driver: str, scenario: str) -> str:
     """What `devshim compat` prints to repeat one failed cell of test_each_bug_fails_exactly_its_rows."""
     return "  " + shlex.join([
-        "devshim", "compat", "--driver", driver, "--health-hook", SIGUSR1_HOOK, "--scenario", scenario,
+        "devshim", "compat", "--driver", driver, "--health-hook", SIGUSR1_HOOK, "--driver-user", "root",
+        "--scenario", scenario,
         "--profile", "next", "--kubelet", "both", "--registration", "classic",
     ])  # fmt: skip
 

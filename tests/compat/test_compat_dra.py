@@ -37,7 +37,9 @@ def config(tmp_path: Path, driver: dict[str, Any], resource: str, envs: tuple[st
 def sim(tmp_path: Path) -> Path:
     examples = Path(__file__).resolve().parents[2] / "examples" / "sim.yaml"
     command = [sys.executable, "-m", "adapters.sim", "--config", str(examples)]
-    return config(tmp_path, {"name": "sim", "command": command}, "example.com/gpu", ("SIM_DEVICES",))
+    return config(
+        tmp_path, {"name": "sim", "user": "root", "command": command}, "example.com/gpu", ("SIM_DEVICES",)
+    )
 
 
 # The command's own default: the oldest and the newest pair (every pair with --full-matrix).
@@ -64,7 +66,17 @@ def test_the_simulator_passes_every_scenario_that_applies(tmp_path: Path, pair: 
         control_plane.build(upstream.choose(["upstream-1.34"])[0])
     driver = f"devshim-sim --config {SIM}"
     run = compat(
-        tmp_path, "--dra", "--driver", driver, "--health-hook", HOOK, "--dra-pair", pair, cwd=tmp_path
+        tmp_path,
+        "--dra",
+        "--driver",
+        driver,
+        "--driver-user",
+        "root",
+        "--health-hook",
+        HOOK,
+        "--dra-pair",
+        pair,
+        cwd=tmp_path,
     )
     assert run.code == 0, run.stdout
     column = f"kubelet-1.{kubelet.minor}/apiserver-1.{server.minor}"
@@ -85,7 +97,11 @@ def test_the_simulator_passes_every_scenario_that_applies(tmp_path: Path, pair: 
 
 def test_a_driver_whose_allocate_fails_fails_the_rows_that_prepare(tmp_path: Path) -> None:
     """A row that prepares and one that does not, for time (the simulator runs every row)."""
-    driver = {"name": "broken", "command": [sys.executable, str(DRIVERS / "broken.py"), "allocate-fails"]}
+    driver = {
+        "name": "broken",
+        "user": "root",
+        "command": [sys.executable, str(DRIVERS / "broken.py"), "allocate-fails"],
+    }
     path = config(tmp_path, driver, "example.com/broken")
     rows = ["register", "prepare"]
     run = compat(
@@ -107,7 +123,11 @@ def test_a_driver_whose_allocate_fails_fails_the_rows_that_prepare(tmp_path: Pat
 def test_driver_replaces_the_command_of_the_configs_driver(tmp_path: Path) -> None:
     """--config's pool and driver entry (its resources and policy), --driver's command: the
     config's driver fails every allocate, the command given (the sim) prepares the claim."""
-    driver = {"name": "broken", "command": [sys.executable, str(DRIVERS / "broken.py"), "allocate-fails"]}
+    driver = {
+        "name": "broken",
+        "user": "root",
+        "command": [sys.executable, str(DRIVERS / "broken.py"), "allocate-fails"],
+    }
     path = config(tmp_path, driver, "example.com/gpu", ("SIM_DEVICES",))
     sim = f"devshim-sim --config {SIM}"
     run = compat(tmp_path, "--dra", "--config", str(path), "--driver", sim, "--dra-pair", NEWEST,

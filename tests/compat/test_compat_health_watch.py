@@ -20,6 +20,7 @@ def health_watch(tmp_path: Path, *args: str, env: dict[str, str] | None = None) 
     settings = tmp_path / "devshim.yaml"
     entry = {
         "name": "flipping",
+        "user": "root",
         "command": [sys.executable, str(DRIVERS / "flipping.py")],
         "env": env or {},
         "resources": ["example.com/flip"],

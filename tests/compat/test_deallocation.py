@@ -26,6 +26,7 @@ RESOURCE = "example.com/rec"
 # The recording driver as configured: its one resource, and the env its grants set.
 REC = {
     "name": "rec",
+    "user": "root",
     "command": [sys.executable, str(DRIVER)],
     "resources": [RESOURCE],
     "policy": {"envs": ["REC"]},

@@ -60,6 +60,7 @@ def claiming(
     }
     return {
         "name": name,
+        "user": "root",
         "command": [sys.executable, str(CLAIMING)],
         "env": env,
         "resources": declared,
@@ -116,12 +117,19 @@ def test_a_driver_without_resources_is_a_start_up_error_naming_the_setting(
     2, one message naming drivers[sim].resources and how to set it, no traceback, nothing served."""
     command = [sys.executable, str(CLAIMING)]
     config = tmp_path / "devshim.yaml"
-    config.write_text(json.dumps({"drivers": [{"name": "sim", "command": command}]}))
+    config.write_text(json.dumps({"drivers": [{"name": "sim", "user": "root", "command": command}]}))
     serve_in = ["--device-plugins-dir", str(plugin_dir), "--state-dir", str(tmp_path / "state")]
     args = {
         "check-config": ["check-config", str(config)],
         "run --config": ["run", "--config", str(config), *serve_in],
-        "run --driver": ["run", "--driver", f"sim={subprocess.list2cmdline(command)}", *serve_in],
+        "run --driver": [
+            "run",
+            "--driver",
+            f"sim={subprocess.list2cmdline(command)}",
+            "--driver-user",
+            "sim=root",
+            *serve_in,
+        ],
     }[how]
     result = devshim_command(*args)
     assert result.returncode == 2, result
@@ -143,7 +151,13 @@ def test_driver_resource_flags_are_checked_as_the_file_is() -> None:
 def test_resource_policies_must_name_declared_resources(tmp_path: Path) -> None:
     """A policy for a resource the driver may not serve is a mistake the file is refused for."""
     config = tmp_path / "devshim.yaml"
-    driver = {"name": "sim", "command": ["x"], "resources": [OWN], "resource_policies": {GPU: {}}}
+    driver = {
+        "name": "sim",
+        "user": "root",
+        "command": ["x"],
+        "resources": [OWN],
+        "resource_policies": {GPU: {}},
+    }
     config.write_text(json.dumps({"drivers": [driver]}))
     result = devshim_command("check-config", str(config))
     assert result.returncode == 2 and "Traceback" not in result.stderr

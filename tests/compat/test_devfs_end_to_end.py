@@ -34,6 +34,7 @@ async def served(
         drivers=[
             {
                 "name": "devfs",
+                "user": "root",
                 "command": [sys.executable, "-m", "devshim_adapters.devfs", "--config", str(config)],
                 "resources": [SERIAL],
                 # The test's nodes are regular files in a temp dir (below /tmp, which anyone may
@@ -114,7 +115,7 @@ async def test_devfs_under_devshim_run_serves_real_dev_nodes(
     allowed = [f"--driver-allow=devfs=device_nodes:{node}" for node in nodes]
     proc = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "shim", "run", "--device-plugins-dir", str(plugin_dir)),
-        *("--state-dir", str(state_dir), "--driver", f"devfs={command}"),
+        *("--state-dir", str(state_dir), "--driver", f"devfs={command}", "--driver-user", "devfs=root"),
         *("--driver-resource", "devfs=example.com/nullish", *allowed),
     )
     try:

@@ -50,7 +50,14 @@ async def test_sigterm_stops_the_drivers_too(plugin_dir: Path, state_dir: Path, 
     command = f"{shlex.quote(sys.executable)} -m devshim_adapters.sim --config-json {shlex.quote(sim)}"
     async with devshim(
         *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
-        *("--driver", f"sim={command}", "--driver-resource", "sim=example.com/cli"),
+        *(
+            "--driver",
+            f"sim={command}",
+            "--driver-resource",
+            "sim=example.com/cli",
+            "--driver-user",
+            "sim=root",
+        ),
     ) as proc:
         session = await kubelet.wait_for_plugin("example.com/cli", timeout=30)
         assert [d.id for d in await session.wait_for_list()] == ["cli-0", "cli-1"]
@@ -126,7 +133,16 @@ async def test_driver_env_gives_a_driver_the_variables_named_and_nothing_else(
     command = f"{shlex.quote(sys.executable)} {shlex.quote(str(DRIVERS / 'showing_env.py'))}"
     async with devshim(
         *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
-        *("--driver", f"env={command}", "--driver-env", "env=GREETING=a=b c", "-e", "env=EMPTY="),
+        *(
+            "--driver",
+            f"env={command}",
+            "--driver-user",
+            "env=root",
+            "--driver-env",
+            "env=GREETING=a=b c",
+            "-e",
+            "env=EMPTY=",
+        ),
         *("-e", "env=DEVSHIM_TEST_PASSED_ON", "-e", "env=PATH"),
         *("--driver-resource", "env=example.com/env", "--driver-allow", "env=envs:SEEN_*"),
     ):
@@ -216,7 +232,14 @@ async def test_a_killed_devshim_leaves_no_driver_running(
     command = f"{shlex.quote(sys.executable)} {shlex.quote(str(stubborn))}"
     async with devshim(
         *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
-        *("--driver", f"sim={command}", "--driver-resource", "sim=example.com/orphan"),
+        *(
+            "--driver",
+            f"sim={command}",
+            "--driver-resource",
+            "sim=example.com/orphan",
+            "--driver-user",
+            "sim=root",
+        ),
     ) as proc:
         await kubelet.wait_for_plugin("example.com/orphan", timeout=30)
         (driver,) = children(proc.pid)

@@ -37,7 +37,7 @@ def sim(name: str, count: int) -> list[str]:
 
 def sim_driver(name: str, count: int) -> dict[str, Any]:
     """drivers[sim]: the simulator serving ``count`` devices of resource ``name``, declared."""
-    return {"name": "sim", "command": sim(name, count), "resources": [name]}
+    return {"name": "sim", "user": "root", "command": sim(name, count), "resources": [name]}
 
 
 def write_config(path: Path, plugin_dir: Path, state_dir: Path, **fields: Any) -> None:
@@ -102,7 +102,12 @@ async def test_sighup_reloads_the_config_restarting_only_what_changed(
     """A changed static resource and a changed driver are restarted, a new resource is served, an
     unchanged driver keeps running; a broken config on a later SIGHUP changes nothing."""
     config = tmp_path / "devshim.yaml"
-    life = {"name": "life", "command": [sys.executable, LIFECYCLE], "resources": ["example.com/life"]}
+    life = {
+        "name": "life",
+        "user": "root",
+        "command": [sys.executable, LIFECYCLE],
+        "resources": ["example.com/life"],
+    }
     write_config(config, plugin_dir, state_dir, resources=[{"name": "example.com/a", "static": {"count": 1}}],
                  drivers=[life, sim_driver("example.com/s", 1)])  # fmt: skip
     async with devshim("run", "--config", str(config)) as proc:
@@ -184,7 +189,14 @@ async def test_json_logs_are_one_object_per_line_naming_the_resource(
     async with devshim(
         *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
         *("--log-format", "json"),
-        *("-r", "example.com/foo=1", "--driver", f"life={sys.executable} {LIFECYCLE}"),
+        *(
+            "-r",
+            "example.com/foo=1",
+            "--driver",
+            f"life={sys.executable} {LIFECYCLE}",
+            "--driver-user",
+            "life=root",
+        ),
         *("--driver-resource", "life=example.com/life"),
     ) as proc:
         await kubelet.wait_for_registration("example.com/foo", timeout=30)
@@ -216,7 +228,14 @@ async def test_status_metrics_and_probes_of_a_running_devshim(
     sim_config = json.dumps({"resources": [{"name": "example.com/st", "count": 2}]})
     async with devshim(
         *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
-        *("-r", "example.com/foo=3", "--driver", f"sim=devshim-sim --config-json '{sim_config}'"),
+        *(
+            "-r",
+            "example.com/foo=3",
+            "--driver",
+            f"sim=devshim-sim --config-json '{sim_config}'",
+            "--driver-user",
+            "sim=root",
+        ),
         *("--driver-resource", "sim=example.com/st"),
     ) as proc:
         session = await kubelet.wait_for_plugin("example.com/st", timeout=30)
@@ -321,7 +340,7 @@ async def test_status_counts_a_failed_start_and_claims_no_devices_for_a_driver_w
     async with devshim(
         *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
         *("--driver", "gone=/nonexistent/driver", "--driver-resource", "gone=example.com/gone"),
-        *("--driver", f"empty={shlex.join(sim('example.com/none', 0))}"),
+        *("--driver", f"empty={shlex.join(sim('example.com/none', 0))}", "--driver-user", "empty=root"),
         *("--driver-resource", "empty=example.com/none"),
     ):
         report = await status_once(port, settled, "gone is given up and empty is up")

@@ -58,6 +58,7 @@ async def manager(
             # What the Go plugin's Allocate grants: its env, /dev/null as each device, its CDI kind.
             driver={
                 "name": "legacy",
+                "user": "root",
                 "command": [*adapter, "--", *plugin],
                 "policy": {
                     "envs": ["GOPLUG_DEVICES"],

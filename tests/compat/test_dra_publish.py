@@ -226,6 +226,7 @@ async def test_devfs_publishes_each_nodes_name(plane: ControlPlane, folder: Path
     devfs.write_text(json.dumps({"groups": [group], "poll_interval_s": 0.2}))
     driver = {
         "name": "devfs",
+        "user": "root",
         "command": [sys.executable, "-m", "devshim_adapters.devfs", "--config", str(devfs)],
         "policy": {
             "device_nodes": [str(dev / "ttyUSB*")],

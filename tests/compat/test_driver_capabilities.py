@@ -25,6 +25,7 @@ async def test_declared_but_unimplemented_methods_do_not_fail_admission(
         drivers=[
             {
                 "name": "over",
+                "user": "root",
                 "command": [sys.executable, str(DRIVER)],
                 "resources": ["example.com/over"],
                 "policy": {"envs": ["OVER"]},

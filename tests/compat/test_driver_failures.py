@@ -107,6 +107,7 @@ def settings_for(
         drivers=[
             {
                 "name": "flaky",
+                "user": "root",
                 "command": [sys.executable, str(program)],
                 "env": env,
                 "resources": [FLAKY],
@@ -600,7 +601,7 @@ async def test_failed_starts_are_counted_and_explained_while_devshim_still_retri
         device_plugins_dir=plugin_dir,
         state_dir=state_dir,
         drivers=[{
-            "name": "absent", "command": [str(state_dir / "no-such-driver")],
+            "name": "absent", "user": "root", "command": [str(state_dir / "no-such-driver")],
             "resources": ["example.com/absent"],
             "restart": {"max_start_failures": 1000, "backoff_initial_s": 0.01, "backoff_max_s": 0.05},
         }],

@@ -63,7 +63,12 @@ async def test_a_driver_cannot_split_forge_or_reverse_log_lines_with_unicode_sep
         state_dir=state_dir,
         register_backoff_max_s=0.5,
         drivers=[
-            {"name": "lines", "command": [sys.executable, unicode_lines.__file__], "resources": [RESOURCE]}
+            {
+                "name": "lines",
+                "user": "root",
+                "command": [sys.executable, unicode_lines.__file__],
+                "resources": [RESOURCE],
+            }
         ],
     )
     async with FakeKubelet(plugin_dir) as kubelet, Shim(settings):
@@ -102,7 +107,12 @@ async def test_a_driver_cannot_forge_log_lines_with_the_message_of_an_error_it_a
         state_dir=state_dir,
         register_backoff_max_s=0.5,
         drivers=[
-            {"name": "lines", "command": [sys.executable, unicode_lines.__file__], "resources": [RESOURCE]}
+            {
+                "name": "lines",
+                "user": "root",
+                "command": [sys.executable, unicode_lines.__file__],
+                "resources": [RESOURCE],
+            }
         ],
     )
     async with FakeKubelet(plugin_dir) as kubelet, Shim(settings):

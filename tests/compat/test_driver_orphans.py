@@ -27,7 +27,7 @@ WAIT_S = 30.0
 def _config(tmp_path: Path, plugin_dir: Path, state_dir: Path, run_file: Path, child: str) -> Path:
     driver: dict[str, Any] = {
         "name": "flaky",
-        "command": [sys.executable, str(DRIVERS / "flaky.py")],
+        "user": "root", "command": [sys.executable, str(DRIVERS / "flaky.py")],
         "env": {"RUN_FILE": str(run_file), "FLAKY_MISBEHAVE": "exit_on_signal", "FLAKY_BAD_RUNS": "all",
                 "FLAKY_CHILD": child},
         "resources": ["example.com/flaky"],

@@ -28,18 +28,23 @@ from loguru import logger
 from shim.bootstrap import Shim
 from shim.kubelet import FakeKubelet, PluginSession
 from shim.settings import Settings
+from tests.support import AS_ROOT
 from tests.support.privileges import HARDENED, NOBODY, NOBODY_PYTHON, can_drop_capabilities, needs_nobody
 
 WHO = "example.com/who"
+# devshim's supplementary groups, as the driver writes them: kept only by user: root.
+OWN_GROUPS = "_".join(str(g) for g in sorted(os.getgroups()))
 WAIT_S = 20.0
 
 
 def driver(python: str | None = None, **settings: Any) -> dict[str, Any]:
+    """The hardened driver's entry; as root unless ``settings`` name its user (AS_ROOT)."""
     return {
         "name": "hardened",
         "command": [python or sys.executable, str(HARDENED)],
         "resources": [WHO],
         "policy": {"envs": ["WHO"]},
+        **AS_ROOT,
         **settings,
     }
 
@@ -84,17 +89,21 @@ def log() -> Iterator[list[tuple[str, str]]]:
 @pytest.mark.parametrize(
     ("user", "group", "expected"),
     [
+        pytest.param(None, None, ["uid-65534", "gid-65534", "groups-65534"], id="default"),
         pytest.param("nobody", None, ["uid-65534", "gid-65534", "groups-65534"], id="user"),
         pytest.param(NOBODY, 4242, ["uid-65534", "gid-4242", "groups-4242"], id="user-and-group"),
-        pytest.param(None, "4242", ["uid-0", "gid-4242", "groups-4242"], id="group-only"),
+        pytest.param(None, "4242", ["uid-65534", "gid-4242", "groups-4242"], id="group-only"),
+        pytest.param("root", "4242", ["uid-0", "gid-4242", "groups-4242"], id="root-and-group"),
+        pytest.param("root", None, ["uid-0", "gid-0", f"groups-{OWN_GROUPS}"], id="root"),
     ],
 )
 async def test_a_driver_runs_as_the_configured_user_and_group_and_no_other_groups(
     plugin_dir: Path, state_dir: Path, user: str | int | None, group: str | int | None, expected: list[str]
 ) -> None:
-    """The driver's real ids are the configured ones; its supplementary groups are the user's
-    own from the group database (nobody has none beyond its group) and none of devshim's: a
-    group-only switch drops root's group 0 too."""
+    """The driver's real ids are the configured ones, and without a user nobody's (devshim runs
+    as root here); its supplementary groups are the user's own from the group database (nobody
+    has none beyond its group) and none of devshim's: a group switch drops root's group 0 too.
+    Only ``user: root`` keeps devshim's ids."""
     async with serving(plugin_dir, state_dir, python=NOBODY_PYTHON, user=user, group=group) as session:
         assert (await driver_ids(session))[:3] == expected
 

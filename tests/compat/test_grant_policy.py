@@ -88,6 +88,7 @@ async def world(
         drivers=[
             {
                 "name": "granting",
+                "user": "root",
                 "command": [sys.executable, str(DRIVER)],
                 "env": {
                     "ESCAPE_PATH": str(allowed / "escape"),
@@ -266,6 +267,7 @@ async def granting(
         drivers=[
             {
                 "name": "granting",
+                "user": "root",
                 "command": [sys.executable, str(DRIVER)],
                 "env": {"GRANTING_RESOURCE": resource, "DEALLOCATED": os.devnull, **env},
                 "resources": [resource],

@@ -28,7 +28,14 @@ def has_count(count: int, devices: tuple[object, ...]) -> bool:
 def args(plugin_dir: Path, state_dir: Path) -> list[str]:
     return [
         *("run", "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir)),
-        *("-r", "example.com/foo=3", "--driver", f"life={sys.executable} {LIFECYCLE}"),
+        *(
+            "-r",
+            "example.com/foo=3",
+            "--driver",
+            f"life={sys.executable} {LIFECYCLE}",
+            "--driver-user",
+            "life=root",
+        ),
         *("--driver-resource", "life=example.com/life"),
     ]
 

@@ -83,7 +83,13 @@ def hostile_settings(plugin_dir: Path, state_dir: Path, env: dict[str, str]) -> 
         state_dir=state_dir,
         register_backoff_max_s=0.5,
         drivers=[
-            {"name": "hostile", "command": [sys.executable, str(DRIVER)], "env": env, "resources": [HOSTILE]}
+            {
+                "name": "hostile",
+                "user": "root",
+                "command": [sys.executable, str(DRIVER)],
+                "env": env,
+                "resources": [HOSTILE],
+            }
         ],
     )
 
@@ -103,6 +109,7 @@ async def devshim_run(plugin_dir: Path, state_dir: Path, env: dict[str, str]) ->
     config = state_dir / "devshim.yaml"
     driver = {
         "name": "hostile",
+        "user": "root",
         "command": [sys.executable, str(DRIVER)],
         "env": env,
         "resources": [HOSTILE],
@@ -293,6 +300,7 @@ def many_driver(name: str, run_file: Path, resources: dict[str, int], **more: An
             env[switch] = f"{grown[0]}={grown[1]}"
     return {
         "name": name,
+        "user": "root",
         "command": [sys.executable, str(MANY)],
         "env": env,
         "resources": list(resources),

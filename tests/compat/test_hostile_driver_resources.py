@@ -50,6 +50,7 @@ def claiming(
     command = [sys.executable, str(CLAIMING)]
     return {
         "name": name,
+        "user": "root",
         "command": command,
         "env": env,
         "resources": resources,

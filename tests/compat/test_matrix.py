@@ -18,10 +18,11 @@ from shim.compat.driver_scenarios import SCENARIOS
 from shim.compat.driver_world import DriverUnderTest, driver_world, ids, restart_kubelet
 from shim.compat.modes import KUBELET_LINE, MODES, REGISTRATIONS, Mode, in_default_subset
 from shim.compat.results import Skip
-from tests.support import DRIVERS
+from tests.support import AS_ROOT, DRIVERS
 
 LIFECYCLE = DriverUnderTest(
     [sys.executable, str(DRIVERS / "lifecycle.py")],
+    entry=AS_ROOT,
     health_hook='kill -USR1 "$DEVSHIM_COMPAT_DRIVER_PID"',  # it flips its last device
 )
 
@@ -96,6 +97,7 @@ THREE_RESOURCES = DriverUnderTest(
     [sys.executable, "-m", "devshim_adapters.sim", "--config-json",
      '{"resources": [{"name": "example.com/one", "count": 2}, {"name": "example.com/two", "count": 2},'
      ' {"name": "example.com/three", "count": 2}]}'],
+    entry=AS_ROOT,
 )  # fmt: skip
 
 

@@ -1,6 +1,7 @@
 """The `devshim run` commands README.md and docs/configuration.md show, run as a newcomer would
 copy them: from the repository root, against the fake kubelet (only the directories moved to
-scratch ones, since /var/lib/kubelet is not ours here)."""
+scratch ones, since /var/lib/kubelet is not ours here, and each driver run as root, since this
+checkout's interpreter may be root's alone, where a driver's default user cannot run it)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from shim.kubelet import FakeKubelet
 from tests.support import ROOT
@@ -49,11 +51,21 @@ def test_the_documented_driver_commands_declare_what_the_driver_serves_and_grant
         assert "--driver-resource " in command and "--driver-allow " in command, (doc, command)
 
 
+def as_root(config: Path, folder: Path) -> Path:
+    """A copy of ``config`` whose drivers run as root."""
+    settings = yaml.safe_load(config.read_text())
+    for driver in settings.get("drivers", []):
+        driver["user"] = "root"
+    copy = folder / config.name
+    copy.write_text(yaml.safe_dump(settings))
+    return copy
+
+
 @pytest.mark.parametrize(
     ("doc", "command"), DOCUMENTED, ids=[f"{doc}-{n}" for n, (doc, _) in enumerate(DOCUMENTED)]
 )
 async def test_a_documented_run_command_serves_its_devices(
-    doc: str, command: str, plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet
+    doc: str, command: str, plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet, tmp_path: Path
 ) -> None:
     """Each command starts, registers its resources with the kubelet and lists their devices,
     and stops cleanly on SIGINT (Ctrl-C)."""
@@ -61,6 +73,9 @@ async def test_a_documented_run_command_serves_its_devices(
     if "devshim-sim" in command and shutil.which("devshim-sim", path=env["PATH"]) is None:
         pytest.skip("devshim-sim is not installed in this environment")
     argv = shlex.split(command, comments=True)
+    argv += [f"--driver-user={name}=root" for name in re.findall(r"--driver (\w[-\w.]*)=", command)]
+    if "--config" in argv:
+        argv[argv.index("--config") + 1] = str(as_root(ROOT / argv[argv.index("--config") + 1], tmp_path))
     proc = await asyncio.create_subprocess_exec(
         *DEVSHIM, *argv[1:], "--device-plugins-dir", str(plugin_dir), "--state-dir", str(state_dir),
         cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -37,6 +37,7 @@ def node_settings(plugin_dir: Path, state_dir: Path, **env: str) -> Settings:
         drivers=[
             {
                 "name": "node-example",
+                "user": "root",
                 "command": [NODE, str(DRIVER)],
                 "env": env,
                 "resources": [RESOURCE],

@@ -135,7 +135,7 @@ async def test_a_drivers_calls_and_its_restart_after_sigkill_are_counted(
         state_dir=state_dir,
         register_backoff_max_s=0.5,
         api_versions=["v1beta1", "v1beta2"],
-        drivers=[{"name": driver, "command": command, "resources": [name]}],
+        drivers=[{"name": driver, "user": "root", "command": command, "resources": [name]}],
     )
     versions = ("v1beta1", "v1beta2")
     async with FakeKubelet(plugin_dir, versions=versions) as kubelet, Shim(settings) as shim:

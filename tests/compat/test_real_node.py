@@ -110,6 +110,7 @@ def _sim(
     }]}))  # fmt: skip
     driver: dict[str, Any] = {
         "name": "sim",
+        "user": "root",
         "command": [*wrapper, PYTHON, "-m", "devshim_adapters.sim", "--config", str(config)],
         "resources": [GPU],
         "policy": _share_policy(node, envs=["SIM_DEVICES"], device_nodes=["/dev/zero"]),
@@ -239,6 +240,7 @@ def test_a_pod_sees_the_devfs_node(node: Node) -> None:
     }]}))  # fmt: skip
     driver = {
         "name": "devfs",
+        "user": "root",
         "command": [PYTHON, "-m", "devshim_adapters.devfs", "--config", str(config)],
         "resources": [FULL],
         "policy": _share_policy(node, device_nodes=["/dev/full"]),
@@ -259,7 +261,13 @@ def test_a_pod_sees_the_legacy_plugins_grant(node: Node, goplug: Path) -> None:
         adapter += ["--", str(goplug), "-dir", str(private), "-prestart"]
         # What the Go plugin grants: an env, /dev/null per device, and a CDI device of its own.
         allowed = {"envs": ["GOPLUG_DEVICES"], "device_nodes": ["/dev/null"], "cdi_kinds": [GOPLUG]}
-        driver = {"name": "legacy", "command": adapter, "resources": [GOPLUG], "policy": allowed}
+        driver = {
+            "name": "legacy",
+            "user": "root",
+            "command": adapter,
+            "resources": [GOPLUG],
+            "policy": allowed,
+        }
         with Devshim(node, {"drivers": [driver]}) as devshim:
             devshim.registered(GOPLUG)
             wait_until(lambda: allocatable_ids(node, GOPLUG) == {"g0", "g1", "g2"}, "the kubelet lists g0-g2")

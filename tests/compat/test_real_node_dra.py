@@ -79,6 +79,7 @@ def _devshim_settings(cluster: ConnectedNode) -> dict[str, Any]:
     }]}))  # fmt: skip
     driver = {
         "name": "sim",
+        "user": "root",
         "command": [sys.executable, *PYTHON_SIM, "--config", str(config)],
         "resources": [GPU],
         "policy": {"envs": ["SIM_DEVICES"], "device_nodes": ["/dev/zero"]},  # what its grant holds

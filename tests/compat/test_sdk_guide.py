@@ -63,7 +63,14 @@ async def served(
     ``resources`` and granting what ``declared`` (policy, resource_policies) allows, and the fake
     kubelet's session of each of ``resources`` once its first list arrived."""
     command = [sys.executable, str(EXAMPLES / example)]
-    driver = {"name": name, "command": command, "env": env or {}, "resources": list(resources), **declared}
+    driver = {
+        "name": name,
+        "user": "root",
+        "command": command,
+        "env": env or {},
+        "resources": list(resources),
+        **declared,
+    }
     settings = Settings.load(
         device_plugins_dir=plugin_dir, state_dir=state_dir, register_backoff_max_s=0.5, drivers=[driver]
     )

@@ -69,6 +69,7 @@ async def start(
         drivers=[
             {
                 "name": "sim",
+                "user": "root",
                 "command": [sys.executable, "-m", "devshim_adapters.sim", "--config", str(config)],
                 "resources": [*(r["name"] for r in resources), *added],
                 "policy": policy or {},

@@ -61,7 +61,11 @@ def write(tmp_path: Path, settings: dict[str, Any], name: str = "devshim.yaml") 
 
 def declared(command: list[str], policy: dict[str, Any]) -> dict[str, Any]:
     """devshim's settings with the lamp driver declared: its resource, and ``policy``."""
-    return {"drivers": [{"name": "lamp", "command": command, "resources": [LAMP], "policy": policy}]}
+    return {
+        "drivers": [
+            {"name": "lamp", "user": "root", "command": command, "resources": [LAMP], "policy": policy}
+        ]
+    }
 
 
 def suggestion(stdout: str) -> tuple[dict[str, Any] | None, dict[str, str]]:
@@ -81,12 +85,14 @@ def test_compat_learns_the_declaration_and_the_same_run_passes_with_it(tmp_path:
     held. That YAML as --config makes the same run pass, the declaration held this time, and
     prints no suggestion."""
     command = lamp()
-    learnt = compat(tmp_path, "--driver", subprocess.list2cmdline(command), *QUICK)
+    learnt = compat(tmp_path, "--driver", subprocess.list2cmdline(command), "--driver-user", "root", *QUICK)
     assert learnt.code == 0 and learnt.summary["fail"] == 0, learnt.stdout
     assert "no --config declaring it: it serves what it declares, any grant above the floor" in learnt.stderr
     settings, floor = suggestion(learnt.stdout)
     assert settings == {
-        "drivers": [{"name": "my-driver", "command": command, "resources": [LAMP], "policy": NEEDED}]
+        "drivers": [
+            {"name": "my-driver", "user": "root", "command": command, "resources": [LAMP], "policy": NEEDED}
+        ]
     }
     assert floor == {} and FLOOR_HEADER not in learnt.stdout
 
@@ -137,7 +143,9 @@ def test_a_grant_the_floor_refuses_is_listed_under_the_floor_and_never_suggested
     so the row fails naming env.shell; the suggestion lists PS4 under env.shell and its allowlist
     holds only what the floor lets through."""
     command = lamp(envs={"PS4": "$(id >&2)"})
-    cell = run_cell(tmp_path, "allocate", "--driver", subprocess.list2cmdline(command))
+    cell = run_cell(
+        tmp_path, "allocate", "--driver", subprocess.list2cmdline(command), "--driver-user", "root"
+    )
     assert (cell.code, cell.status) == (1, "fail")
     assert "envs['PS4'] 'PS4': the floor's rule env.shell refuses it (" in cell.reason
     settings, floor = suggestion(cell.stdout)

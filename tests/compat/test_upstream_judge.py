@@ -30,7 +30,7 @@ from shim.compat.upstream.harness import Container, Pod
 from shim.compat.upstream.matrix import run_judged_cell
 from shim.compat.upstream.plugin_checks import CHECKS, run_judged_plugin_cell
 from shim.compat.upstream.scenarios import LONG, REMOVAL_GRACE_S, SCENARIOS
-from tests.support import DRIVERS, ROOT
+from tests.support import AS_ROOT, DRIVERS, ROOT
 from tests.support.judge import DEFAULT, RELEASES
 from tests.support.unix import short_temp_dir
 
@@ -69,12 +69,14 @@ def sim_driver(tmp_path: Path) -> DriverUnderTest:
     (tmp_path / "sim.yaml").write_text(config)
     env = {**os.environ, "SIM_CONTROL": str(control)}
     argv = [sys.executable, "-m", "devshim_adapters.sim", "--config", str(tmp_path / "sim.yaml")]
-    return DriverUnderTest(argv, env=env, health_hook=HEALTH_HOOK_SIM)
+    return DriverUnderTest(argv, env=env, entry=AS_ROOT, health_hook=HEALTH_HOOK_SIM)
 
 
 def lifecycle_driver() -> DriverUnderTest:
     return DriverUnderTest(
-        [sys.executable, str(DRIVERS / "lifecycle.py")], health_hook='kill -USR1 "$DEVSHIM_COMPAT_DRIVER_PID"'
+        [sys.executable, str(DRIVERS / "lifecycle.py")],
+        entry=AS_ROOT,
+        health_hook='kill -USR1 "$DEVSHIM_COMPAT_DRIVER_PID"',
     )
 
 
@@ -83,13 +85,16 @@ def devfs_driver(tmp_path: Path) -> DriverUnderTest:
     config.write_text(
         json.dumps({"groups": [{"resource": "example.com/nullish", "paths": ["/dev/null", "/dev/zero"]}]})
     )
-    return DriverUnderTest([sys.executable, "-m", "devshim_adapters.devfs", "--config", str(config)])
+    return DriverUnderTest(
+        [sys.executable, "-m", "devshim_adapters.devfs", "--config", str(config)], entry=AS_ROOT
+    )
 
 
 def legacy_driver(private: Path, goplug: Path) -> DriverUnderTest:
     plugin = [str(goplug), "-dir", str(private), "-preferred", "-prestart"]
     return DriverUnderTest(
-        [sys.executable, "-m", "devshim_adapters.legacy", "--kubelet-dir", str(private), "--", *plugin]
+        [sys.executable, "-m", "devshim_adapters.legacy", "--kubelet-dir", str(private), "--", *plugin],
+        entry=AS_ROOT,
     )
 
 
@@ -279,7 +284,17 @@ def test_devshim_compat_judges_a_driver_and_a_plugin_as_a_real_process(
     sim = f"{sys.executable} -m devshim_adapters.sim --config {ROOT / 'examples' / 'sim.yaml'}"
     rows = ["--scenario=register", "--scenario=allocate", "--scenario=prestart", "--scenario=upgrade"]
     report = tmp_path / "driver.json"
-    run = devshim_compat(*judges, "--driver", sim, *rows, "--registration=classic", "--json", str(report))
+    run = devshim_compat(
+        *judges,
+        "--driver",
+        sim,
+        "--driver-user",
+        "root",
+        *rows,
+        "--registration=classic",
+        "--json",
+        str(report),
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     cells = json.loads(report.read_text())["cells"]
     assert {c["mode"] for c in cells} == {f"{r.name}/classic" for r in DEFAULT}

@@ -191,7 +191,10 @@ def test_what_no_value_changes_holds_for_every_value_file(values: str) -> None:
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "ops"}
     security = container["securityContext"]
     assert security["privileged"] is False and security["allowPrivilegeEscalation"] is False
-    assert security["capabilities"] == {"drop": ["ALL"]} and security["readOnlyRootFilesystem"] is True
+    assert (
+        security["capabilities"] == {"drop": ["ALL"], "add": ["SETUID", "SETGID"]}
+        and security["readOnlyRootFilesystem"] is True
+    )
     for name in KUBELET_VOLUMES:
         (mount,) = [m for m in container["volumeMounts"] if m["name"] == name]
         assert volumes(daemonset)[name]["hostPath"]["path"] == mount["mountPath"]
@@ -331,6 +334,7 @@ def test_legacy_sidecar_values_share_a_private_plugin_dir_with_the_vendor_contai
     resource_args = [arg for r in sidecar["deviceResources"] for arg in ("--resource", r)]
     assert command[command.index("--kubelet-dir") + 2 :] == sidecar["adapterArgs"] + resource_args
     assert driver.resources == sidecar["deviceResources"]
+    assert driver.user == "root"  # it dials the vendor plugin's socket, root's alone
     assert driver.policy is not None
     assert driver.policy.mounts == sidecar["policy"]["mounts"]
     assert driver.policy.device_nodes == sidecar["policy"]["device_nodes"]

@@ -236,7 +236,7 @@ def test_devshim_is_root_but_unprivileged_with_the_kubelet_dirs_mounted(target: 
     security = container["securityContext"]
     assert security.get("privileged", False) is False
     assert security["allowPrivilegeEscalation"] is False
-    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["capabilities"] == {"drop": ["ALL"], "add": ["SETUID", "SETGID"]}
     assert security["readOnlyRootFilesystem"] is True
     for directory in KUBELET_DIRS:
         mount, volume = mount_for(daemonset, Path(directory))
@@ -294,6 +294,7 @@ def test_legacy_sidecar_shares_a_private_plugin_dir_with_the_vendor_container(
     folder, _ = config_files(docs, tmp_path)
     (driver,) = Settings.load(folder / "config.yaml").drivers
     assert driver.command[0].endswith("/devshim-legacy") and "--" not in driver.command  # sidecar form
+    assert driver.user == "root"  # it dials the vendor plugin's socket, root's alone
     kubelet_dir = Path(driver.command[driver.command.index("--kubelet-dir") + 1])
     shared_mount, shared = mount_for(daemonset, kubelet_dir)
     assert shared_mount["mountPath"] == str(kubelet_dir) and "emptyDir" in shared

@@ -515,6 +515,7 @@ async def garbage(dirs: tuple[Path, Path, Path]) -> AsyncIterator[Garbage]:
         drivers=[
             {
                 "name": "garbage",
+                "user": "root",
                 "command": [sys.executable, str(DRIVER)],
                 "env": {"RUN_FILE": str(run_file), "PAYLOAD_DIR": str(payloads)},
                 # Quick restarts keep the examples quick; a merged half line may leave an

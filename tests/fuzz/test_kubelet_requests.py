@@ -162,6 +162,7 @@ def settings_for(plugin_dir: Path, state_dir: Path) -> Settings:
         drivers=[
             {
                 "name": "sim",
+                "user": "root",
                 "command": [
                     sys.executable,
                     "-m",

@@ -79,7 +79,12 @@ async def test_a_driver_that_stops_reading_its_input_is_failed_and_restarted(
         state_dir=state_dir,
         deallocation={"enabled": False},
         drivers=[
-            {"name": "deaf", "command": [sys.executable, str(DEAF_DRIVER)], "resources": ["example.com/deaf"]}
+            {
+                "name": "deaf",
+                "user": "root",
+                "command": [sys.executable, str(DEAF_DRIVER)],
+                "resources": ["example.com/deaf"],
+            }
         ],
     )
     async with Shim(settings):
@@ -103,6 +108,7 @@ async def test_an_allocate_in_flight_when_devshim_serves_again_is_still_answered
     drivers = [
         {
             "name": "holding",
+            "user": "root",
             "command": [sys.executable, str(DRIVERS / "holding.py")],
             "resources": [holding.RESOURCE],
         }

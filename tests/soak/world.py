@@ -68,7 +68,7 @@ def _driver(served: Served, root: Path) -> dict[str, Any]:
     if served.driver == HOSTILE:
         command = [sys.executable, str(Path(hostile_driver.__file__))]
         env = {"HOSTILE_ATTACK_FILE": str(root / "hostile-attack")}
-        return {"name": served.driver, "command": command, "env": env, **declared, **_TUNED}
+        return {"name": served.driver, "user": "root", "command": command, "env": env, **declared, **_TUNED}
     sim = {
         "resources": [
             {
@@ -82,7 +82,7 @@ def _driver(served: Served, root: Path) -> dict[str, Any]:
         ]
     }
     command = [sys.executable, "-m", "devshim_adapters.sim", "--config-json", json.dumps(sim)]
-    return {"name": served.driver, "command": command, **declared, **_TUNED}
+    return {"name": served.driver, "user": "root", "command": command, **declared, **_TUNED}
 
 
 _TUNED: dict[str, Any] = {

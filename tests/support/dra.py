@@ -73,7 +73,7 @@ def config(
         sim_config = {"resources": [sim], "control_file": str(folder / "sim.ctl")}
         (folder / "sim.ctl").write_text("")
         (folder / "sim.yaml").write_text(yaml.safe_dump(sim_config))
-        driver = {"name": "sim", "command": [*SIM, "--config", str(folder / "sim.yaml")]}
+        driver = {"name": "sim", "user": "root", "command": [*SIM, "--config", str(folder / "sim.yaml")]}
         policy = sim_policy(sim.get("grant", {}))
         if policy:
             driver["policy"] = policy

@@ -28,6 +28,7 @@ def legacy_driver(
     (by default the Python plugin's) allows."""
     return {
         "name": "legacy",
+        "user": "root",
         "command": argv,
         "resources": [resource],
         "policy": PYTHON_POLICY if policy is None else policy,

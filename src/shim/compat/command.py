@@ -93,7 +93,8 @@ class Request:
     prebuild: bool = False  # with --judge: build the harnesses, run nothing
     config: Path | None = None  # devshim's settings: the driver's entry is run as `run` would
     driver_name: str | None = None  # which of --config's drivers (needed when it has several)
-    relaxed: bool = False  # any grant, the caller's environment
+    relaxed: bool = False  # any grant, the caller's environment and user
+    driver_user: str | None = None  # who the driver runs as, over --config's drivers[].user
     suggest_policy: bool = False  # print the declaration the driver's grants needed, in any case
     expect: Sequence[str] = ()  # what every Allocate answer must contain
     health_watch_s: float = 0.0  # how long the health_watch row waits
@@ -153,6 +154,8 @@ def _suggest(request: Request, driver: DriverUnderTest) -> None:
     name = driver.entry.get("name", "my-driver")
     resources = driver.entry.get("resources") or sorted(suggestion.resources)
     entry = {"name": name, "command": list(driver.command), "resources": resources}
+    if "user" in driver.entry:  # as it ran: a replay runs it as the same user
+        entry["user"] = driver.entry["user"]
     if policy := suggestion.policy():
         entry["policy"] = policy
     refused = suggestion.refused
@@ -194,7 +197,7 @@ def repeat_command(request: Request, result: Result) -> str:
     given: list[tuple[str, object]] = [
         ("--driver", request.driver), ("--plugin", request.plugin), ("--socket", request.socket),
         ("--health-hook", request.health_hook), ("--config", request.config),
-        ("--driver-name", request.driver_name),
+        ("--driver-name", request.driver_name), ("--driver-user", request.driver_user),
     ]  # fmt: skip
     for flag, value in given:
         if value is not None:
@@ -313,6 +316,8 @@ def driver_under_test(request: Request, argv: list[str]) -> DriverUnderTest:
         except ValueError as err:
             raise UsageError(str(err)) from None
     entry = dict(_configured_driver(request.config, request.driver_name)) if request.config else {}
+    if request.driver_user is not None:
+        entry["user"] = request.driver_user
     env = entry.pop("env", {})
     entry.pop("command", None)
     return DriverUnderTest(
@@ -539,7 +544,8 @@ def _dra_plugin(request: Request) -> int:
     assert command is not None
     others = [flag for flag, given in (
         ("--config", request.config), ("--driver", request.driver), ("--driver-name", request.driver_name),
-        ("--plugin", request.plugin), ("--socket", request.socket), ("--health-hook", request.health_hook),
+        ("--driver-user", request.driver_user), ("--plugin", request.plugin), ("--socket", request.socket),
+        ("--health-hook", request.health_hook),
         ("--judge", sel.judges), ("--profile", sel.profiles), ("--kubelet", sel.kubelets),
         ("--registration", sel.registrations), ("--quick", sel.quick), ("--expect", request.expect),
         ("--prebuild", request.prebuild), ("--relaxed", request.relaxed),

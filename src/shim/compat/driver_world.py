@@ -75,7 +75,9 @@ class DriverUnderTest:
             else "no --config declaring it: it serves what it declares, any grant above the floor is "
             "allowed, and the declaration it needs is printed at the end"
         )
-        return f"as `devshim run` runs it: {policy}; environment variables {keys}"
+        user = self.entry.get("user")
+        who = f"user {user}" if user is not None else "devshim's default user (nobody, when root)"
+        return f"as `devshim run` runs it: {policy}; environment variables {keys}; as {who}"
 
     def policies(self, policy: GrantPolicy) -> GrantPolicy:
         """The Shim's policy seam: every grant noted; the allowlists held only where declared."""
@@ -249,8 +251,11 @@ ABOVE_THE_FLOOR: dict[str, Any] = {
 
 def settings_entry(driver: DriverUnderTest, name: str) -> dict[str, Any]:
     """The driver's drivers[] entry in devshim's settings, as `devshim run` would run it."""
+    # --relaxed runs the driver as this shell's user too: as root, root, not nobody.
+    as_caller = {"user": "root"} if driver.relaxed and os.geteuid() == 0 else {}
     return {
         "name": name,
+        **as_caller,
         **driver.entry,
         "command": list(driver.command),
         "env": {**os.environ, **driver.env} if driver.relaxed else dict(driver.env),

@@ -20,12 +20,13 @@ from typing import Any
 from loguru import logger
 
 from shim.driverhost import limits
+from shim.driverhost.identity import Identity, IdentityError, identity
 from shim.driverhost.reaper import REAPER
 from shim.driverhost.stderr import StderrLines
 from shim.jsonrpc import ConnectionClosed, Peer, StreamTransport
 from shim.jsonrpc.errors import ProtocolError
 from shim.jsonrpc.peer import NotificationHandler
-from shim.settings import DriverSettings, account, group_id, user_id
+from shim.settings import DriverSettings
 
 # Run first in the child, in a fresh process rather than in preexec_fn, which is unsafe in
 # devshim's multi-threaded (gRPC) process. Arguments: devshim's pid; the ids to switch to,
@@ -88,28 +89,6 @@ def end_group(process: asyncio.subprocess.Process) -> None:
         os.killpg(process.pid, signal.SIGKILL)  # start_new_session: the group id is the driver's pid
 
 
-def switch_ids(settings: DriverSettings) -> str:
-    """The launcher's ids argument: who the driver runs as (see LAUNCHER), resolved now, so a
-    change in the user or group database counts from the driver's next start."""
-    if settings.user is None and settings.group is None:
-        return ""
-    entry = account(settings.user) if settings.user is not None else None
-    try:
-        uid = "" if settings.user is None else str(user_id(settings.user))
-        gid = group_id(settings.group) if settings.group is not None else None
-    except ValueError as exc:
-        raise DriverFailed(f"cannot start it: {exc}") from None
-    if gid is None:
-        if entry is None:
-            raise DriverFailed(f"cannot start it: user {settings.user} is no longer in the user database")
-        gid = entry.pw_gid
-    # Supplementary groups as a login gets them: the user's, from the group database (device
-    # access is often granted to a group, such as video or dialout). Without a user database
-    # entry, or without a user, only the driver's group: none of devshim's own is kept.
-    groups = os.getgrouplist(entry.pw_name, gid) if entry is not None else [gid]
-    return f"{uid}:{gid}:{','.join(str(g) for g in groups)}"
-
-
 class DriverFailed(Exception):
     """A driver run ended or could not start; the message says why."""
 
@@ -143,6 +122,7 @@ class DriverProcess:
         self._peer: Peer | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self.hung = False  # failed by not answering in time: maybe frozen, deaf to EOF and SIGTERM
+        self.identity: Identity | None = None  # who it runs as (None: as devshim)
 
     async def start(self) -> None:
         program, *args = self.settings.command
@@ -152,7 +132,14 @@ class DriverProcess:
         if found is None:
             raise DriverFailed(f"cannot start {program!r}: not found on devshim's PATH")
         argv = [found, *args]
-        ids = switch_ids(self.settings)
+        try:
+            self.identity = identity(self.settings)
+        except IdentityError as exc:
+            raise DriverFailed(f"cannot start it: {exc}") from None
+        if self.identity is not None and self.identity.withheld:
+            withheld = "; ".join(self.identity.withheld)
+            logger.info("driver {!r}: device groups withheld: {}", self.name, withheld)
+        ids = "" if self.identity is None else self.identity.launcher_argument()
         try:
             with REAPER.spawning():
                 self.process = await self._spawn(ids, argv)
@@ -282,6 +269,12 @@ class DriverProcess:
         if self.last_log and reason != self.last_log:
             # Usually why (a missing variable, module or file): where status and compat show it.
             reason += f"; its last stderr line: {self.last_log[:300]}"
+        if self.identity is not None and self.identity.default and "Permission denied" in reason:
+            reason += (
+                f" (it runs as {self.identity}, unprivileged by default: make its program and files "
+                f"readable by that user, or set drivers[{self.name}].user; docs/configuration.md, "
+                '"Who a driver runs as")'
+            )
         self.fail(reason)
 
     def _rate_limited(self, method: str, handler: NotificationHandler) -> NotificationHandler:

@@ -142,6 +142,9 @@ kubeconfig of config.dra's own. */}}
 {{- $command = concat $command (list "--resource" .) }}
 {{- end }}
 {{- $legacy := dict "name" "legacy" "command" $command "resources" .deviceResources }}
+{{- with .user }}
+{{- $_ = set $legacy "user" . }}
+{{- end }}
 {{- with .policy }}
 {{- $_ = set $legacy "policy" . }}
 {{- end }}
