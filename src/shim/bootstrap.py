@@ -209,6 +209,12 @@ class Shim:
         self.watcher.subscribe(endpoint.check_files)
         self.served[name] = Served(service, endpoint, task)
 
+    def options_changed(self, name: str) -> None:
+        """``name``'s capabilities changed: its endpoint registers again, so the kubelet reads
+        the options they make (DRA reads them per call: nothing to tell it)."""
+        if (served := self.served.get(name)) is not None:
+            served.endpoint.options_changed()
+
     def claim(self, name: str, driver: DriverSettings) -> None:
         """Make ``driver`` the owner of ``name``, or raise ClaimRefused naming who has it."""
         holder = self.owners.get(name) or self._configured_owner(name)
@@ -421,3 +427,6 @@ class _DriverResources:
 
     async def remove_resource(self, name: str) -> None:
         await self.shim.remove_resource(name, self.driver.name)
+
+    def options_changed(self, name: str) -> None:
+        self.shim.options_changed(name)

@@ -49,6 +49,7 @@ EVENTS: dict[str, Callable[[Machine], list[Action] | None]] = {
     "list refused": lambda m: m.stream_ended(REFUSED),
     "watcher registered": lambda m: m.watcher_said(True, ""),
     "watcher refused": lambda m: m.watcher_said(False, "bad version"),
+    "options changed": lambda m: m.options_changed(),
 }
 
 # (event, phases, path, handover) -> (actions, phase after, next step after). ANY matches all.
@@ -112,6 +113,8 @@ TABLE: dict[Row, Outcome] = {
     ("watcher refused", (IDLE,), ANY, ANY): (["Refused"], IDLE, Step.SERVE),
     ("watcher refused", (HANDED_OVER,), ANY, ANY): (["Refused"], HANDED_OVER, Step.AWAIT_SUCCESSOR_GONE),
     ("watcher refused", (LIST_REFUSED,), ANY, ANY): (["Refused"], LIST_REFUSED, Step.AWAIT_ANOTHER_LIST),
+    # The kubelet read the options at this registration: only a new one gives it the new ones.
+    ("options changed", (SERVING, REGISTERED), ANY, ANY): (["Reregister"], IDLE, Step.SERVE),
 }
 STEP_OF = {
     IDLE: Step.SERVE,

@@ -10,6 +10,7 @@ restarts; every other resource keeps being served.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -75,6 +76,10 @@ class ResourceRegistry(Protocol):
     async def add_resource(self, name: str, source: DeviceSource) -> None: ...
 
     async def remove_resource(self, name: str) -> None: ...
+
+    def options_changed(self, name: str) -> None:
+        """``name``'s capabilities changed: the kubelet must be told (it caches options per
+        registration)."""
 
 
 @dataclass
@@ -268,7 +273,15 @@ class DriverHost:
         if source is None:
             source = self.sources[info.name] = DriverSource(info, self.call, self._store)
         else:
+            changed = source.info.capabilities != info.capabilities
             source.info = info
+            # Restored with none, then declared; or a restarted driver declaring others: the
+            # kubelet acts on what the registration said until it is registered again.
+            if changed and info.name in self._registered:
+                logger.info(
+                    "driver {!r}: {} now declares {}", self.name, info.name, _declared(info.capabilities)
+                )
+                self._registry.options_changed(info.name)
         return source
 
     def _admit(self, name: str) -> str | None:
@@ -413,6 +426,11 @@ class DriverHost:
 
     def _emit_driver_log(self, level: str, text: str) -> None:
         logger.log(level, "driver {!r}: {}", self.name, text)
+
+
+def _declared(capabilities: Capabilities) -> str:
+    named = [f.name for f in dataclasses.fields(capabilities) if getattr(capabilities, f.name)]
+    return ", ".join(named) or "no optional calls"
 
 
 def _cut(text: str) -> str:

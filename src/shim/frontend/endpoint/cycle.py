@@ -33,6 +33,7 @@ from shim.frontend.endpoint.machine import (
     Refused,
     Registered,
     Registration,
+    Reregister,
     Restart,
     ServeOn,
     Step,
@@ -123,12 +124,18 @@ class PluginEndpoint:
         kubelet = sockets.identity(self.kubelet_socket) if relevant else None
         self._act(self._machine.files_changed(handover_asked=asked, ours=ours, kubelet=kubelet))
 
+    def options_changed(self) -> None:
+        """The resource's capabilities changed: register again so the kubelet reads them."""
+        self._act(self._machine.options_changed())
+
     def _act(self, actions: list[Action]) -> None:
         name = self.resource.name
         for action in actions:
             match action:
                 case Restart(cause, reason):
                     metrics.restart_noticed(name, cause)
+                    logger.info("{}: {}; registering again", name, reason)
+                case Reregister(reason):
                     logger.info("{}: {}; registering again", name, reason)
                 case LetGo():
                     logger.info("{}: another devshim instance takes it over; letting go", name)

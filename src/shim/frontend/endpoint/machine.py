@@ -10,7 +10,8 @@ Phases, for every registration path:
     IDLE --served--> SERVING --registered--> REGISTERED
       ^                 |                        |
       +--- a restart: our socket gone, kubelet.sock new, the kubelet's stream ended,
-      |    the watcher refused (then a pause first), a serving attempt failed
+      |    the watcher refused (then a pause first), a serving attempt failed,
+      |    the resource's options changed (the kubelet reads them once per registration)
       +--- successor_gone <-- HANDED_OVER <-- another instance asked (any phase)
       +--- list_changed  <-- LIST_REFUSED <-- devshim ended a stream: a list it cannot send
 
@@ -65,6 +66,14 @@ class Restart:
 
 
 @dataclass(frozen=True)
+class Reregister:
+    """Serve and register again on devshim's own account, not the kubelet's (not counted as a
+    kubelet restart)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class LetGo:
     """Another instance asked for the resource: close, and wait until it is gone."""
 
@@ -100,9 +109,9 @@ class Refused:
     version: str
 
 
-Action = Restart | LetGo | AwaitList | KubeletSeen | ServeOn | Registered | Refused
+Action = Restart | Reregister | LetGo | AwaitList | KubeletSeen | ServeOn | Registered | Refused
 # The actions after which the cycle must look at next_step again.
-WAKES = (Restart, LetGo, AwaitList)
+WAKES = (Restart, Reregister, LetGo, AwaitList)
 
 
 class Machine:
@@ -228,6 +237,17 @@ class Machine:
         if self.phase is Phase.REGISTERED:
             return self._restart("stream_ended", "the kubelet ended ListAndWatch")
         return []
+
+    def options_changed(self) -> list[Action]:
+        """The resource's options (prestart, preferred allocation, ...) changed: a kubelet reads
+        them once per registration (1.25+: GetDevicePluginOptions as it connects; before: from
+        the Register), so it acts on the old ones until registered again. Idle, or waiting for
+        another list or a successor, the next registration carries the new ones anyway."""
+        if self.phase not in (Phase.SERVING, Phase.REGISTERED):
+            return []
+        self.phase = Phase.IDLE
+        self.registered_with = None
+        return [Reregister("its options changed, which the kubelet reads once per registration")]
 
     def watcher_said(self, registered: bool, error: str) -> list[Action]:
         """The plugin watcher's NotifyRegistrationStatus."""
