@@ -212,3 +212,32 @@ def test_a_serve_finished_after_a_handover_does_not_undo_it() -> None:
     machine.served(OURS)
     assert (machine.phase, machine.next_step()) == (HANDED_OVER, Step.AWAIT_SUCCESSOR_GONE)
     assert machine.register_answered(KUBELET, "v1beta1") == [] and not machine.registered
+
+
+def counted(actions: list[Action]) -> list[tuple[str, bool]]:
+    return [(a.cause, a.counted) for a in actions if isinstance(a, Restart)]
+
+
+def test_one_kubelet_restart_is_counted_once_whatever_signals_it_gives() -> None:
+    """Its stream ends (counted), the old kubelet still answers the next Register, then its new
+    kubelet.sock appears: the same restart, not counted again. Or, on a kubelet that cleans
+    device-plugins/ as it starts, the socket served meanwhile is removed: not counted again. The
+    new kubelet's own restart later is counted."""
+    machine = Machine(CLASSIC, handover=False)
+    machine.served(OURS)
+    machine.attempting(KUBELET)
+    machine.register_answered(KUBELET, "v1beta1")
+    assert counted(machine.stream_ended(None)) == [("stream_ended", True)]
+    machine.served(OTHER_SOCKET)
+    machine.attempting(KUBELET)
+    machine.register_answered(KUBELET, "v1beta1")  # the old kubelet, shutting down, answered
+    new = machine.files_changed(handover_asked=False, ours=OTHER_SOCKET, kubelet=NEW_KUBELET)
+    assert counted(new) == [("kubelet_socket_recreated", False)]
+    machine.served(OURS)
+    machine.attempting(NEW_KUBELET)
+    machine.register_answered(NEW_KUBELET, "v1beta1")
+    assert counted(machine.stream_ended(None)) == [("stream_ended", True)], "the new kubelet's restart"
+    machine.served(OTHER_SOCKET)
+    machine.attempting(NEW_KUBELET)  # not answered: the kubelet is down
+    cleaned = machine.files_changed(handover_asked=False, ours=None, kubelet=(1, 22, 202))
+    assert counted(cleaned) == [("socket_removed", False)], "its start-up cleanup: the same restart"

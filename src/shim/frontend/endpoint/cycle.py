@@ -132,8 +132,9 @@ class PluginEndpoint:
         name = self.resource.name
         for action in actions:
             match action:
-                case Restart(cause, reason):
-                    metrics.restart_noticed(name, cause)
+                case Restart(cause, reason, counted):
+                    if counted:
+                        metrics.restart_noticed(name, cause)
                     logger.info("{}: {}; registering again", name, reason)
                 case Reregister(reason):
                     logger.info("{}: {}; registering again", name, reason)

@@ -34,6 +34,9 @@ from shim.frontend.sockets import FileIdentity
 Cause = Literal["socket_removed", "kubelet_socket_recreated", "stream_ended", "watcher_refused"]
 
 
+_NONE_COUNTED = object()  # no kubelet restart counted yet
+
+
 class Registration(enum.Enum):
     CLASSIC = "classic"  # Register on kubelet.sock
     WATCHER = "watcher"  # a registration socket in plugins_registry, found by the plugin watcher
@@ -59,10 +62,12 @@ class Step(enum.Enum):
 
 @dataclass(frozen=True)
 class Restart:
-    """Serve and register again (counted by cause, logged with the reason)."""
+    """Serve and register again (logged with the reason; counted by cause unless ``counted`` is
+    False: a second signal of a kubelet restart already counted)."""
 
     cause: Cause
     reason: str
+    counted: bool = True
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,10 @@ class Machine:
         self.attempted_with: FileIdentity | None = None  # kubelet.sock at the last attempt
         self.refused: ListRefused | None = None
         self.pause = False  # before serving again: the watcher acts only on new sockets
+        # The kubelet.sock whose restart was counted last: one kubelet restart often gives two
+        # signals (its stream ends, then its new kubelet.sock appears, or its start-up cleanup
+        # removes the socket served meanwhile), and is counted once.
+        self.counted_kubelet: FileIdentity | None | object = _NONE_COUNTED
         # What status shows.
         self.negotiated = ""
         self.registrations = 0
@@ -265,6 +274,11 @@ class Machine:
         return [Refused(""), *self._restart("watcher_refused", f"the plugin watcher refused it ({error})")]
 
     def _restart(self, cause: Cause, reason: str) -> list[Action]:
+        # The kubelet this endpoint was registered with, or last tried: counted once as restarted.
+        kubelet = self.registered_with or self.attempted_with
+        counted = cause == "watcher_refused" or kubelet != self.counted_kubelet
+        if counted and cause != "watcher_refused":
+            self.counted_kubelet = kubelet
         self.phase = Phase.IDLE
         self.registered_with = None
-        return [Restart(cause, reason)]
+        return [Restart(cause, reason, counted)]
