@@ -203,7 +203,7 @@ class RestartPolicy(StrictModel):
     backoff_max_s: Annotated[float, Field(gt=0, le=600)] = 30.0
     # A driver that ran this long before failing is restarted without delay.
     stable_after_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
-    # How long allocate and prestart wait for a restarting driver before failing.
+    # How long allocate, prestart and deallocate wait for a restarting driver before failing.
     call_wait_s: Annotated[float, Field(ge=0, le=25)] = 10.0
     # More notifications than this within one second is a flood: the driver is restarted.
     max_notifications_per_s: Annotated[int, Field(ge=1)] = 1000

@@ -271,7 +271,8 @@ class DriverHost:
     def _source_for(self, info: protocol.ResourceInfo) -> DriverSource:
         source = self.sources.get(info.name)
         if source is None:
-            source = self.sources[info.name] = DriverSource(info, self.call, self._store)
+            source = DriverSource(info, self.call, self._store, self._policy.call_wait_s)
+            self.sources[info.name] = source
         else:
             changed = source.info.capabilities != info.capabilities
             source.info = info

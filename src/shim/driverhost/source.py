@@ -8,6 +8,7 @@ was Healthy before may still be allocated, waiting for the driver to return.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -39,8 +40,18 @@ def _ignored(result: Any) -> None:
 
 
 class DriverSource(DeviceSource):
-    def __init__(self, info: protocol.ResourceInfo, call: Call, store: InventoryStore | None = None) -> None:
+    def __init__(
+        self,
+        info: protocol.ResourceInfo,
+        call: Call,
+        store: InventoryStore | None = None,
+        up_wait_s: float = 0.0,
+    ) -> None:
+        """``up_wait_s``: how long a call that needs the driver's word (deallocate) waits for a
+        driver that is not running yet, or restarting (``restart.call_wait_s``)."""
         self.info = info
+        self._up = asyncio.Event()  # set while the driver serves this resource (not down)
+        self._up_wait_s = up_wait_s
         self._call = call
         self._store = store
         self._latest: Latest[tuple[Device, ...]] = Latest()
@@ -59,6 +70,18 @@ class DriverSource(DeviceSource):
     @property
     def name(self) -> str:
         return self.info.name
+
+    @property
+    def _down(self) -> bool:
+        """The driver does not serve this resource now: not started yet, or restarting."""
+        return not self._up.is_set()
+
+    @_down.setter
+    def _down(self, down: bool) -> None:
+        if down:
+            self._up.clear()
+        else:
+            self._up.set()
 
     @property
     def in_use(self) -> tuple[Group, ...]:
@@ -216,7 +239,12 @@ class DriverSource(DeviceSource):
     async def deallocate(self, device_ids: Sequence[str]) -> None:
         if self._down:
             # Not running, or not yet since devshim started: even whether it wants deallocate
-            # is unknown (its capabilities come with initialize). Skipping would lose the call.
+            # is unknown (its capabilities come with initialize). Skipping would lose the call,
+            # so it waits a while for the driver (right after devshim starts, it is starting).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._up_wait_s):
+                    await self._up.wait()
+        if self._down:
             raise SourceUnavailable(f"{self.name}: the driver is not running; deallocate once it is back")
         if self.info.capabilities.deallocate:
             await self._call("deallocate", protocol.devices_params(self.name, device_ids), _ignored)
