@@ -296,18 +296,18 @@ async def _until_health(manager: DraManager, pod_uid: str, wanted: str, timeout:
         raise Failed(f"the pod's devices never became {wanted} in its status; last {last}") from None
 
 
-def _upgrade_target(cell: DraCell) -> Release | None:
+def upgrade_target(apiserver_minor: int, kubelet: Release) -> Release | None:
     """The next API server release carried, if upstream supports the kubelet with it (one minor
-    at a time, at most three minors newer than the kubelet)."""
-    after = [r for r in apiserver_releases() if r.minor == cell.plane.minor + 1]
-    return after[0] if after and after[0].minor <= cell.kubelet.minor + 3 else None
+    at a time, at most three minors newer than the kubelet): the apiserver_upgrade row's."""
+    after = [r for r in apiserver_releases() if r.minor == apiserver_minor + 1]
+    return after[0] if after and after[0].minor <= kubelet.minor + 3 else None
 
 
 async def apiserver_upgrade(cell: DraCell) -> str:
     """The API server upgraded one minor on the same etcd data between a claim's prepare and
     unprepare: devshim publishes in the new server's newest version with no device lost, the
     claim is unprepared, and a claim made after the upgrade is prepared."""
-    target = _upgrade_target(cell)
+    target = upgrade_target(cell.plane.minor, cell.kubelet)
     if target is None:
         raise Skip(f"no API server 1.{cell.plane.minor + 1} is carried to upgrade to (one minor at a time)")
     also = resource_versions(cell.kubelet, target.minor)  # the kubelet's claims' version, after too
