@@ -150,10 +150,15 @@ class PluginWorld:
         return [r for r in self.started().registrations if r.resource_name == resource]
 
     async def socket(self) -> Path:
-        """The plugin's DevicePlugin socket: as given, or where its first Register pointed."""
+        """The plugin's DevicePlugin socket: as given; else the socket of the resource the checks
+        use (``resource``: a plugin of several resources serves each on its own socket), or, while
+        no Register has succeeded, where the first one pointed."""
         if self.plugin.socket is not None:
             return self.plugin.socket
-        return (await self.first_arrival()).socket
+        first = await self.first_arrival()
+        kubelet = self.started()
+        chosen = next((r.resource_name for r in kubelet.registrations if r.ok), None)
+        return next((a.socket for a in kubelet.arrivals if a.resource == chosen), first.socket)
 
     async def session(self) -> PluginSession:
         """The kubelet's session with the plugin, its ListAndWatch stream open."""
