@@ -1,5 +1,5 @@
-"""python -m devshim_adapters.legacy --kubelet-dir DIR [--resource NAME ...] [--plugin-env K=V ...]
-                                    [-- PLUGIN COMMAND...]
+"""python -m devshim_adapters.legacy --kubelet-dir DIR [--resource NAME ...] [--list-wait S]
+                                    [--plugin-env K=V ...] [-- PLUGIN COMMAND...]
 
 Without a command (the sidecar form) the legacy plugin runs in its own container and
 registers on DIR/kubelet.sock, DIR being an emptyDir it mounts at
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from shim.sdk import run
 
-from .driver import LegacyAdapter
+from .driver import LIST_WAIT_S, LegacyAdapter
 from .process import LegacyProcess, child_env
 
 
@@ -35,14 +35,21 @@ def main(argv: list[str] | None = None) -> None:
         "--resource", action="append", default=[], metavar="NAME", dest="resources",
         help="a resource name the legacy plugin may register (repeatable); when given, any other is refused",
     )  # fmt: skip
+    parser.add_argument(
+        "--list-wait", type=float, default=LIST_WAIT_S, metavar="SECONDS", dest="list_wait_s",
+        help="how long devshim's list_devices of a --resource waits for the legacy plugin's first list "
+        f"(default {LIST_WAIT_S:g}; keep it below drivers[].timeouts.list_devices_s)",
+    )  # fmt: skip
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the legacy plugin's command")
     args = parser.parse_args(argv)
+    if not args.list_wait_s > 0:
+        parser.error("--list-wait must be a positive number of seconds")
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     try:
         process = LegacyProcess(command, child_env(args.plugin_env)) if command else None
     except ValueError as exc:
         parser.error(str(exc))
-    run(LegacyAdapter(args.kubelet_dir, process, args.socket_mode, args.resources))
+    run(LegacyAdapter(args.kubelet_dir, process, args.socket_mode, args.resources, args.list_wait_s))
 
 
 if __name__ == "__main__":

@@ -17,10 +17,13 @@ from shim.sdk import Driver, DriverError, ErrorCode, types
 from .kubelet import LegacyPlugin, PrivateKubelet
 from .process import LegacyProcess
 
-# A legacy plugin's first registration, awaited before answering initialize (bounded,
-# so devshim's 30 s initialize deadline is never at risk); later ones arrive by
-# resources_changed.
-FIRST_REGISTRATION_S = 10.0
+# A legacy plugin's first list, awaited before answering initialize (bounded, so devshim's 30 s
+# initialize deadline is never at risk); later ones arrive by notifications.
+FIRST_LIST_S = 10.0
+# How long list_devices waits for the first list of a resource named by --resource (--list-wait):
+# below devshim's default list_devices_s (30 s). The protocol has no "not known yet", and an empty
+# answer would remove the devices devshim keeps, Unhealthy, through our restart.
+LIST_WAIT_S = 20.0
 RPC_TIMEOUT_S = 20.0
 # Inside the kubelet's 30 s, and no longer than devshim waits for a driver's prestart by default
 # (shim/model.py, which a driver may not import; tests/unit/test_one_truth.py checks it).
@@ -35,6 +38,14 @@ def device_from_record(state: records.DeviceState, reachable: bool) -> types.Dev
         health=types.Health.HEALTHY if healthy else types.Health.UNHEALTHY,
         numa_nodes=list(state.numa_nodes),
     )
+
+
+# The optional methods a resource declares: (preferred_allocation, prestart).
+Capabilities = tuple[bool, bool]
+
+
+def _capabilities(resource: types.Resource) -> Capabilities:
+    return (resource.preferred_allocation, resource.prestart)
 
 
 def grant_from_record(grant: records.Grant) -> types.Grant:
@@ -58,14 +69,19 @@ class LegacyAdapter(Driver):
         process: LegacyProcess | None,
         socket_mode: int,
         allowed_resources: Iterable[str] = (),
+        list_wait_s: float = LIST_WAIT_S,
     ) -> None:
-        self.kubelet = PrivateKubelet(
-            kubelet_dir, self._on_list, self._on_gone, socket_mode, allowed_resources
-        )
+        # Named by --resource: declared from the start, so that a restarted adapter keeps them
+        # (devshim removes what a driver no longer declares) while its plugin comes back.
+        self._named = tuple(dict.fromkeys(allowed_resources))
+        self.kubelet = PrivateKubelet(kubelet_dir, self._on_list, self._on_gone, socket_mode, self._named)
         self.process = process
+        self._list_wait_s = list_wait_s
         self._devices: dict[str, tuple[records.DeviceState, ...]] = {}
         self._reachable: dict[str, bool] = {}
-        self._announced: set[str] = set()
+        self._listed: dict[str, asyncio.Event] = {}  # set at each resource's first list
+        self._any_listed = asyncio.Event()
+        self._announced: dict[str, Capabilities] = {}  # what devshim was last told we serve
         self._live = False  # notifications only once devshim has our initialize answer
 
     # --- life cycle ----------------------------------------------------------
@@ -74,14 +90,23 @@ class LegacyAdapter(Driver):
         await self.kubelet.start()
         if self.process is not None:
             await self.process.start()
+        # With names, each one's list (its options come before it); without, any plugin's.
+        waits = [self._first_list(name).wait() for name in self._named] or [self._any_listed.wait()]
         try:
-            async with asyncio.timeout(FIRST_REGISTRATION_S):
-                await self.kubelet.registered.wait()
+            async with asyncio.timeout(FIRST_LIST_S):
+                await asyncio.gather(*waits)
         except TimeoutError:
-            logger.warning(
-                "no legacy plugin registered within {:g} s; serving it once it does", FIRST_REGISTRATION_S
-            )
-        self._announced = set(self._devices)
+            if self._named:
+                missing = ", ".join(n for n in self._named if n not in self._devices)
+                logger.warning(
+                    "{}: no list from the legacy plugin within {:g} s; declared, its devices listed once it"
+                    " sends one", missing, FIRST_LIST_S,
+                )  # fmt: skip
+            else:
+                logger.warning(
+                    "no legacy plugin listed devices within {:g} s; serving it once it does", FIRST_LIST_S
+                )
+        self._announced = {r.name: _capabilities(r) for r in self.resources()}
         # Our answer is written as soon as this returns; go live right after it.
         asyncio.get_running_loop().call_soon(setattr, self, "_live", True)
 
@@ -95,6 +120,8 @@ class LegacyAdapter(Driver):
     async def _on_list(self, plugin: LegacyPlugin, devices: tuple[records.DeviceState, ...]) -> None:
         self._devices[plugin.resource] = devices
         self._reachable[plugin.resource] = True
+        self._first_list(plugin.resource).set()
+        self._any_listed.set()
         await self._publish(plugin.resource)
 
     async def _on_gone(self, plugin: LegacyPlugin) -> None:
@@ -103,29 +130,56 @@ class LegacyAdapter(Driver):
             self._reachable[plugin.resource] = False
             await self._publish(plugin.resource)
 
+    def _first_list(self, resource: str) -> asyncio.Event:
+        return self._listed.setdefault(resource, asyncio.Event())
+
     async def _publish(self, resource: str) -> None:
-        if not self._live:
+        if not self._live or resource not in self._devices:
             return
-        if resource not in self._announced:
-            self._announced.add(resource)
+        if self._announced.get(resource) != _capabilities(self._resource(resource)):
+            # New to devshim, or declared before its plugin's options were known: devshim
+            # takes the new set, then lists the resource's devices itself.
+            self._announced = {r.name: _capabilities(r) for r in self.resources()}
             await self.resources_changed()
         else:
-            await self.devices_changed(resource, await self.list_devices(resource))
+            await self.devices_changed(resource, self._listing(resource))
 
     # --- the driver protocol ------------------------------------------------------
 
     def resources(self) -> list[types.Resource]:
-        return [
-            types.Resource(
-                name=name,
-                preferred_allocation=plugin.options.get_preferred_allocation_available,
-                prestart=plugin.options.pre_start_required,
-            )
-            for name, plugin in self.kubelet.plugins.items()
-            if name in self._devices
-        ]
+        names = self._named or [name for name in self.kubelet.plugins if name in self._devices]
+        return [self._resource(name) for name in names]
+
+    def _resource(self, name: str) -> types.Resource:
+        plugin = self.kubelet.plugins.get(name)
+        options = plugin.options if plugin is not None else records.PluginOptions()
+        return types.Resource(
+            name=name,
+            preferred_allocation=options.get_preferred_allocation_available,
+            prestart=options.pre_start_required,
+        )
 
     async def list_devices(self, resource: str) -> list[types.Device]:
+        if resource not in self._devices:
+            # Declared before its plugin listed anything: wait for that list. An empty answer
+            # would make devshim drop the devices it keeps Unhealthy through our restart; an
+            # error leaves them so (the start fails, and devshim starts us again).
+            try:
+                async with asyncio.timeout(self._list_wait_s):
+                    await self._first_list(resource).wait()
+            except TimeoutError:
+                why = (
+                    "registered but listed no devices"
+                    if resource in self.kubelet.plugins
+                    else "did not register"
+                )
+                raise DriverError(
+                    ErrorCode.UNAVAILABLE,
+                    f"{resource}: the legacy plugin {why} within {self._list_wait_s:g} s",
+                ) from None
+        return self._listing(resource)
+
+    def _listing(self, resource: str) -> list[types.Device]:
         reachable = self._reachable.get(resource, False)
         return [device_from_record(d, reachable) for d in self._devices.get(resource, ())]
 

@@ -106,7 +106,6 @@ class PrivateKubelet:
         self._shared: SharedDir | None = None
         self._bind: PrivateBind | None = None
         self._created: Identity | None = None
-        self.registered = asyncio.Event()
 
     @property
     def socket(self) -> Path:
@@ -174,7 +173,6 @@ class PrivateKubelet:
                 plugin.options = await plugin.client.get_options(timeout=10)
             except grpc.aio.AioRpcError:
                 plugin.options = sent or records.PluginOptions()  # kubelets up to 1.24 used these
-            self.registered.set()
             async for devices in plugin.client.list_and_watch():
                 await self._on_list(plugin, devices)
         except EndpointRefused as refused:

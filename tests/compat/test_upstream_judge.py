@@ -93,7 +93,8 @@ def devfs_driver(tmp_path: Path) -> DriverUnderTest:
 def legacy_driver(private: Path, goplug: Path) -> DriverUnderTest:
     plugin = [str(goplug), "-dir", str(private), "-preferred", "-prestart"]
     return DriverUnderTest(
-        [sys.executable, "-m", "devshim_adapters.legacy", "--kubelet-dir", str(private), "--", *plugin],
+        [sys.executable, "-m", "devshim_adapters.legacy", "--kubelet-dir", str(private)]
+        + ["--resource", "example.com/goplug", "--", *plugin],
         entry=AS_ROOT,
     )
 
