@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from shim.compat import dra_matrix
 from shim.compat.dra_matrix import Column, choose_pairs, run_pairs
 from shim.compat.results import Result
 from shim.compat.upstream import releases
@@ -35,7 +34,7 @@ def test_the_upgrade_target_is_built_before_the_upgrade_rows_cell_starts(
         events.append(f"build {program} {release.name}")
         return real_build(release, log=log, program=program)
 
-    monkeypatch.setattr(dra_matrix.releases, "build", observed)
+    monkeypatch.setattr(releases, "build", observed)  # as dra_matrix calls it: releases.build
 
     async def row(name: str, column: Column, folder: Path, node: str) -> str:
         events.append(f"cell {name}")
