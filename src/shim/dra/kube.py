@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
+import ssl
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,10 @@ class ApiServer:
                     api = await kr8s.asyncio.api(kubeconfig=str(kubeconfig) if kubeconfig else None)
         except TimeoutError:
             raise ApiError(f"the API server did not answer within {REQUEST_TIMEOUT_S:g} s") from None
+        except httpx.TransportError as exc:
+            # kr8s asks the server's version once the credentials are loaded: a failure to reach
+            # it says nothing about the credentials (issue 42, 7c).
+            raise ApiError(unreachable(exc)) from exc
         except Exception as exc:  # kr8s raises plain exceptions for missing or broken config
             raise ApiError(f"cannot load Kubernetes credentials: {exc}") from exc
         api.timeout = REQUEST_TIMEOUT_S  # kr8s's default is none: a server that never answers
@@ -135,7 +141,7 @@ class ApiServer:
 
     async def watch_slices(
         self, version: str, selector: str, since: str
-    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
         """(type, object) events from resourceVersion ``since`` until the API server ends the
         watch; ApiError on a failure (410 Gone: list again)."""
         params = {
@@ -172,8 +178,30 @@ def _translated(what: str) -> Iterator[None]:
         status = exc.response.status_code if exc.response is not None else 0
         gone = status == 404 and what.rstrip("/").endswith("resourceslices")
         raise (VersionGone if gone else ApiError)(f"{what}: {status} {exc}", status) from None
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        raise ApiError(f"{what}: {unreachable(exc)}") from None
     except (httpx.HTTPError, kr8s.APITimeoutError, OSError, json.JSONDecodeError) as exc:
         raise ApiError(f"{what}: {exc or type(exc).__name__}") from None
+
+
+def unreachable(exc: BaseException) -> str:
+    """What failed on the way to the API server, in words: httpx says "All connection attempts
+    failed" and keeps the reason (refused, timed out, no such host, TLS) in its causes."""
+    request = getattr(exc, "_request", None)  # httpx's .request raises where there is none
+    where = f" at {request.url.scheme}://{request.url.netloc.decode()}" if request is not None else ""
+    causes = [exc]
+    while (cause := causes[-1].__cause__ or causes[-1].__context__) and len(causes) < 10:
+        causes.append(cause)
+    for cause in causes:
+        if isinstance(cause, ConnectionRefusedError):
+            return f"cannot reach the API server{where}: connection refused"
+        if isinstance(cause, (httpx.TimeoutException, TimeoutError)):
+            return f"cannot reach the API server{where}: timed out"
+        if isinstance(cause, socket.gaierror):
+            return f"cannot reach the API server{where}: its host name does not resolve ({cause})"
+        if isinstance(cause, ssl.SSLError):
+            return f"the TLS handshake with the API server{where} failed: {cause}"
+    return f"cannot reach the API server{where}: {causes[-1] or type(causes[-1]).__name__}"
 
 
 class ClaimReader:

@@ -17,6 +17,26 @@ with the pool it should publish and writes the difference, again until they agre
 
 The version is the newest resource.k8s.io version serving ResourceSlices (discovery), found
 again whenever a request says it is gone.
+
+The invariant: the slices the API server holds for this node's pool are what devshim would
+publish from the devices it serves, again within a bounded time after anything that breaks it:
+
+- a slice deleted or changed by someone else (the kubelet at its start or at a plugin's
+  deregistration): the watch's event, COALESCE_S and one round of writes, well under a second;
+- the watch ending, however (its timeout, 410 Gone, a dropped connection): the slices are listed
+  again before anything else, so a view gone wrong, whatever the cause, lasts at most one watch
+  (kube.WATCH_TIMEOUT_S, 240 s). That re-list is the periodic resync: one list of the node's
+  slices per watch, served from the API server's cache, rather than a timer of its own;
+- the API server unreachable or restarted: at the first round that reaches it again (the backoff,
+  at most BACKOFF_S[1] with jitter, after it is back);
+- devshim restarted: the first round once the pool is known (shim/dra/node.py, FIRST_POOL_WAIT_S).
+
+What is published is the watch's view (``_observed``), ordered by resourceVersion: a write's
+result and the watch's events race (a busy node reads the reply after the events), and the later
+resourceVersion of a name wins, a deletion included, so a reply can never bring back a slice
+whose deletion the watch already delivered (issue 42, 2). resourceVersions are opaque strings in
+the API, integers (etcd's revision) in every API server; where two do not read as integers the
+watch, whose events come in order, wins over a reply.
 """
 
 from __future__ import annotations
@@ -41,6 +61,7 @@ COALESCE_S = 0.05  # changes arriving this close together are written once
 # Slices written at once: a change rewrites every slice of the pool (79 for 10,000 devices), and
 # one at a time waits on the API server's round trips (docs/benchmarks.md, row dra).
 PARALLEL_WRITES = 4
+SHORTEST_WATCH_S = 1.0  # a watch ending sooner is a failure, not its timeout: no list at once
 
 
 @dataclass
@@ -78,6 +99,9 @@ class PoolPublisher:
         self._dirty = asyncio.Event()
         self._generation = 0  # never goes back, even when every slice was deleted
         self._observed: dict[str, dict[str, Any]] = {}
+        # The newest resourceVersion known of each name, a deleted one's too (until no write is
+        # in flight: only a write's late reply could still name it).
+        self._versions: dict[str, str] = {}
         self._selector = f"spec.driver={driver},spec.nodeName={node}"
         self._clash: str | None = None  # what the offer last said is refused
 
@@ -115,13 +139,27 @@ class PoolPublisher:
             logger.info("DRA {}: publishing ResourceSlices as resource.k8s.io/{}", self._driver, version)
         self.status.version = version
         owner = await api.node_uid(self._node)
-        items, since = await api.list_slices(version, self._selector)
-        self._observed = {o["metadata"]["name"]: o for o in items}
+        while True:  # a watch that ends, for whatever reason, is followed by a fresh list
+            items, since = await api.list_slices(version, self._selector)
+            self._observed = {o["metadata"]["name"]: o for o in items}
+            self._versions = {n: _version(o) for n, o in self._observed.items()}
+            started = time.monotonic()
+            try:
+                await self._follow(api, version, owner, since)
+            except ApiError as exc:
+                if exc.status != 410:
+                    raise
+                logger.info("DRA {}: the watch's resourceVersion is gone (410); listing again", self._driver)
+                continue
+            if time.monotonic() - started < SHORTEST_WATCH_S:  # not the timeout: through the backoff
+                raise ApiError("the watch of the node's slices ended as soon as it began")
+
+    async def _follow(self, api: ApiServer, version: str, owner: str | None, since: str) -> None:
+        """Reconciles on every change until the watch from ``since`` ends (returns) or fails."""
         watching = asyncio.create_task(self._watch(api, version, since))
         try:
             self._dirty.set()
-            while True:
-                await self._wait_for_change(watching)
+            while await self._wait_for_change(watching):
                 if await self._reconcile(api, version, owner):
                     self.status.rounds += 1
                 self.status.last_error = self._clash  # set while a clash lasts, whatever was written
@@ -130,31 +168,42 @@ class PoolPublisher:
             with contextlib.suppress(asyncio.CancelledError, ApiError):
                 await watching
 
-    async def _wait_for_change(self, watching: asyncio.Task[None]) -> None:
+    async def _wait_for_change(self, watching: asyncio.Task[None]) -> bool:
+        """True once the pool is to be looked at; False once the watch has ended (its failure,
+        raised)."""
         waiting = asyncio.create_task(self._dirty.wait())
         try:
             await asyncio.wait({waiting, watching}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             waiting.cancel()
         if watching.done():
-            watching.result()  # its ApiError ends this round: list again
-            raise ApiError("the watch of the node's slices ended")
+            watching.result()
+            return False
         await asyncio.sleep(COALESCE_S)
         self._dirty.clear()
+        return True
 
     async def _watch(self, api: ApiServer, version: str, since: str) -> None:
-        """Keeps _observed current; every change by anyone marks the pool for a look."""
-        while True:
-            async for kind, obj in api.watch_slices(version, self._selector, since):
-                since = obj.get("metadata", {}).get("resourceVersion", since)
-                name = obj.get("metadata", {}).get("name")
-                if kind == "BOOKMARK" or not name:
-                    continue
-                if kind == "DELETED":
-                    self._observed.pop(name, None)
-                else:
-                    self._observed[name] = obj
-                self._dirty.set()
+        """Keeps _observed current until the API server ends the watch; every change by anyone
+        marks the pool for a look."""
+        async for kind, obj in api.watch_slices(version, self._selector, since):
+            name = obj.get("metadata", {}).get("name")
+            if kind == "BOOKMARK" or not name:
+                continue
+            self._saw(name, None if kind == "DELETED" else obj, _version(obj), replied=False)
+            self._dirty.set()
+
+    def _saw(self, name: str, obj: dict[str, Any] | None, version: str, *, replied: bool) -> None:
+        """``obj`` (None: deleted) as the state of ``name`` at ``version``, unless a later state is
+        known already."""
+        known = self._versions.get(name)
+        if known is not None and not _later(version, known, unknown=not replied):
+            return
+        self._versions[name] = version
+        if obj is None:
+            self._observed.pop(name, None)
+        else:
+            self._observed[name] = obj
 
     async def _reconcile(self, api: ApiServer, version: str, owner: str | None) -> bool:
         """Make the published pool the wanted one; False if the pool is not known yet (nothing
@@ -195,14 +244,19 @@ class PoolPublisher:
                     written = await api.replace_slice(version, old["name"], body)
                 else:
                     written = await api.create_slice(version, body)
-            self._observed[written["metadata"]["name"]] = written
+            # Not unconditionally: the watch may have delivered this slice's deletion already.
+            self._saw(written["metadata"]["name"], written, _version(written), replied=True)
             self.status.writes += 1
 
-        await _all(write(i) for i in range(count))
-        for extra in observed[count:]:  # only once the new generation is whole
-            await api.delete_slice(version, extra["metadata"]["name"], extra["metadata"]["uid"])
-            self._observed.pop(extra["metadata"]["name"], None)
-            self.status.writes += 1
+        try:
+            await _all(write(i) for i in range(count))
+            for extra in observed[count:]:  # only once the new generation is whole
+                name = extra["metadata"]["name"]
+                await api.delete_slice(version, name, extra["metadata"]["uid"])
+                self._observed.pop(name, None)
+                self.status.writes += 1
+        finally:  # no write in flight: a deleted name can come up no more
+            self._versions = {n: v for n, v in self._versions.items() if n in self._observed}
         logger.info(
             "DRA {}: pool {} generation {}: {} devices in {} slices",
             self._driver, self._node, generation, len(pool.devices), count,
@@ -232,3 +286,15 @@ def _generation(obj: dict[str, Any]) -> int:
 
 def _hash(obj: dict[str, Any]) -> str:
     return str((obj.get("metadata", {}).get("annotations") or {}).get(SPEC_HASH, ""))
+
+
+def _version(obj: dict[str, Any]) -> str:
+    return str(obj.get("metadata", {}).get("resourceVersion", ""))
+
+
+def _later(version: str, than: str, *, unknown: bool) -> bool:
+    """Whether resourceVersion ``version`` is after ``than``; ``unknown`` where they do not both
+    read as integers (the API calls them opaque; etcd makes them its revisions)."""
+    if version.isdigit() and than.isdigit():
+        return int(version) > int(than)
+    return unknown

@@ -1,0 +1,232 @@
+"""The DRA publisher's view of its slices (issue 42, items 2 and 7c), against an API server in
+memory whose replies and watch events can be made to race the way a busy node sees them."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shim.dra import publisher as publisher_module
+from shim.dra.kube import ApiError, ApiServer
+from shim.dra.ownership import Offer
+from shim.dra.publisher import PoolPublisher
+from shim.dra.slices import PoolDevice
+from shim.model import Device
+
+DRIVER, NODE = "gpu.example.com", "node-a"
+OFFER = Offer([PoolDevice("gpu-0", Device("gpu-0"))])
+Event = tuple[int, str, dict[str, Any]]
+
+
+class MemoryApi:
+    """The calls PoolPublisher makes, on slices kept here; resourceVersions count up as etcd's do.
+    ``before_reply`` runs once a create is stored and before its reply is returned."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.slices: dict[str, dict[str, Any]] = {}
+        self.log: list[Event] = []
+        self.lists = 0
+        self.delivered = 0  # the last resourceVersion a watcher has taken in (asked for more after)
+        self.before_reply: Callable[[dict[str, Any]], Awaitable[None]] | None = None
+        self._changed = asyncio.Event()
+        self._ending = False  # the open watches are to end...
+        self._failure: ApiError | None = None  # ...with this error, if any
+
+    def _store(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+        self.version += 1
+        obj["metadata"]["resourceVersion"] = str(self.version)
+        if kind == "DELETED":
+            self.slices.pop(obj["metadata"]["name"])
+        else:
+            self.slices[obj["metadata"]["name"]] = obj
+        self.log.append((self.version, kind, copy.deepcopy(obj)))
+        self._changed.set()
+        return copy.deepcopy(obj)
+
+    async def slice_versions(self) -> list[str]:
+        return ["v1"]
+
+    async def node_uid(self, node: str) -> str | None:
+        return None
+
+    async def list_slices(self, version: str, selector: str) -> tuple[list[dict[str, Any]], str]:
+        self.lists += 1
+        return copy.deepcopy(list(self.slices.values())), str(self.version)
+
+    async def create_slice(self, version: str, body: dict[str, Any]) -> dict[str, Any]:
+        obj = copy.deepcopy(body)
+        name = obj["metadata"].pop("generateName") + str(self.version + 1)
+        obj["metadata"] |= {"name": name, "uid": f"uid-{name}"}
+        created = self._store("ADDED", obj)
+        if self.before_reply is not None:
+            await self.before_reply(created)
+        return created
+
+    async def replace_slice(self, version: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        old = self.slices.get(name)
+        if old is None or old["metadata"]["resourceVersion"] != body["metadata"]["resourceVersion"]:
+            raise ApiError(f"PUT {name}: conflict", 404 if old is None else 409)
+        obj = copy.deepcopy(body)
+        obj["metadata"]["uid"] = old["metadata"]["uid"]
+        return self._store("MODIFIED", obj)
+
+    async def delete_slice(self, version: str, name: str, uid: str) -> None:
+        if name in self.slices:
+            self._store("DELETED", copy.deepcopy(self.slices[name]))
+
+    def delete_all(self) -> int:
+        """Someone else deletes every slice; the resourceVersion of the last deletion."""
+        for name in list(self.slices):
+            self._store("DELETED", copy.deepcopy(self.slices[name]))
+        return self.version
+
+    def end_watches(self, error: ApiError | None = None) -> None:
+        """The API server ends the open watches (their timeout), or fails them with ``error``."""
+        self._ending, self._failure = True, error
+        self._changed.set()
+
+    async def watch_slices(
+        self, version: str, selector: str, since: str
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        self._ending = False
+        sent = int(since)
+        while True:
+            for rv, kind, obj in [e for e in self.log if e[0] > sent]:
+                yield kind, copy.deepcopy(obj)
+                sent = self.delivered = rv
+            if self._ending:
+                if self._failure is not None:
+                    raise self._failure
+                return
+            self._changed.clear()
+            await self._changed.wait()
+
+
+async def until(holds: Callable[[], bool], what: str, timeout: float = 5) -> None:
+    try:
+        async with asyncio.timeout(timeout):
+            while not holds():
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting until {what}") from None
+
+
+def generations(api: MemoryApi) -> list[int]:
+    return [s["spec"]["pool"]["generation"] for s in api.slices.values()]
+
+
+@asynccontextmanager
+async def publishing(api: MemoryApi) -> AsyncIterator[PoolPublisher]:
+    async def connect(kubeconfig: Path | None) -> MemoryApi:
+        return api
+
+    publisher = PoolPublisher(DRIVER, NODE, lambda: OFFER, connect=connect)
+    task = asyncio.create_task(publisher.run())
+    try:
+        yield publisher
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_a_reply_read_after_the_watch_delivered_its_slices_deletion_does_not_bring_it_back() -> None:
+    """The reply to a create comes in after the watch's DELETED of that very slice (a busy node):
+    the deletion, the later resourceVersion, wins, and the pool is published again."""
+    api = MemoryApi()
+
+    async def deleted_first(created: dict[str, Any]) -> None:
+        api.before_reply = None
+        gone = api.delete_all()
+        await until(lambda: api.delivered >= gone, "the watch has taken in the deletion")
+
+    api.before_reply = deleted_first
+    async with publishing(api) as publisher:
+        await until(lambda: generations(api) == [2], "the deleted slice is published again")
+        assert publisher.status.last_error is None
+
+
+async def test_a_watch_that_ends_is_followed_by_a_fresh_list_that_puts_a_wrong_view_right(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A deletion the watch never delivered (whatever the cause) is found by the list that
+    follows the end of the watch, at once and without an error."""
+    monkeypatch.setattr(publisher_module, "SHORTEST_WATCH_S", 0.0)
+    api = MemoryApi()
+    async with publishing(api) as publisher:
+        await until(lambda: generations(api) == [1], "the pool is published")
+        api.slices.clear()  # no event: the view is now wrong
+        api.end_watches()
+        await until(lambda: generations(api) == [2], "the pool is published again")
+        assert api.lists == 2
+        assert publisher.status.last_error is None
+
+
+async def test_410_gone_lists_again_without_an_error() -> None:
+    api = MemoryApi()
+    async with publishing(api) as publisher:
+        await until(lambda: generations(api) == [1], "the pool is published")
+        api.slices.clear()
+        api.end_watches(ApiError("watch: too old resource version", 410))
+        await until(lambda: generations(api) == [2], "the pool is published again")
+        assert api.lists == 2
+        assert publisher.status.last_error is None
+
+
+def kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": server}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    return path
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A port of 127.0.0.1 nothing listens on (bound, never listening, for the test)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+async def test_an_api_server_nothing_answers_at_is_named_as_such_not_as_credentials(
+    tmp_path: Path, closed_port: int
+) -> None:
+    """Issue 42, 7c: the credentials are fine; the log and last_error say the connection was
+    refused, and where."""
+    config = kubeconfig(tmp_path / "kubeconfig", f"https://127.0.0.1:{closed_port}")
+    said = f"cannot reach the API server at https://127.0.0.1:{closed_port}: connection refused"
+    with pytest.raises(ApiError) as raised:
+        await ApiServer.connect(config)
+    assert str(raised.value) == said
+    publisher = PoolPublisher(DRIVER, NODE, lambda: OFFER, kubeconfig=config)
+    task = asyncio.create_task(publisher.run())
+    try:
+        await until(lambda: publisher.status.last_error is not None, "the publisher's first failure")
+    finally:
+        task.cancel()
+    assert publisher.status.last_error == said
+
+
+async def test_credentials_that_cannot_be_read_are_named_as_such(tmp_path: Path) -> None:
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("{not: [yaml")
+    with pytest.raises(ApiError, match="^cannot load Kubernetes credentials: "):
+        await ApiServer.connect(broken)
