@@ -37,8 +37,9 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--list-wait", type=float, default=LIST_WAIT_S, metavar="SECONDS", dest="list_wait_s",
-        help="how long devshim's list_devices of a --resource waits for the legacy plugin's first list "
-        f"(default {LIST_WAIT_S:g}; keep it below drivers[].timeouts.list_devices_s)",
+        help="how long the adapter waits for the legacy plugin's first list: in devshim's list_devices "
+        f"of a --resource (default {LIST_WAIT_S:g}; keep it below drivers[].timeouts.list_devices_s), "
+        "and at its start, at most 10 s",
     )  # fmt: skip
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the legacy plugin's command")
     args = parser.parse_args(argv)

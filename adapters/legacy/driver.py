@@ -93,18 +93,19 @@ class LegacyAdapter(Driver):
         # With names, each one's list (its options come before it); without, any plugin's.
         waits = [self._first_list(name).wait() for name in self._named] or [self._any_listed.wait()]
         try:
-            async with asyncio.timeout(FIRST_LIST_S):
+            async with asyncio.timeout(min(FIRST_LIST_S, self._list_wait_s)):
                 await asyncio.gather(*waits)
         except TimeoutError:
             if self._named:
                 missing = ", ".join(n for n in self._named if n not in self._devices)
                 logger.warning(
                     "{}: no list from the legacy plugin within {:g} s; declared, its devices listed once it"
-                    " sends one", missing, FIRST_LIST_S,
+                    " sends one", missing, min(FIRST_LIST_S, self._list_wait_s),
                 )  # fmt: skip
             else:
                 logger.warning(
-                    "no legacy plugin listed devices within {:g} s; serving it once it does", FIRST_LIST_S
+                    "no legacy plugin listed devices within {:g} s; serving it once it does",
+                    min(FIRST_LIST_S, self._list_wait_s),
                 )
         self._announced = {r.name: _capabilities(r) for r in self.resources()}
         # Our answer is written as soon as this returns; go live right after it.

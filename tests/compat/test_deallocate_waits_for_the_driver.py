@@ -81,3 +81,7 @@ async def test_a_driver_that_stays_down_fails_the_deallocate_saying_so(
     async with Shim(settings(plugin_dir, state_dir, gate, 0.2)) as shim:
         with pytest.raises(SourceUnavailable, match="the driver is not running; deallocate once it is back"):
             await shim.drivers[0].sources[GPU].deallocate(["gpu-0"])
+        gate.touch()  # let it start, so that it stops as a driver does, not as a launcher stuck
+        async with asyncio.timeout(WAIT_S):
+            while shim.drivers[0].status != "up":
+                await asyncio.sleep(0.02)
