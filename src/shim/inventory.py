@@ -21,7 +21,7 @@ import os
 import re
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -31,7 +31,7 @@ from loguru import logger
 from shim.configfile import UnreadableFile, read_bounded
 from shim.driverprotocol import attributes_from_json, capacity_from_json
 from shim.incremental import EncodedList
-from shim.model import Device, Health
+from shim.model import Capabilities, Device, Health
 
 VERSION = 1
 # A saved list of 100,000 devices (the most a static resource may have) is about 20 MiB; a file
@@ -55,6 +55,10 @@ class SavedResource:
     """The last known device list: ids, health and NUMA nodes."""
     in_use: tuple[tuple[str, ...], ...]
     """Device-id groups allocated together (one per container), in allocation order."""
+    capabilities: Capabilities = Capabilities()
+    """What the driver last declared for the resource: a restored resource registers with the
+    options it will most likely have again, not with none (which costs a second registration
+    once the driver declares them)."""
 
 
 class _Invalid(ValueError):
@@ -90,6 +94,9 @@ def _encode(resource: str, saved: SavedResource, devices: EncodedList[Device, st
             "version": VERSION,
             "resource": resource,
             "in_use": saved.in_use,
+            "capabilities": [
+                f.name for f in fields(saved.capabilities) if getattr(saved.capabilities, f.name)
+            ],
             "saved_at": datetime.now(UTC).isoformat(),
         }
     )
@@ -156,7 +163,12 @@ def _decode(text: str, resource: str) -> SavedResource:
         seen.add(device.id)
     raw_in_use = _field(raw, "in_use", list, "")
     in_use = tuple(_strings(group, f"in_use[{i}]") for i, group in enumerate(raw_in_use))
-    return SavedResource(devices, in_use)
+    # Optional (files written before it have none); a name this devshim does not know, written by
+    # a newer one, is left out rather than the whole inventory refused.
+    declared = _strings(raw.get("capabilities", []), "capabilities") if raw.get("capabilities") else ()
+    known = {f.name for f in fields(Capabilities)}
+    capabilities = Capabilities(**{name: True for name in declared if name in known})
+    return SavedResource(devices, in_use, capabilities)
 
 
 class InventoryStore:

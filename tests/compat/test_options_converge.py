@@ -2,11 +2,11 @@
 
 A kubelet reads a plugin's options once per registration (1.25+: GetDevicePluginOptions as it
 connects) and keeps them for that connection, as the fake kubelet's sessions do. devshim restarted
-on its state folder serves each driver resource at once, restored from its inventory with no
-optional calls, before its driver has said which it makes: once the driver declares
-PreStartContainer and GetPreferredAllocation, devshim must register again, or the kubelet never
-calls either until it restarts itself. A resource whose options did not change is not
-registered again.
+on its state folder serves each driver resource at once, restored from its inventory, before its
+driver has said which optional calls it makes: restored with the capabilities the driver last
+declared, it registers once with the right options; when the driver then declares others (an
+upgraded driver), it registers again, or the kubelet would never make the new calls until it
+restarts itself.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from shim.bootstrap import Shim
 from shim.kubelet import FakeKubelet
@@ -21,70 +22,82 @@ from shim.model import Health
 from shim.settings import Settings
 from tests.support import AS_ROOT, DRIVERS
 
-OVER, PLAIN = "example.com/over", "example.com/plain"
+GPU = "example.com/over"
 WAIT_S = 20.0
+# The same resource, served by a driver that makes no optional call, then by one that makes both.
+PLAIN = [sys.executable, "-m", "devshim_adapters.sim", "--config-json"]
+PLAIN += [json.dumps({"resources": [{"name": GPU, "count": 3, "id_prefix": "o-"}]})]
+OVERPROMISING = [sys.executable, str(DRIVERS / "overpromising.py")]  # declares both, answers -32601
 
 
-def settings(plugin_dir: Path, state_dir: Path) -> Settings:
-    plain = json.dumps({"resources": [{"name": PLAIN, "count": 2}]})
+def settings(plugin_dir: Path, state_dir: Path, command: list[str]) -> Settings:
+    driver: dict[str, Any] = {
+        "name": "gpu",
+        "command": command,
+        "resources": [GPU],
+        "policy": {"envs": ["OVER"]},
+    }
     return Settings.load(
         device_plugins_dir=plugin_dir,
         state_dir=state_dir,
         register_backoff_max_s=0.5,
-        drivers=[
-            {
-                "name": "over",  # declares prestart and preferred allocation
-                "command": [sys.executable, str(DRIVERS / "overpromising.py")],
-                "resources": [OVER],
-                "policy": {"envs": ["OVER"]},
-                **AS_ROOT,
-            },
-            {
-                "name": "plain",  # declares neither
-                "command": [sys.executable, "-m", "devshim_adapters.sim", "--config-json", plain],
-                "resources": [PLAIN],
-                **AS_ROOT,
-            },
-        ],
+        drivers=[{**driver, **AS_ROOT}],
     )
 
 
-def registrations(kubelet: FakeKubelet, resource: str) -> int:
-    return sum(1 for r in kubelet.registrations if r.resource_name == resource and r.ok)
+def registrations(kubelet: FakeKubelet) -> int:
+    return sum(1 for r in kubelet.registrations if r.resource_name == GPU and r.ok)
 
 
-async def test_a_restarted_devshim_registers_again_once_the_driver_declares_its_optional_calls(
+async def healthy(kubelet: FakeKubelet) -> None:
+    session = kubelet.plugin(GPU)
+    await session.wait_for_list(
+        lambda devices: len(devices) == 3 and all(d.health == Health.HEALTHY for d in devices)
+    )
+
+
+async def test_a_driver_declaring_other_calls_after_a_restart_is_registered_again(
     plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet
 ) -> None:
-    async with Shim(settings(plugin_dir, state_dir)):
-        first = await kubelet.wait_for_plugin(OVER, timeout=WAIT_S)
-        await first.wait_for_list()
-        assert first.options.pre_start_required and first.options.get_preferred_allocation_available
-        await kubelet.wait_for_plugin(PLAIN, timeout=WAIT_S)
-    over_before, plain_before = registrations(kubelet, OVER), registrations(kubelet, PLAIN)
+    async with Shim(settings(plugin_dir, state_dir, PLAIN)):
+        await kubelet.wait_for_plugin(GPU, timeout=WAIT_S)
+        await healthy(kubelet)
+    assert not kubelet.plugin(GPU).options.pre_start_required
+    before = registrations(kubelet)
 
-    # Stopped gracefully: each inventory holds its resource, served again at once on the restart.
-    async with Shim(settings(plugin_dir, state_dir)) as shim:
+    # Restored with no optional calls (what the last driver declared); this one declares both.
+    async with Shim(settings(plugin_dir, state_dir, OVERPROMISING)) as shim:
         await kubelet.wait_until(
             lambda: (
-                registrations(kubelet, OVER) > over_before
-                and kubelet.plugin(OVER).options.pre_start_required
-                and kubelet.plugin(OVER).options.get_preferred_allocation_available
+                registrations(kubelet) == before + 2
+                and kubelet.plugin(GPU).options.pre_start_required
+                and kubelet.plugin(GPU).options.get_preferred_allocation_available
             ),
             timeout=WAIT_S,
-            what="the kubelet's connection holding the options the driver declares",
+            what="a second registration, whose connection holds the options the driver declares",
         )
-        session = kubelet.plugin(OVER)
-        await session.wait_for_list(lambda devices: all(d.health == Health.HEALTHY for d in devices))
-        await session.admit(1)  # as the kubelet admits a pod: PreStartContainer, as the options say
+        await healthy(kubelet)
+        await kubelet.plugin(GPU).admit(1)  # as the kubelet admits a pod: with both calls now
         calls = shim.drivers[0].calls
         # The driver answers both with -32601 (not implemented): devshim answers the kubelet anyway.
         assert calls["prestart"].ok + calls["prestart"].failed == 1, calls
         assert calls["preferred_allocation"].ok + calls["preferred_allocation"].failed == 1, calls
 
-        plain = kubelet.plugin(PLAIN)
-        await plain.wait_for_list(
-            lambda devices: len(devices) == 2 and all(d.health == Health.HEALTHY for d in devices)
+
+async def test_a_restarted_devshim_registers_once_with_the_options_its_driver_declared(
+    plugin_dir: Path, state_dir: Path, kubelet: FakeKubelet
+) -> None:
+    """The inventory keeps what the driver declared: the restored resource's one registration
+    already carries the options, and the driver's declaring them again changes nothing."""
+    async with Shim(settings(plugin_dir, state_dir, OVERPROMISING)):
+        await kubelet.wait_for_plugin(GPU, timeout=WAIT_S)
+        await healthy(kubelet)
+    before = registrations(kubelet)
+    async with Shim(settings(plugin_dir, state_dir, OVERPROMISING)) as shim:
+        await kubelet.wait_until(
+            lambda: registrations(kubelet) == before + 1, timeout=WAIT_S, what="registered"
         )
-        assert shim.drivers[1].status == "up"
-    assert registrations(kubelet, PLAIN) == plain_before + 1, "options unchanged: registered once"
+        assert kubelet.plugin(GPU).options.pre_start_required, "restored with the declared options"
+        await healthy(kubelet)  # the driver is up and has declared its calls again
+        assert shim.drivers[0].status == "up"
+    assert registrations(kubelet) == before + 1, "registered once"

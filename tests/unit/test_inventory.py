@@ -13,7 +13,7 @@ import pytest
 from loguru import logger
 
 from shim.inventory import InventoryStore, SavedResource
-from shim.model import Attribute, AttributeKind, Device, Health
+from shim.model import Attribute, AttributeKind, Capabilities, Device, Health
 
 RESOURCE = "example.com/gpu"
 SAVED = SavedResource(
@@ -55,6 +55,27 @@ def test_a_saved_inventory_loads_back_unchanged(tmp_path: Path) -> None:
     store = InventoryStore(tmp_path)
     store.save(RESOURCE, SAVED)
     assert store.load(RESOURCE) == SAVED
+
+
+def test_the_drivers_declared_capabilities_are_kept_and_a_name_unknown_here_is_left_out(
+    tmp_path: Path,
+) -> None:
+    """A restored resource registers with what its driver last declared (issue 42, item 1); a
+    file from before the field, or naming a capability a newer devshim knows, still loads."""
+    store = InventoryStore(tmp_path)
+    declared = SavedResource(SAVED.devices, SAVED.in_use, Capabilities(pre_start=True, deallocate=True))
+    store.save(RESOURCE, declared)
+    assert store.load(RESOURCE) == declared
+    path = next(tmp_path.glob("*.json"))
+    raw = json.loads(path.read_text())
+    assert raw["capabilities"] == ["pre_start", "deallocate"]
+    path.write_text(json.dumps({**raw, "capabilities": ["pre_start", "teleport"]}))
+    assert InventoryStore(tmp_path).load(RESOURCE) == SavedResource(
+        SAVED.devices, SAVED.in_use, Capabilities(pre_start=True)
+    )
+    del raw["capabilities"]
+    path.write_text(json.dumps(raw))
+    assert InventoryStore(tmp_path).load(RESOURCE) == SAVED
 
 
 def test_the_file_is_named_after_the_resource_and_holds_the_documented_fields(tmp_path: Path) -> None:

@@ -132,7 +132,9 @@ class DriverHost:
                 if (why := self._admit(resource)) is not None:
                     logger.warning("driver {!r}: not restoring its saved resource: {}", self.name, why)
                     continue
-                source = self._source_for(protocol.ResourceInfo(resource, Capabilities()))
+                # With what the driver last declared: most likely what it declares again, so the
+                # kubelet gets the right options at the first registration.
+                source = self._source_for(protocol.ResourceInfo(resource, saved.capabilities))
                 await source.restore(saved)
                 await self._registry.add_resource(resource, source)
                 self._registered.add(resource)

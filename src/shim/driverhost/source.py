@@ -191,7 +191,7 @@ class DriverSource(DeviceSource):
     async def _save(self) -> None:
         await asyncio.sleep(SAVE_DELAY_S)
         assert self._store is not None
-        snapshot, stamp = SavedResource(self._real, self.in_use), self._store.stamp()
+        snapshot, stamp = SavedResource(self._real, self.in_use, self.info.capabilities), self._store.stamp()
         await asyncio.to_thread(self._store.save, self.name, snapshot, stamp)
 
     async def close(self) -> None:
@@ -199,7 +199,7 @@ class DriverSource(DeviceSource):
             # A save already on its thread cannot be stopped: the store drops it if it ends later.
             self._saving.cancel()
             if self._store is not None:
-                self._store.save(self.name, SavedResource(self._real, self.in_use))
+                self._store.save(self.name, SavedResource(self._real, self.in_use, self.info.capabilities))
 
     # --- calls from the core ---------------------------------------------
 
