@@ -32,7 +32,7 @@ from shim.model import Device
 from tests.support import control_plane
 from tests.support.dra import GPU_DRIVER
 
-STORM = int(os.environ.get("DEVSHIM_SLICE_STORM", "100"))
+STORM = int(os.environ.get("DEVSHIM_SLICE_STORM", "60"))
 REPUBLISH_S = 2.0  # from a deletion's reply to the next generation's slice seen by a watch
 SLOW_EVERY, SLOW_REPLY_S = 8, 0.25  # one create reply in SLOW_EVERY is read this late
 

@@ -19,13 +19,13 @@ from tests.soak.world import SERVED
 from tests.support.waiting import bounded
 
 # About 30 s on an idle 2-core machine; every kind is injected at least once whatever the seed.
-SHORT_RUN = SoakOptions(faults=30, seed=20261130)
+SHORT_RUN = SoakOptions(faults=22, seed=20261130)
 
 
 @pytest.mark.timeout(300)
 async def test_a_short_soak_keeps_every_invariant_through_every_kind_of_fault() -> None:
     """A real devshim process with two sim drivers and a static resource, the fake kubelet
-    admitting pods all along, and 30 faults of every kind at random: no Allocate hangs or fails
+    admitting pods all along, and 22 faults of every kind at random: no Allocate hangs or fails
     without a clear status, no list the kubelet gets lacks a device, and after each fault
     everything is registered, listed Healthy and up again within 2 s."""
     report = await bounded(run_soak(SHORT_RUN), 280, "the short soak")  # before pytest's 300 s
