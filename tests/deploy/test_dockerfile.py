@@ -152,6 +152,7 @@ def test_dockerignore_semantics_as_emulated() -> None:
     assert ignore.may_reinclude_below("tests") and not ignore.may_reinclude_below("tests/unit")
 
 
+@pytest.mark.full_matrix  # 22 s of the default suite's 15 minutes: with --full-matrix, and by hand
 @pytest.mark.timeout(300)
 def test_install_script_builds_a_working_non_editable_install(tmp_path: Path) -> None:
     """What the build stage does, in a temp dir: the wheel built from the filtered build
