@@ -20,6 +20,7 @@ from shim.dra.ownership import Offer
 from shim.dra.publisher import PoolPublisher
 from shim.dra.slices import PoolDevice
 from shim.model import Device
+from tests.support.waiting import until
 
 DRIVER, NODE = "gpu.example.com", "node-a"
 OFFER = Offer([PoolDevice("gpu-0", Device("gpu-0"))])
@@ -109,15 +110,6 @@ class MemoryApi:
                 return
             self._changed.clear()
             await self._changed.wait()
-
-
-async def until(holds: Callable[[], bool], what: str, timeout: float = 5) -> None:
-    try:
-        async with asyncio.timeout(timeout):
-            while not holds():
-                await asyncio.sleep(0.01)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting until {what}") from None
 
 
 def generations(api: MemoryApi) -> list[int]:
