@@ -19,13 +19,14 @@ from typing import Any
 
 from loguru import logger
 
-from shim.driverhost import limits
+from shim.driverhost import limits, protocol
 from shim.driverhost.identity import Identity, IdentityError, identity
 from shim.driverhost.reaper import REAPER
 from shim.driverhost.stderr import StderrLines
 from shim.jsonrpc import ConnectionClosed, Peer, StreamTransport
 from shim.jsonrpc.errors import ProtocolError
 from shim.jsonrpc.peer import NotificationHandler
+from shim.jsonrpc.sliced import SlicedReader
 from shim.settings import DriverSettings
 
 # Run first in the child, in a fresh process rather than in preexec_fn, which is unsafe in
@@ -153,6 +154,8 @@ class DriverProcess:
             ),
             name=f"driver {self.name!r}",
             notifications=self._notifications,
+            # Long device lists are read in slices, unchanged devices not again (jsonrpc/sliced.py).
+            read=SlicedReader(protocol.device_from_json, keep_chars=limits.MAX_MESSAGE_BYTES).read,
         )
         self._peer.on_close = self._on_output_closed
         self._tasks = [

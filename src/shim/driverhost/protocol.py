@@ -9,6 +9,8 @@ is read and written, or deliberately not (tests/unit/test_driver_schema.py).
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -150,14 +152,23 @@ def device_from_json(obj: Any) -> tuple[Device, ContainerGrant | None]:
 
 
 def devices_from_json(result: Any) -> list[tuple[Device, ContainerGrant | None]]:
+    """A list's devices. A device already read is a tuple, which JSON has none of: the driver
+    host reads long lists in slices (jsonrpc/sliced.py with ``device_from_json``), and a device
+    unchanged since the last list is that list's very object, so every cache downstream, which
+    matches devices by identity, skips it."""
     devices = field(result, "devices") or []
     if not isinstance(devices, list):
         raise DriverProtocolError("devices must be a list")
-    parsed = [device_from_json(d) for d in devices]
-    ids = [d.id for d, _ in parsed]
-    if len(set(ids)) != len(ids):
+    if all(map(isinstance, devices, itertools.repeat(tuple))):  # in C: no Python per device
+        parsed: list[tuple[Device, ContainerGrant | None]] = devices
+    else:
+        parsed = [d if isinstance(d, tuple) else device_from_json(d) for d in devices]
+    if len(set(map(_ID, map(_DEVICE, parsed)))) != len(parsed):
         raise DriverProtocolError("a device ID appears twice in one list")
     return parsed
+
+
+_DEVICE, _ID = operator.itemgetter(0), operator.attrgetter("id")
 
 
 def resource_from_json(obj: Any) -> ResourceInfo:

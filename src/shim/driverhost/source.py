@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import operator
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import replace
+from itertools import compress
 from typing import Any
 
 from loguru import logger
@@ -31,6 +34,7 @@ from shim.model import (
 )
 from shim.sources.base import DeviceSource
 
+_DEVICE, _GRANT, _ID = operator.itemgetter(0), operator.itemgetter(1), operator.attrgetter("id")
 Call = Callable[[str, Any, Callable[[Any], Any]], Awaitable[Any]]  # method, params, parse
 SAVE_DELAY_S = 0.2  # coalesce bursts of changes into one write
 
@@ -133,18 +137,30 @@ class DriverSource(DeviceSource):
     def take_devices(self, devices: Sequence[tuple[Device, ContainerGrant | None]]) -> None:
         """Hold ``devices`` as the driver's list now (``publish`` tells the followers). Not async:
         the driver host counts what its sources hold before it takes a list (driverhost/limits.py),
-        so a list must be held from the moment it is counted in, with nothing run in between."""
-        self._declared = {d.id: g for d, g in devices if g is not None}
-        self._merged = grants.ByDevices(self._merge_declared)  # anew: the merges it kept are stale
-        # A full list re-sent (devices_changed, a restart's list_devices) mostly repeats devices
-        # already known: keep those objects, so the encoders downstream, which match devices by
-        # identity, redo only the changed ones, and the new list's objects are freed whole.
-        real, index = self._real, self._index
-        self._real = tuple(
-            real[i] if (i := index.get(d.id)) is not None and real[i] == d else d for d, _ in devices
-        )
-        self._index = {d.id: i for i, d in enumerate(self._real)}
+        so a list must be held from the moment it is counted in, with nothing run in between.
+
+        A long list re-sent with one change is mostly the last list's very objects (the driver
+        host's reader hands unchanged devices over again, jsonrpc/sliced.py), so the encoders
+        downstream, which match devices by identity, redo only the changed ones; everything here
+        runs in C, never a Python step per device, since it runs on the event loop."""
+        listed = tuple(map(_DEVICE, devices))
+        if not self._same_places(listed):
+            self._index = dict(zip(map(_ID, listed), itertools.count()))
+        self._real = listed
+        grants_ = tuple(map(_GRANT, devices))
+        present = map(operator.is_not, grants_, itertools.repeat(None))
+        declared = dict(compress(zip(map(_ID, listed), grants_, strict=True), present))
+        if declared != self._declared:  # the merges kept are stale
+            self._declared, self._merged = declared, grants.ByDevices(self._merge_declared)
         self._down = False
+
+    def _same_places(self, listed: tuple[Device, ...]) -> bool:
+        """Whether ``listed`` holds the IDs of the list held now, each where it was."""
+        held = self._real
+        if len(held) != len(listed):
+            return False
+        moved = compress(range(len(listed)), map(operator.is_not, held, listed))
+        return all(held[i].id == listed[i].id for i in moved)
 
     async def set_health(self, changes: dict[str, Health]) -> None:
         self.take_health(changes)

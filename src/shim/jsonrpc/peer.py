@@ -23,6 +23,7 @@ from shim.jsonrpc.framing import Transport
 
 Handler = Callable[[Any], Awaitable[Any]]
 NotificationHandler = Callable[[Any], None]
+Reader = Callable[[bytes], Awaitable[Any]]
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -41,14 +42,18 @@ class Peer:
         requests: dict[str, Handler] | None = None,
         notifications: dict[str, NotificationHandler] | None = None,
         strict: bool = True,
+        read: Reader | None = None,
     ) -> None:
         """``strict``: end the connection on anything that is not JSON-RPC (devshim's
-        side, facing a driver); otherwise answer such input with an error object."""
+        side, facing a driver); otherwise answer such input with an error object. ``read``: what
+        turns a line into its message, if not orjson.loads (jsonrpc/sliced.py); it must raise
+        what orjson raises."""
         self.name = name
         self._transport = transport
         self._requests = dict(requests or {})
         self._notifications = dict(notifications or {})
         self._strict = strict
+        self._read = read
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
         # Ids of requests we stopped waiting for: a late answer to one is not a protocol error.
@@ -145,12 +150,14 @@ class Peer:
         if self._closed is not None:
             return  # aborted: whatever the other side still says is ignored
         try:
-            message = orjson.loads(line)
+            message = orjson.loads(line) if self._read is None else await self._read(line)
         # orjson.JSONDecodeError, a ValueError: not UTF-8, not JSON (NaN and Infinity are not),
         # a lone surrogate, or nesting deeper than 1024. An integer beyond 64 bits reads as a float.
         except ValueError as exc:
             await self._reject(None, ErrorCode.PARSE_ERROR, f"not JSON: {exc}")
             return
+        if self._closed is not None:
+            return  # aborted while a long line was read in slices
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             await self._reject(None, ErrorCode.INVALID_REQUEST, "not a JSON-RPC 2.0 object")
             return

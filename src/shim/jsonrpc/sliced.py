@@ -1,0 +1,196 @@
+"""Long messages read in slices, reusing what the last such message already said.
+
+A driver re-sends its whole device list on every change (the protocol's ``devices_changed``,
+and every legacy plugin behind the adapter does the same). A list of 50,000 devices is a 5 MB
+line: read whole, orjson holds the event loop 20-40 ms and the model built from it a quarter of
+a second, while every other resource's Allocate waits. This reader follows one long array of a
+message (``devices`` in its params or result) element by element, handing the loop back every
+couple of milliseconds; and an element written exactly as the one at the same position of the
+last array that began with the same item (by ``id``) is not read again: that element's object
+is reused, so caches downstream that match by identity (driverhost/protocol.DeviceReader,
+shim/incremental.py) skip it too. Reused objects are shared between messages: nothing may
+change a message it was handed.
+
+What it returns equals ``orjson.loads(line)``: every value is read by orjson (the standard
+library's scanner only finds where each ends), and a line it does not follow to the end (not an
+object, not ASCII, not JSON) goes to orjson whole, so errors read as they always did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from array import array
+from collections import OrderedDict
+from collections.abc import Callable
+from json.scanner import make_scanner
+from typing import Any
+
+import orjson
+
+SLICE_S = 0.002  # the longest the loop is held between two turns
+_CHECK_EVERY = 32  # elements read between two looks at the clock
+_SPACE = re.compile(r"[ \t\n\r]*")
+_OUTER = ("params", "result")  # the members holding the long array
+
+
+def _refuse(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+# The C scanner (typeshed types its argument as the scanner itself, not the decoder it reads).
+_scan: Callable[[str, int], tuple[Any, int]] = make_scanner(json.JSONDecoder(parse_constant=_refuse))  # type: ignore[arg-type]
+
+
+class _Unfollowed(Exception):
+    """The line is not one this reader follows; orjson reads it whole."""
+
+
+def _end_of_value(text: str, at: int) -> int:
+    try:
+        return int(_scan(text, at)[1])
+    except StopIteration:  # no value starts here
+        raise _Unfollowed from None
+
+
+def _skip(text: str, at: int) -> int:
+    return _SPACE.match(text, at).end()  # type: ignore[union-attr]  # matches the empty string
+
+
+class _Kept:
+    """One array as written (its text, where each element starts and ends in it) and its
+    elements as read."""
+
+    __slots__ = ("text", "starts", "ends", "items")
+
+    def __init__(self, text: str, starts: array[int], ends: array[int], items: tuple[Any, ...]) -> None:
+        self.text, self.starts, self.ends, self.items = text, starts, ends, items
+
+    def written(self, n: int) -> str:
+        return self.text[self.starts[n] : self.ends[n]]
+
+
+class SlicedReader:
+    def __init__(
+        self,
+        convert: Callable[[Any], Any],
+        *,
+        array: str = "devices",
+        key: str = "id",
+        min_bytes: int = 64 * 1024,
+        keep_chars: int = 16 * 1024 * 1024,
+    ) -> None:
+        """``array``: the member of params/result read in slices, each element handed to
+        ``convert`` as it is read (an element it raises on is left as JSON, for the reader of the
+        message to refuse as it would anyway); ``key``: the member of its first element naming the
+        earlier array to compare with; lines under ``min_bytes`` are read whole; at most
+        ``keep_chars`` characters of earlier arrays are kept, the oldest dropped."""
+        self._convert, self._array, self._key = convert, array, key
+        self._min_bytes, self._keep_chars = min_bytes, keep_chars
+        self._kept: OrderedDict[str, _Kept] = OrderedDict()  # by the first element's key
+
+    async def read(self, line: bytes) -> Any:
+        if len(line) < self._min_bytes or not line.isascii():
+            return orjson.loads(line)
+        text = line.decode("ascii")
+        try:
+            at = _skip(text, 0)
+            if text[at] != "{":
+                raise _Unfollowed
+            message, at = await self._object(text, at, outer=True)
+            if _skip(text, at) != len(text):
+                raise _Unfollowed
+            await asyncio.sleep(0)  # what takes the message runs in a turn of its own
+            return message
+        except (_Unfollowed, ValueError, IndexError):  # JSONDecodeError is a ValueError
+            return orjson.loads(line)  # raises what the short path raises, or reads it after all
+
+    async def _object(self, text: str, at: int, *, outer: bool) -> tuple[dict[str, Any], int]:
+        obj: dict[str, Any] = {}
+        at = _skip(text, at + 1)
+        if text[at] == "}":
+            return obj, at + 1
+        while True:
+            if text[at] != '"':
+                raise _Unfollowed
+            end = _end_of_value(text, at)
+            key = orjson.loads(text[at:end])
+            at = _skip(text, end)
+            if text[at] != ":":
+                raise _Unfollowed
+            at = _skip(text, at + 1)
+            if outer and key in _OUTER and text[at] == "{":
+                obj[key], at = await self._object(text, at, outer=False)
+            elif not outer and key == self._array and text[at] == "[":
+                obj[key], at = await self._elements(text, at)
+            else:
+                end = _end_of_value(text, at)
+                obj[key], at = orjson.loads(text[at:end]), end
+            at = _skip(text, at)
+            if text[at] == "}":
+                return obj, at + 1
+            if text[at] != ",":
+                raise _Unfollowed
+            at = _skip(text, at + 1)
+
+    async def _elements(self, text: str, at: int) -> tuple[list[Any], int]:
+        begin = at = _skip(text, at + 1)
+        items: list[Any] = []
+        starts, ends = array("I"), array("I")  # where each element's text is, from ``begin``
+        if text[at] == "]":
+            return items, at + 1
+        last: _Kept | None = None
+        turn = time.perf_counter() + SLICE_S
+        while True:
+            n = len(items)
+            if n == 0:  # which earlier array to compare with: the one its first element began
+                last = self._earlier(text[at : _end_of_value(text, at)])
+            # The same text as the last array's element here: the same value. An element that is
+            # a number could go on past that text, but then no comma or bracket follows it here.
+            if last is not None and n < len(last.ends) and text.startswith(written := last.written(n), at):
+                end, item = at + len(written), last.items[n]
+            else:
+                end = _end_of_value(text, at)
+                item = self._read(text[at:end])
+            items.append(item)
+            starts.append(at - begin)
+            ends.append(end - begin)
+            at = _skip(text, end)
+            if text[at] == "]":
+                break
+            if text[at] != ",":
+                raise _Unfollowed
+            at = _skip(text, at + 1)
+            if n % _CHECK_EVERY == 0 and time.perf_counter() > turn:
+                await asyncio.sleep(0)  # other work (another resource's Allocate) runs now
+                turn = time.perf_counter() + SLICE_S
+        self._keep(text[begin:end], starts, ends, items)
+        return items, at + 1
+
+    def _read(self, written: str) -> Any:
+        element = orjson.loads(written)
+        try:
+            return self._convert(element)
+        except Exception:  # left as JSON: whoever reads the message refuses it, with the reason
+            return element
+
+    def _name(self, written: str) -> str | None:
+        first = orjson.loads(written)
+        name = first.get(self._key) if isinstance(first, dict) else None
+        return name if isinstance(name, str) else None
+
+    def _earlier(self, first: str) -> _Kept | None:
+        name = self._name(first)
+        return None if name is None else self._kept.get(name)
+
+    def _keep(self, text: str, starts: array[int], ends: array[int], items: list[Any]) -> None:
+        name = self._name(text[: ends[0]])
+        if name is None:
+            return
+        self._kept.pop(name, None)
+        self._kept[name] = _Kept(text, starts, ends, tuple(items))
+        total = sum(len(kept.text) for kept in self._kept.values())
+        while total > self._keep_chars and len(self._kept) > 1:
+            total -= len(self._kept.popitem(last=False)[1].text)
