@@ -143,7 +143,9 @@ async def bound(quick: bool, total: int | None = None, per_driver: int | None = 
     quiet, held, resending = figures["quiet"], figures["held"], figures["resending"]
     ratios = {name: ratio(figures[name]["p99_ms"], quiet["p99_ms"]) for name in ("held", "resending")}
     peak = max(held["peak_rss_mb"], resending["peak_rss_mb"], figures["filling_peak_rss_mb"])
-    misses = [f"held p99 {ratios['held'] - 2:.2f}x over"] if ratios["held"] > 2 else []
+    misses = [
+        f"{name} p99 {ratios[name] - 2:.2f}x over" for name in ("held", "resending") if ratios[name] > 2
+    ]
     misses += [f"peak RSS {peak - LIMIT_MB:.0f} MB over the limit"] if peak >= LIMIT_MB else []
     shape = ", ".join(f"{name} {len(r)}x{max(r.values()):,}" for name, r in drivers.items())
     return Result(
@@ -159,7 +161,7 @@ async def bound(quick: bool, total: int | None = None, per_driver: int | None = 
         },
         f"p99 {ratios['held']}x quiet held, {ratios['resending']}x re-sending; "
         f"peak RSS {peak} MB of the {LIMIT_MB:.0f} MB limit",
-        "p99 ≤ 2x quiet with the bound held; devshim's peak RSS under the chart's 256 MiB limit",
+        "p99 ≤ 2x quiet with the bound held and re-sent; devshim's peak RSS under the chart's 256 MiB limit",
         not misses,
         ", ".join(misses),
         (
