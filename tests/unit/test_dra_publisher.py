@@ -4,10 +4,9 @@ memory whose replies and watch events can be made to race the way a busy node se
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -20,96 +19,11 @@ from shim.dra.ownership import Offer
 from shim.dra.publisher import PoolPublisher
 from shim.dra.slices import PoolDevice
 from shim.model import Device
+from tests.support.memory_api import MemoryApi
 from tests.support.waiting import until
 
 DRIVER, NODE = "gpu.example.com", "node-a"
 OFFER = Offer([PoolDevice("gpu-0", Device("gpu-0"))])
-Event = tuple[int, str, dict[str, Any]]
-
-
-class MemoryApi:
-    """The calls PoolPublisher makes, on slices kept here; resourceVersions count up as etcd's do.
-    ``before_reply`` runs once a create is stored and before its reply is returned."""
-
-    def __init__(self) -> None:
-        self.version = 0
-        self.slices: dict[str, dict[str, Any]] = {}
-        self.log: list[Event] = []
-        self.lists = 0
-        self.delivered = 0  # the last resourceVersion a watcher has taken in (asked for more after)
-        self.before_reply: Callable[[dict[str, Any]], Awaitable[None]] | None = None
-        self._changed = asyncio.Event()
-        self._ending = False  # the open watches are to end...
-        self._failure: ApiError | None = None  # ...with this error, if any
-
-    def _store(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
-        self.version += 1
-        obj["metadata"]["resourceVersion"] = str(self.version)
-        if kind == "DELETED":
-            self.slices.pop(obj["metadata"]["name"])
-        else:
-            self.slices[obj["metadata"]["name"]] = obj
-        self.log.append((self.version, kind, copy.deepcopy(obj)))
-        self._changed.set()
-        return copy.deepcopy(obj)
-
-    async def slice_versions(self) -> list[str]:
-        return ["v1"]
-
-    async def node_uid(self, node: str) -> str | None:
-        return None
-
-    async def list_slices(self, version: str, selector: str) -> tuple[list[dict[str, Any]], str]:
-        self.lists += 1
-        return copy.deepcopy(list(self.slices.values())), str(self.version)
-
-    async def create_slice(self, version: str, body: dict[str, Any]) -> dict[str, Any]:
-        obj = copy.deepcopy(body)
-        name = obj["metadata"].pop("generateName") + str(self.version + 1)
-        obj["metadata"] |= {"name": name, "uid": f"uid-{name}"}
-        created = self._store("ADDED", obj)
-        if self.before_reply is not None:
-            await self.before_reply(created)
-        return created
-
-    async def replace_slice(self, version: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        old = self.slices.get(name)
-        if old is None or old["metadata"]["resourceVersion"] != body["metadata"]["resourceVersion"]:
-            raise ApiError(f"PUT {name}: conflict", 404 if old is None else 409)
-        obj = copy.deepcopy(body)
-        obj["metadata"]["uid"] = old["metadata"]["uid"]
-        return self._store("MODIFIED", obj)
-
-    async def delete_slice(self, version: str, name: str, uid: str) -> None:
-        if name in self.slices:
-            self._store("DELETED", copy.deepcopy(self.slices[name]))
-
-    def delete_all(self) -> int:
-        """Someone else deletes every slice; the resourceVersion of the last deletion."""
-        for name in list(self.slices):
-            self._store("DELETED", copy.deepcopy(self.slices[name]))
-        return self.version
-
-    def end_watches(self, error: ApiError | None = None) -> None:
-        """The API server ends the open watches (their timeout), or fails them with ``error``."""
-        self._ending, self._failure = True, error
-        self._changed.set()
-
-    async def watch_slices(
-        self, version: str, selector: str, since: str
-    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        self._ending = False
-        sent = int(since)
-        while True:
-            for rv, kind, obj in [e for e in self.log if e[0] > sent]:
-                yield kind, copy.deepcopy(obj)
-                sent = self.delivered = rv
-            if self._ending:
-                if self._failure is not None:
-                    raise self._failure
-                return
-            self._changed.clear()
-            await self._changed.wait()
 
 
 def generations(api: MemoryApi) -> list[int]:
