@@ -68,6 +68,7 @@ def test_a_good_plugin_passes_every_check(tmp_path: Path, pair: str) -> None:
     assert "gpu.example.com as a DRAPlugin" in run.stdout
 
 
+@pytest.mark.full_matrix  # 13 s of the default suite's 15 minutes: with --full-matrix
 @pytest.mark.parametrize("pair", [pair_param(f"1.{k.minor}/1.{a.minor}") for k, a in supported_pairs()])
 def test_a_plugin_advertising_v1_but_serving_v1beta1_fails_the_rows_it_should(
     tmp_path: Path, pair: str

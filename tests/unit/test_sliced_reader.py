@@ -85,7 +85,7 @@ def _same_as_orjson(reader: SlicedReader, line: bytes) -> None:
     assert _read(reader, line) == expected
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     first=messages(),
     second=messages(),
