@@ -17,7 +17,7 @@ Events: a device's health changes; the driver is upgraded to declare other calls
 the driver crashes; the kubelet restarts; devshim restarts, by SIGTERM or SIGKILL, with its state
 folder or without it. CI runs 3 examples of up to 8 steps, derandomized (tests/fuzz/profiles.py);
 by hand, ``HYPOTHESIS_PROFILE=long`` runs 50 times as many examples, at random, and
-``DEVSHIM_CONVERGE_STEPS`` longer sequences (tests/README.md).
+``DEVSHIM_CONVERGE_STEPS`` longer sequences, with pytest's ``--timeout 0`` (tests/README.md).
 """
 
 from __future__ import annotations

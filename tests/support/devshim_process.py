@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import urllib.error
 import urllib.request
@@ -36,7 +37,8 @@ def children(pid: int) -> set[int]:
     """The process IDs of the children of ``pid`` (from /proc)."""
     found: set[int] = set()
     for task in Path(f"/proc/{pid}/task").iterdir():
-        found |= {int(child) for child in (task / "children").read_text().split()}
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            found |= {int(child) for child in (task / "children").read_text().split()}
     return found
 
 
