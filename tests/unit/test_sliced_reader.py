@@ -104,6 +104,15 @@ def test_reads_what_orjson_reads_and_refuses_what_it_refuses(
     _same_as_orjson(reader, first)
 
 
+@pytest.mark.parametrize("depth", [900, 1022, 5000])
+def test_a_deeply_nested_element_reads_as_orjson_reads_it(depth: int) -> None:
+    """orjson refuses nesting deeper than 1,024 in the whole line; the reader, which reads each
+    element on its own, must not accept what the whole line would not be."""
+    element = "[" * depth + "]" * depth
+    line = ('{"jsonrpc":"2.0","method":"devices_changed","params":{"devices":[' + element + "]}}").encode()
+    _same_as_orjson(_reader(), line + b" " * SMALL)
+
+
 def test_a_number_element_longer_than_the_one_kept_is_read_whole() -> None:
     reader = _reader()
     assert (

@@ -122,7 +122,9 @@ class SlicedReader:
                 raise _Unfollowed
             await asyncio.sleep(0)  # what takes the message runs in a turn of its own
             return message
-        except (_Unfollowed, ValueError, IndexError):  # JSONDecodeError is a ValueError
+        # JSONDecodeError is a ValueError; the standard library's scanner gives up on nesting
+        # deeper than about 1,000 (RecursionError), before orjson's 1,024 for the whole line.
+        except (_Unfollowed, ValueError, IndexError, RecursionError):
             return orjson.loads(line)  # raises what the short path raises, or reads it after all
 
     async def _object(self, text: str, at: int, *, outer: bool) -> tuple[dict[str, Any], int]:
