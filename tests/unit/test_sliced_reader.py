@@ -154,6 +154,13 @@ def test_a_device_the_converter_refuses_stays_json_for_the_host_to_refuse() -> N
         protocol.devices_from_json(_read(reader, _changed(duplicate))["params"])
 
 
+def test_a_list_over_the_element_bound_is_left_to_orjson_whole() -> None:
+    reader = SlicedReader(protocol.device_from_json, max_elements=1999)
+    line = _changed(_devices(2000))
+    assert _read(reader, line) == orjson.loads(line)  # JSON objects, for the host to refuse by length
+    assert isinstance(_read(SlicedReader(protocol.device_from_json), line)["params"]["devices"][0], tuple)
+
+
 def test_arrays_kept_stay_within_their_bound() -> None:
     one = len(_changed(_devices(2000)))
     reader = SlicedReader(protocol.device_from_json, keep_chars=2 * one)

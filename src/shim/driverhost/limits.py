@@ -10,7 +10,9 @@ bounds below are checked in this order, each before what it protects is built:
 1. bytes, by the stream reader, which stops at MAX_MESSAGE_BYTES instead of buffering more;
 2. JSON values, counted in the raw line (in C, allocating nothing) before orjson parses it:
    that count bounds the Python objects parsing can create, whatever the message's shape;
-3. devices per list, by ``len`` of the parsed list, before any device enters the model;
+3. devices per list, by ``len`` of the parsed list, before any device is held (a long line's
+   reader, jsonrpc/sliced.py, builds devices as it reads them and hands a list past this bound
+   to orjson whole, so such a list costs what it always did);
 4. devices in all, by the same ``len`` against what is held already: per driver over all its
    resources (``drivers[].max_devices``) and per devshim over every driver and static resource
    (``max_devices``), so that ten resources of one driver cannot cost ten lists' worth.

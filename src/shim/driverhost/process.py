@@ -155,7 +155,11 @@ class DriverProcess:
             name=f"driver {self.name!r}",
             notifications=self._notifications,
             # Long device lists are read in slices, unchanged devices not again (jsonrpc/sliced.py).
-            read=SlicedReader(protocol.device_from_json, keep_chars=limits.MAX_MESSAGE_BYTES).read,
+            read=SlicedReader(
+                protocol.device_from_json,
+                keep_chars=limits.MAX_MESSAGE_BYTES,
+                max_elements=limits.MAX_DEVICES_PER_LIST,
+            ).read,
         )
         self._peer.on_close = self._on_output_closed
         self._tasks = [

@@ -99,14 +99,17 @@ class SlicedReader:
         key: str = "id",
         min_bytes: int = 64 * 1024,
         keep_chars: int = 16 * 1024 * 1024,
+        max_elements: int | None = None,
     ) -> None:
         """``array``: the member of params/result read in slices, each element handed to
         ``convert`` as it is read (an element it raises on is left as JSON, for the reader of the
         message to refuse as it would anyway); ``key``: the member of its first element naming the
         earlier array to compare with; lines under ``min_bytes`` are read whole; at most
-        ``keep_chars`` characters of earlier arrays are kept, the oldest dropped."""
+        ``keep_chars`` characters of earlier arrays are kept, the oldest dropped; an array longer
+        than ``max_elements`` is not converted on: orjson reads the line whole, for its reader to
+        refuse the list by its length as before."""
         self._convert, self._array, self._key = convert, array, key
-        self._min_bytes, self._keep_chars = min_bytes, keep_chars
+        self._min_bytes, self._keep_chars, self._max_elements = min_bytes, keep_chars, max_elements
         self._kept: OrderedDict[str, _Kept] = OrderedDict()  # by the first element's key
 
     async def read(self, line: bytes) -> Any:
@@ -179,6 +182,8 @@ class SlicedReader:
                 items.append(self._read(text[at:end]))
                 starts.append(at - begin)
                 ends.append(end - begin)
+            if self._max_elements is not None and len(items) > self._max_elements:
+                raise _Unfollowed
             at = _skip(text, end)
             if text[at] == "]":
                 break
