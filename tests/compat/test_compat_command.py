@@ -61,6 +61,7 @@ def test_the_simulator_passes_every_quick_classic_cell_of_the_next_kubelet(tmp_p
     assert "health_change" in run.stdout and "cells for driver" in run.stderr
 
 
+@pytest.mark.full_matrix  # 11.5 s of the default suite's 15 minutes; devfs runs at 1.37 by default
 def test_devfs_passes_on_a_1_33_kubelet_through_the_plugin_watcher(tmp_path: Path) -> None:
     """devfs over a temp dir of fake nodes, devshim configured by --config: exit 0, no failed
     cell. It has no clean health hook (a node removed while not in use leaves the list instead of

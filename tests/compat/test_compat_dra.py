@@ -98,6 +98,7 @@ def test_the_simulator_passes_every_scenario_that_applies(tmp_path: Path, pair: 
         assert f"through {'v1alpha1' if kubelet.minor == 34 else 'v1'}.DRAResourceHealth" in run.stdout
 
 
+@pytest.mark.full_matrix  # 9 s of the default suite's 15 minutes
 def test_a_driver_whose_allocate_fails_fails_the_rows_that_prepare(tmp_path: Path) -> None:
     """A row that prepares and one that does not, for time (the simulator runs every row)."""
     driver = {

@@ -15,7 +15,7 @@ the device plugin path:
 
 Events: a device's health changes; the driver is upgraded to declare other calls (it restarts);
 the driver crashes; the kubelet restarts; devshim restarts, by SIGTERM or SIGKILL, with its state
-folder or without it. CI runs 3 examples of up to 8 steps, derandomized (tests/fuzz/profiles.py);
+folder or without it. CI runs 2 examples of up to 8 steps, derandomized (tests/fuzz/profiles.py);
 by hand, ``HYPOTHESIS_PROFILE=long`` runs 50 times as many examples, at random, and
 ``DEVSHIM_CONVERGE_STEPS`` longer sequences, with pytest's ``--timeout 0`` (tests/README.md).
 """
@@ -210,5 +210,5 @@ class Converge(RuleBasedStateMachine):
 def test_the_kubelet_converges_on_the_driver_after_any_events() -> None:
     run_state_machine_as_test(
         Converge,
-        settings=settings(examples(ci=3), stateful_step_count=STEPS, suppress_health_check=list(HealthCheck)),
+        settings=settings(examples(ci=2), stateful_step_count=STEPS, suppress_health_check=list(HealthCheck)),
     )

@@ -175,6 +175,7 @@ async def test_many_devices_split_across_slices_at_the_per_slice_limit(
 UPGRADE = (33, 34)  # adjacent releases across the change of version: v1beta2, then v1
 
 
+@pytest.mark.full_matrix  # two real API servers built and run in turn: 14 s of the default suite
 async def test_an_api_server_upgraded_across_the_version_change_loses_no_device(folder: Path) -> None:
     """1.33 (newest v1beta2) upgraded to 1.34 (v1) on the same etcd data, devshim running: every
     read of the pool during the switch finds it whole; devshim finds v1 and, the slices being
