@@ -416,13 +416,18 @@ def test_a_failing_test_leaves_nothing_running_or_mounted(
         assert not _mounts_under(folder) and not _mounts_under(Path("/run/containerd"))
 
 
-def test_a_node_starts_by_hand_with_one_command(tmp_path: Path) -> None:
+def test_a_node_starts_by_hand_with_one_command() -> None:
     """`python -m shim.compat.node` builds (or finds) the kubelet, starts the node, says where its
     read-only API is, serves there, and on SIGINT stops, leaving nothing running."""
     check_machine()
     release = DEFAULT[0]
     upstream.build(release, program=upstream.KUBELET_PROGRAM, log=False)
-    folder = tmp_path / "node"
+    with short_temp_dir("ds-byhand-") as short:  # containerd's sockets must fit sun_path
+        folder = short / "node"
+        _start_a_node_by_hand(release, folder)
+
+
+def _start_a_node_by_hand(release: upstream.Release, folder: Path) -> None:
     argv = [PYTHON, "-m", "shim.compat.node", "--release", f"1.{release.minor}", "--dir", str(folder)]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as cli:
         assert cli.stdout is not None
