@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from loguru import logger
 
+from shim import revision
 from shim.core.holds import Holds
 from shim.errors import (
     GrantRefused,
@@ -65,6 +66,7 @@ class ResourceService:
         self.source_retry_s = 1.0
         self._devices: tuple[Device, ...] = ()
         self._by_id: dict[str, Device] = {}
+        self._healthy = 0  # of _devices
         self._latest: Latest[tuple[Device, ...]] = Latest()  # as the device plugin lists them
         # Served through DRA too (serve_dra): who holds which device, and DRA's view of the list.
         self.holds: Holds | None = None
@@ -111,14 +113,22 @@ class ResourceService:
                 await asyncio.sleep(self.source_retry_s)
 
     async def _publish(self, devices: tuple[Device, ...]) -> None:
-        self._devices = devices
-        # map and zip run in C: a change among 10,000 devices must not cost a Python pass over all.
-        self._by_id = dict(zip(map(_ID, devices), devices, strict=True))
+        old, self._devices = self._devices, devices
+        changed = revision.changes(devices, old)
+        if changed is not None and all(devices[i].id == old[i].id for i in changed):
+            # A revision of the list held (shim/revision.py): only the changed devices are new.
+            for i in changed:
+                self._by_id[devices[i].id] = devices[i]
+            self._healthy += sum(devices[i].health is Health.HEALTHY for i in changed)
+            self._healthy -= sum(old[i].health is Health.HEALTHY for i in changed)
+        else:
+            # map and zip run in C: still, 50,000 devices cost 15 ms, so not on every change.
+            self._by_id = dict(zip(map(_ID, devices), devices, strict=True))
+            self._healthy = list(map(_HEALTH, devices)).count(Health.HEALTHY)
         await self._show()
         self._first_list.set()
-        healthy = list(map(_HEALTH, devices)).count(Health.HEALTHY)
-        metrics.devices(self.name, healthy, len(devices) - healthy)
-        logger.debug("{}: {} devices, {} healthy", self.name, len(devices), healthy)
+        metrics.devices(self.name, self._healthy, len(devices) - self._healthy)
+        logger.debug("{}: {} devices, {} healthy", self.name, len(devices), self._healthy)
 
     async def _show(self) -> None:
         """Each API's view of the devices, the holds of the other applied (core/holds.py)."""

@@ -402,7 +402,7 @@ class DriverHost:
     # followers waits.
     def _on_devices_changed(self, params: Any) -> None:
         if source := self._notified_source(params):
-            source.take_devices(protocol.devices_from_json(params))
+            source.take_devices(source.devices_from_json(params))
             self._spawn(source.publish())
 
     def _on_health_changed(self, params: Any) -> None:

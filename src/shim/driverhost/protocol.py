@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shim import revision
 from shim.driverhost.stderr import escaped
 from shim.driverprotocol import (
     MAX_ATTRIBUTES_AND_CAPACITIES,
@@ -151,14 +152,24 @@ def device_from_json(obj: Any) -> tuple[Device, ContainerGrant | None]:
     return device, grant_from_json(grant) if grant is not None else None
 
 
-def devices_from_json(result: Any) -> list[tuple[Device, ContainerGrant | None]]:
+def devices_from_json(
+    result: Any, taken: Sequence[tuple[Device, ContainerGrant | None]] = ()
+) -> list[tuple[Device, ContainerGrant | None]]:
     """A list's devices. A device already read is a tuple, which JSON has none of: the driver
     host reads long lists in slices (jsonrpc/sliced.py with ``device_from_json``), and a device
     unchanged since the last list is that list's very object, so every cache downstream, which
-    matches devices by identity, skips it."""
+    matches devices by identity, skips it. A revision of ``taken`` (the list this resource
+    took last, already checked) is checked at its changed positions alone."""
     devices = field(result, "devices") or []
     if not isinstance(devices, list):
         raise DriverProtocolError("devices must be a list")
+    changed = revision.changes(devices, taken)
+    if (
+        changed is not None
+        and all(isinstance(devices[i], tuple) for i in changed)
+        and all(devices[i][0].id == taken[i][0].id for i in changed)  # the IDs of a checked list
+    ):
+        return devices
     if all(map(isinstance, devices, itertools.repeat(tuple))):  # in C: no Python per device
         parsed: list[tuple[Device, ContainerGrant | None]] = devices
     else:

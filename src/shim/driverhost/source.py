@@ -18,7 +18,7 @@ from typing import Any
 
 from loguru import logger
 
-from shim import grants
+from shim import grants, revision
 from shim.driverhost import protocol
 from shim.errors import ShimError, SourceUnavailable
 from shim.groups import DeviceGroups, Group
@@ -60,6 +60,9 @@ class DriverSource(DeviceSource):
         self._store = store
         self._latest: Latest[tuple[Device, ...]] = Latest()
         self._real: tuple[Device, ...] = ()
+        # The list last taken as the driver sent it, while ``_real`` is that list's devices: a
+        # revision of it is taken at its changes alone (take_devices).
+        self._taken: Sequence[tuple[Device, ContainerGrant | None]] = ()
         self._index: dict[str, int] = {}  # device id -> position in _real
         self._declared: dict[str, ContainerGrant] = {}
         # Each hands out one object per grant, so the policy's verdict and the front end's
@@ -113,6 +116,7 @@ class DriverSource(DeviceSource):
     async def restore(self, saved: SavedResource) -> None:
         """Devices known from before devshim started; Unhealthy until the driver lists them."""
         self._real, self._in_use, self._down = saved.devices, DeviceGroups(saved.in_use), True
+        self._taken = ()
         self._index = {d.id: i for i, d in enumerate(self._real)}
         await self._publish()
 
@@ -126,7 +130,7 @@ class DriverSource(DeviceSource):
 
     async def _listed(self) -> list[tuple[Device, ContainerGrant | None]]:
         listed: list[tuple[Device, ContainerGrant | None]] = await self._call(
-            "list_devices", protocol.list_devices_params(self.name), protocol.devices_from_json
+            "list_devices", protocol.list_devices_params(self.name), self.devices_from_json
         )
         return listed
 
@@ -139,10 +143,14 @@ class DriverSource(DeviceSource):
         the driver host counts what its sources hold before it takes a list (driverhost/limits.py),
         so a list must be held from the moment it is counted in, with nothing run in between.
 
-        A long list re-sent with one change is mostly the last list's very objects (the driver
-        host's reader hands unchanged devices over again, jsonrpc/sliced.py), so the encoders
-        downstream, which match devices by identity, redo only the changed ones; everything here
-        runs in C, never a Python step per device, since it runs on the event loop."""
+        A long list re-sent with one change is the last list's revision (jsonrpc/sliced.py,
+        shim/revision.py): only the changed devices are taken, and the list held is handed on
+        as a revision in turn, so the followers redo only those too. Any other list runs in C,
+        never a Python step per device, since it runs on the event loop."""
+        changed = revision.changes(devices, self._taken)
+        if changed is not None and self._take_revision(devices, changed):
+            self._taken, self._down = devices, False
+            return
         listed = tuple(map(_DEVICE, devices))
         if not self._same_places(listed):
             self._index = dict(zip(map(_ID, listed), itertools.count()))
@@ -152,7 +160,33 @@ class DriverSource(DeviceSource):
         declared = dict(compress(zip(map(_ID, listed), grants_, strict=True), present))
         if declared != self._declared:  # the merges kept are stale
             self._declared, self._merged = declared, grants.ByDevices(self._merge_declared)
-        self._down = False
+        self._taken, self._down = devices, False
+
+    def _take_revision(
+        self, devices: Sequence[tuple[Device, ContainerGrant | None]], changed: tuple[int, ...]
+    ) -> bool:
+        """Take the devices at ``changed`` alone, where each keeps its ID (False: it does not)."""
+        held = self._real
+        if not all(devices[i][0].id == held[i].id for i in changed):
+            return False
+        real = list(held)
+        for i in changed:
+            real[i] = devices[i][0]
+        self._real = revision.revised(real, held, changed)
+        grants_ = {devices[i][0].id: devices[i][1] for i in changed}
+        if any(self._declared.get(device_id) != grant for device_id, grant in grants_.items()):
+            declared = dict(self._declared)
+            for device_id, grant in grants_.items():
+                if grant is None:
+                    declared.pop(device_id, None)
+                else:
+                    declared[device_id] = grant
+            self._declared, self._merged = declared, grants.ByDevices(self._merge_declared)
+        return True
+
+    def devices_from_json(self, result: Any) -> list[tuple[Device, ContainerGrant | None]]:
+        """protocol.devices_from_json, for a list this resource is to take."""
+        return protocol.devices_from_json(result, self._taken)
 
     def _same_places(self, listed: tuple[Device, ...]) -> bool:
         """Whether ``listed`` holds the IDs of the list held now, each where it was."""
@@ -172,14 +206,16 @@ class DriverSource(DeviceSource):
         unknown = [i for i in changes if i not in self._index]
         if unknown:
             logger.warning("{}: health_changed names unknown devices {}", self.name, sorted(unknown))
-        # Only the changed devices are new objects: the front end re-encodes only those, and a
-        # change among 10,000 devices costs a list copy, not a pass over every device in Python.
-        real = list(self._real)
+        # Only the changed devices are new objects, handed on as a revision: the followers redo
+        # only those, and a change among 50,000 devices costs a list copy, not a pass over all.
+        held, real, changed = self._real, list(self._real), []
         for device_id, health in changes.items():
             i = self._index.get(device_id)
             if i is not None and real[i].health != health:
                 real[i] = replace(real[i], health=health)
-        self._real = tuple(real)
+                changed.append(i)
+        if changed:  # the devices held are no longer those of the list taken
+            self._real, self._taken = revision.revised(real, held, changed), ()
 
     @property
     def device_count(self) -> int:
@@ -208,7 +244,7 @@ class DriverSource(DeviceSource):
         await asyncio.sleep(SAVE_DELAY_S)
         assert self._store is not None
         snapshot, stamp = SavedResource(self._real, self.in_use, self.info.capabilities), self._store.stamp()
-        await asyncio.to_thread(self._store.save, self.name, snapshot, stamp)
+        await self._store.save_in_slices(self.name, snapshot, stamp)
 
     async def close(self) -> None:
         if self._saving is not None and not self._saving.done():

@@ -9,8 +9,9 @@ couple of milliseconds, and hands each element to ``convert`` as it reads it (th
 builds its model of the device there). Elements written exactly as those at the same places of
 the last array that began with the same item (by ``id``) are not read again: found a run at a
 time, they are that array's objects, so the caches downstream that match by identity (the
-source, the encoders, the inventory) skip them too. Objects are shared between messages: nothing
-may change a message it was handed.
+source, the encoders, the inventory) skip them too; an array as long as the last one is handed
+over as its revision (shim/revision.py), naming the positions read anew. Objects, arrays
+included, are shared between messages: nothing may change a message it was handed.
 
 What it returns, once converted, equals what ``orjson.loads(line)`` gives: every value is read
 by orjson (the standard library's scanner only finds where each ends), and a line it does not
@@ -23,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable
@@ -32,7 +32,9 @@ from typing import Any
 
 import orjson
 
-SLICE_S = 0.002  # the longest the loop is held between two turns
+from shim.revision import revised_list
+from shim.slices import Slices, sliced
+
 _RUN = 1024  # elements compared as one run at most: about half a millisecond
 _SPACE = re.compile(r"[ \t\n\r]*")
 _OUTER = ("params", "result")  # the members holding the long array
@@ -67,7 +69,7 @@ class _Kept:
 
     __slots__ = ("text", "starts", "ends", "items")
 
-    def __init__(self, text: str, starts: array[int], ends: array[int], items: tuple[Any, ...]) -> None:
+    def __init__(self, text: str, starts: array[int], ends: array[int], items: list[Any]) -> None:
         self.text, self.starts, self.ends, self.items = text, starts, ends, items
 
     def same_run(self, n: int, text: str, at: int) -> int:
@@ -120,7 +122,8 @@ class SlicedReader:
             at = _skip(text, 0)
             if text[at] != "{":
                 raise _Unfollowed
-            message, at = await self._object(text, at, outer=True)
+            async with sliced() as slices:  # after any other long work on the loop
+                message, at = await self._object(text, at, slices, outer=True)
             if _skip(text, at) != len(text):
                 raise _Unfollowed
             await asyncio.sleep(0)  # what takes the message runs in a turn of its own
@@ -130,7 +133,7 @@ class SlicedReader:
         except (_Unfollowed, ValueError, IndexError, RecursionError):
             return orjson.loads(line)  # raises what the short path raises, or reads it after all
 
-    async def _object(self, text: str, at: int, *, outer: bool) -> tuple[dict[str, Any], int]:
+    async def _object(self, text: str, at: int, slices: Slices, *, outer: bool) -> tuple[dict[str, Any], int]:
         obj: dict[str, Any] = {}
         at = _skip(text, at + 1)
         if text[at] == "}":
@@ -145,9 +148,9 @@ class SlicedReader:
                 raise _Unfollowed
             at = _skip(text, at + 1)
             if outer and key in _OUTER and text[at] == "{":
-                obj[key], at = await self._object(text, at, outer=False)
+                obj[key], at = await self._object(text, at, slices, outer=False)
             elif not outer and key == self._array and text[at] == "[":
-                obj[key], at = await self._elements(text, at)
+                obj[key], at = await self._elements(text, at, slices)
             else:
                 end = _end_of_value(text, at)
                 obj[key], at = orjson.loads(text[at:end]), end
@@ -158,14 +161,14 @@ class SlicedReader:
                 raise _Unfollowed
             at = _skip(text, at + 1)
 
-    async def _elements(self, text: str, at: int) -> tuple[list[Any], int]:
+    async def _elements(self, text: str, at: int, slices: Slices) -> tuple[list[Any], int]:
         begin = at = _skip(text, at + 1)
         items: list[Any] = []
         starts, ends = array("I"), array("I")  # where each element's text is, from ``begin``
         if text[at] == "]":
             return items, at + 1
         last: _Kept | None = None
-        turn = time.perf_counter() + SLICE_S
+        read: list[int] = []  # the positions read anew, not the last array's objects
         while True:
             n = len(items)
             if n == 0:  # which earlier array to compare with: the one its first element began
@@ -179,6 +182,7 @@ class SlicedReader:
                 end = begin + ends[-1]
             else:
                 end = _end_of_value(text, at)
+                read.append(n)
                 items.append(self._read(text[at:end]))
                 starts.append(at - begin)
                 ends.append(end - begin)
@@ -190,9 +194,10 @@ class SlicedReader:
             if text[at] != ",":
                 raise _Unfollowed
             at = _skip(text, at + 1)
-            if time.perf_counter() > turn:
-                await asyncio.sleep(0)  # other work (another resource's Allocate) runs now
-                turn = time.perf_counter() + SLICE_S
+            await slices.due()
+        if last is not None and len(items) == len(last.items):
+            # The last array's objects at every other position: those who hold it redo these alone.
+            items = revised_list(items, last.items, read)
         self._keep(text[begin:end], starts, ends, items)
         return items, at + 1
 
@@ -217,7 +222,7 @@ class SlicedReader:
         if name is None:
             return
         self._kept.pop(name, None)
-        self._kept[name] = _Kept(text, starts, ends, tuple(items))
+        self._kept[name] = _Kept(text, starts, ends, items)
         total = sum(len(kept.text) for kept in self._kept.values())
         while total > self._keep_chars and len(self._kept) > 1:
             total -= len(self._kept.popitem(last=False)[1].text)
