@@ -14,7 +14,6 @@ kubectl --kubeconfig /tmp/dra/control-plane/admin.kubeconfig get nodes
 from __future__ import annotations
 
 import argparse
-import contextlib
 import signal
 import sys
 import tempfile
@@ -42,6 +41,18 @@ def main(argv: list[str] | None = None) -> int:
         help="start etcd, kube-apiserver, kube-scheduler and a node registered with them (DRA, CDI)",
     )  # fmt: skip
     args = parser.parse_args(argv)
+    # Before anything starts, so a stop that comes as the "up" lines are read is not lost. SIGINT
+    # too: started from a script's background job (`cmd &`), Python inherits it ignored and
+    # installs no handler, so Ctrl-C or kill -INT would never stop the node.
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, signal.default_int_handler)
+    try:
+        return _start(args, parser)
+    except KeyboardInterrupt:  # stopped: what was started is stopped by its ``with``
+        return 0
+
+
+def _start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.connected:
         carried = connected_releases()
     else:
@@ -66,16 +77,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  read-only API:     http://127.0.0.1:{node.read_only_port}/pods")
             print(f"  logs:              {node.kubelet_log}, {node.containerd_log}, {node.pod_logs}")
             print("Ctrl-C stops it and removes what it ran and mounted.", flush=True)
-            # SIGINT too: started from a script's background job (`cmd &`), Python inherits it
-            # ignored and installs no handler, so Ctrl-C or kill -INT would never stop the node.
-            for stop in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(stop, signal.default_int_handler)
-            with contextlib.suppress(KeyboardInterrupt):
-                signal.pause()
+            _serve_until_stopped()
     except (NodeUnavailable, NodeError, upstream.JudgeUnavailable) as err:
         print(f"python -m shim.compat.node: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def _serve_until_stopped() -> None:
+    """Wait for Ctrl-C, SIGINT or SIGTERM (KeyboardInterrupt, main's handlers): the caller's
+    ``with`` stops everything on the way out, and main returns 0."""
+    while True:
+        signal.pause()
 
 
 def _control_plane(release: upstream.Release, folder: Path) -> int:
@@ -89,12 +102,7 @@ def _control_plane(release: upstream.Release, folder: Path) -> int:
             print(f"  CA:                {plane.ca_file}")
             print(f"  logs:              {plane.apiserver_log}, {plane.etcd_log}")
             print("Ctrl-C stops both.", flush=True)
-            # SIGINT too: started from a script's background job (`cmd &`), Python inherits it
-            # ignored and installs no handler, so Ctrl-C or kill -INT would never stop the node.
-            for stop in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(stop, signal.default_int_handler)
-            with contextlib.suppress(KeyboardInterrupt):
-                signal.pause()
+            _serve_until_stopped()
     except (NodeError, upstream.JudgeUnavailable, OSError) as err:
         print(f"python -m shim.compat.node: {err}", file=sys.stderr)
         return 2
@@ -118,12 +126,7 @@ def _connected(release: upstream.Release, folder: Path) -> int:
             assert cluster.scheduler is not None
             print(f"                     {cluster.scheduler.log}, {plane.apiserver_log}, {plane.etcd_log}")
             print("Ctrl-C stops everything and removes what the node ran and mounted.", flush=True)
-            # SIGINT too: started from a script's background job (`cmd &`), Python inherits it
-            # ignored and installs no handler, so Ctrl-C or kill -INT would never stop the node.
-            for stop in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(stop, signal.default_int_handler)
-            with contextlib.suppress(KeyboardInterrupt):
-                signal.pause()
+            _serve_until_stopped()
     except (NodeUnavailable, NodeError, upstream.JudgeUnavailable, OSError) as err:
         print(f"python -m shim.compat.node: {err}", file=sys.stderr)
         return 2
