@@ -6,7 +6,8 @@ bench/bulk_driver.py drivers that together fill the devices devshim may hold in 
 (``max_devices``), each up to the bound of one driver (``drivers[].max_devices``), both at their
 defaults: the first with ten resources (the review's attack, one driver's many lists), the
 second with two, the others with one. A raw ListAndWatch stream on every resource takes
-devshim's lists as bytes, as the kubelet would hold them (devshim encodes each list it serves).
+devshim's lists as bytes, as the kubelet would hold them (devshim encodes each list it serves),
+in a process of its own as the kubelet is (bench/list_streams.py).
 Phases, in the same devshim, each timing Allocate on the sim's resource every 20 ms and taking
 devshim's peak RSS (VmHWM, reset at the phase's start):
 
@@ -31,6 +32,7 @@ import math
 import os
 import platform
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -39,7 +41,7 @@ import grpc
 import yaml
 
 from bench.common import Result, children, ratio, running, sim_command, start_devshim, table, workdir
-from bench.flood import ALLOCATE, peak_mb, phase, reset_peak, socket_of, watching
+from bench.flood import ALLOCATE, peak_mb, phase, reset_peak, socket_of
 from bench.memory import rss_mb
 from shim.settings import DriverSettings, Settings
 
@@ -90,14 +92,25 @@ def config(work: Path, drivers: dict[str, dict[str, int]], total: int, per_drive
 
 @contextlib.asynccontextmanager
 async def streams(plugin_dir: Path, names: list[str]) -> AsyncIterator[dict[str, list[float]]]:
-    """A raw ListAndWatch stream on each resource: the times its lists arrived."""
-    async with contextlib.AsyncExitStack() as stack:
-        arrivals: dict[str, list[float]] = {}
-        for name in names:
-            channel = grpc.aio.insecure_channel(f"unix:{await socket_of(plugin_dir, name)}")
-            await stack.enter_async_context(channel)
-            arrivals[name] = await stack.enter_async_context(watching(channel))
+    """A raw ListAndWatch stream on each resource, held by another process as the kubelet's
+    would be (bench/list_streams.py): the times its lists arrived."""
+    arrivals: dict[str, list[float]] = {name: [] for name in names}
+    watcher = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.list_streams", str(plugin_dir), *names, stdout=asyncio.subprocess.PIPE
+    )
+    assert watcher.stdout is not None
+
+    async def follow(lines: asyncio.StreamReader) -> None:
+        async for line in lines:
+            arrivals[line.decode().strip()].append(time.monotonic())
+
+    following = asyncio.create_task(follow(watcher.stdout))
+    try:
         yield arrivals
+    finally:
+        following.cancel()
+        watcher.terminate()
+        await watcher.wait()
 
 
 async def bound(quick: bool, total: int | None = None, per_driver: int | None = None) -> Result:

@@ -14,7 +14,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator
 
-SLICE_S = 0.002  # the longest a slice holds the event loop
+SLICE_S = 0.0005  # the longest a slice holds the event loop
 
 _turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
 
