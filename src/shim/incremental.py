@@ -41,15 +41,20 @@ class EncodedList(Generic[T, E]):
             result[i] = self._lookup(known, items[i])
         return self._keep(items, result, previous)
 
-    async def encode_in_slices(self, items: Sequence[T]) -> Sequence[E]:
-        """``encode``, handing the event loop back every slice (shim/slices.py): the first list
+    async def encode_in_slices(self, items: Sequence[T], kind: str) -> Sequence[E]:
+        """``encode``, handing the event loop back every slice, taking turns with other works
+        of ``kind`` (shim/slices.py): the first list
         of 50,000 devices is half a second of Python, which on a thread would hold the GIL
         against the loop in 5 ms turns (the interpreter's switch interval) for as long."""
         items, previous, known, todo, result = self._plan(items)
-        async with sliced() as slices:
+        if len(todo) <= self.FEW:
             for i in todo:
                 result[i] = self._lookup(known, items[i])
-                await slices.due()
+        else:
+            async with sliced(kind) as slices:
+                for i in todo:
+                    result[i] = self._lookup(known, items[i])
+                    await slices.due()
         return self._keep(items, result, previous)
 
     def _plan(self, items: Sequence[T]) -> _Plan[T, E]:

@@ -34,8 +34,10 @@ from shim.configfile import UnreadableFile, read_bounded
 from shim.driverprotocol import attributes_from_json, capacity_from_json
 from shim.incremental import EncodedList
 from shim.model import Capabilities, Device, Health
+from shim.slices import joined, sliced
 
 VERSION = 1
+SLICES = "inventory saves"  # the kind of long work saving is (shim/slices.py)
 # A saved list of 100,000 devices (the most a static resource may have) is about 20 MiB; a file
 # bigger than this is not one devshim wrote.
 INVENTORY_FILE_LIMIT = 64 * 1024 * 1024
@@ -228,8 +230,13 @@ class InventoryStore:
         those that changed since the last save), and the file is written on a thread. Encoding
         on the thread would hold the GIL against the loop, in 5 ms turns, for as long as it ran
         (half a second for a first list of 50,000 devices): every Allocate meanwhile waited."""
-        devices = await self._encoded(resource).encode_in_slices(saved.devices)
-        await asyncio.to_thread(self._write, resource, _text(_head(resource, saved), devices), stamp)
+        devices = await self._encoded(resource).encode_in_slices(saved.devices, SLICES)
+        async with sliced(SLICES) as slices:
+            body = await joined(", ", devices, slices)
+        await asyncio.to_thread(self._write_text, resource, _head(resource, saved), body, stamp)
+
+    def _write_text(self, resource: str, head: str, body: str, stamp: int) -> None:
+        self._write(resource, _text(head, [body]), stamp)  # a few MB copied: on the thread
 
     def _encoded(self, resource: str) -> EncodedList[Device, str]:
         return self._devices.setdefault(resource, EncodedList(_device_json))

@@ -140,7 +140,7 @@ class CommonServicer:
             encoder = encoded.ListEncoder(self.pb, device_from_model)
             async for devices in self._resource.watch():
                 try:
-                    message = encoder.encode(devices)
+                    message = await encoder.encode_in_slices(devices)
                 except Exception as exc:
                     # Never a stream that just ends (the kubelet would only log it, and devshim take
                     # it for the kubelet's doing and register into the same failure): refused as a

@@ -122,7 +122,7 @@ class SlicedReader:
             at = _skip(text, 0)
             if text[at] != "{":
                 raise _Unfollowed
-            async with sliced() as slices:  # after any other long work on the loop
+            async with sliced("driver lists read") as slices:  # after any other list read
                 message, at = await self._object(text, at, slices, outer=True)
             if _skip(text, at) != len(text):
                 raise _Unfollowed
