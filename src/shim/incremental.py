@@ -42,10 +42,10 @@ class EncodedList(Generic[T, E]):
         return self._keep(items, result, previous)
 
     async def encode_in_slices(self, items: Sequence[T], kind: str) -> Sequence[E]:
-        """``encode``, handing the event loop back every slice, taking turns with other works
-        of ``kind`` (shim/slices.py): the first list
-        of 50,000 devices is half a second of Python, which on a thread would hold the GIL
-        against the loop in 5 ms turns (the interpreter's switch interval) for as long."""
+        """``encode``, handing the event loop back every slice, in turn with other works of
+        ``kind`` (shim/slices.py): the first list of 50,000 devices is half a second of Python,
+        which on a thread would hold the GIL against the loop in 5 ms turns (the interpreter's
+        switch interval) for as long."""
         items, previous, known, todo, result = self._plan(items)
         if len(todo) <= self.FEW:
             for i in todo:

@@ -22,7 +22,6 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,7 +33,7 @@ from shim.configfile import UnreadableFile, read_bounded
 from shim.driverprotocol import attributes_from_json, capacity_from_json
 from shim.incremental import EncodedList
 from shim.model import Capabilities, Device, Health
-from shim.slices import joined, sliced
+from shim.slices import joined
 
 VERSION = 1
 SLICES = "inventory saves"  # the kind of long work saving is (shim/slices.py)
@@ -105,8 +104,9 @@ def _head(resource: str, saved: SavedResource) -> str:
     return head[:-1]
 
 
-def _text(head: str, devices: Sequence[str]) -> str:
-    return head + ', "devices": [' + ", ".join(devices) + "]}"
+def _text(head: str, devices: str) -> str:
+    """The file: ``head`` and the devices, each encoded, joined by ", "."""
+    return head + ', "devices": [' + devices + "]}"
 
 
 def _field(obj: dict[str, object], key: str, kind: type[_T], where: str) -> _T:
@@ -222,7 +222,7 @@ class InventoryStore:
         """Replace the saved inventory; on failure log an error and keep the previous file whole.
         A snapshot stamped before the one last written is not written (it is stale)."""
         stamp = self.stamp() if stamp is None else stamp
-        devices = self._encoded(resource).encode(saved.devices)
+        devices = ", ".join(self._encoded(resource).encode(saved.devices))
         self._write(resource, _text(_head(resource, saved), devices), stamp)
 
     async def save_in_slices(self, resource: str, saved: SavedResource, stamp: int) -> None:
@@ -230,13 +230,13 @@ class InventoryStore:
         those that changed since the last save), and the file is written on a thread. Encoding
         on the thread would hold the GIL against the loop, in 5 ms turns, for as long as it ran
         (half a second for a first list of 50,000 devices): every Allocate meanwhile waited."""
-        devices = await self._encoded(resource).encode_in_slices(saved.devices, SLICES)
-        async with sliced(SLICES) as slices:
-            body = await joined(", ", devices, slices)
-        await asyncio.to_thread(self._write_text, resource, _head(resource, saved), body, stamp)
+        devices = await joined(
+            ", ", await self._encoded(resource).encode_in_slices(saved.devices, SLICES), SLICES
+        )
+        await asyncio.to_thread(self._write_text, resource, _head(resource, saved), devices, stamp)
 
-    def _write_text(self, resource: str, head: str, body: str, stamp: int) -> None:
-        self._write(resource, _text(head, [body]), stamp)  # a few MB copied: on the thread
+    def _write_text(self, resource: str, head: str, devices: str, stamp: int) -> None:
+        self._write(resource, _text(head, devices), stamp)  # a few MB copied: on the thread
 
     def _encoded(self, resource: str) -> EncodedList[Device, str]:
         return self._devices.setdefault(resource, EncodedList(_device_json))

@@ -7,7 +7,7 @@ import asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shim.slices import JOIN_RUN, Slices, joined, sliced
+from shim.slices import JOIN_RUN, joined, sliced
 
 
 async def _work(kind: str, name: str, steps: int, order: list[str]) -> None:
@@ -46,7 +46,7 @@ def test_a_long_work_hands_the_loop_back_between_slices() -> None:
 @given(st.lists(st.text(max_size=3), max_size=3 * JOIN_RUN), st.sampled_from(["", ", "]))
 def test_joined_is_join(items: list[str], separator: str) -> None:
     async def main() -> str:
-        return await joined(separator, items, Slices(slice_s=0))
+        return await joined(separator, items, "joins")
 
     assert asyncio.run(main()) == separator.join(items)
 
@@ -55,6 +55,6 @@ def test_joined_joins_runs_of_a_long_list_in_order() -> None:
     items = [str(i) for i in range(2 * JOIN_RUN + 5)]
 
     async def main() -> str:
-        return await joined(",", items, Slices(slice_s=0))
+        return await joined(",", items, "joins")
 
     assert asyncio.run(main()) == ",".join(items)

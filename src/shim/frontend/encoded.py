@@ -18,7 +18,7 @@ from typing import Any
 
 from shim.incremental import EncodedList, PerObject
 from shim.model import ContainerGrant, Device
-from shim.slices import JOIN_RUN, joined, sliced
+from shim.slices import joined
 
 SLICES = "lists for the kubelet"  # the kind of long work encoding a list is (shim/slices.py)
 
@@ -64,23 +64,20 @@ class ListEncoder:
 
     def encode(self, devices: Sequence[Device]) -> bytes:
         message = b"".join(self._records.encode(devices))
-        if len(self._by_value) > 2 * len(devices):  # a long-lived stream does not grow
-            self._by_value = {}
+        self._trim(len(devices))
         return message
 
     async def encode_in_slices(self, devices: Sequence[Device]) -> bytes:
         """``encode``, handing the event loop back every slice (shim/slices.py): a first list of
         50,000 devices is a quarter of a second of Python, and joining 25,000 records at once
         holds the loop for milliseconds."""
-        records = await self._records.encode_in_slices(devices, SLICES)
-        if len(records) <= JOIN_RUN:
-            message = b"".join(records)
-        else:
-            async with sliced(SLICES) as slices:
-                message = await joined(b"", records, slices)
-        if len(self._by_value) > 2 * len(devices):
-            self._by_value = {}
+        message = await joined(b"", await self._records.encode_in_slices(devices, SLICES), SLICES)
+        self._trim(len(devices))
         return message
+
+    def _trim(self, listed: int) -> None:
+        if len(self._by_value) > 2 * listed:  # a long-lived stream does not grow
+            self._by_value = {}
 
     def _record(self, device: Device) -> bytes:
         record = self._by_value.get(device)
