@@ -35,7 +35,7 @@ import orjson
 from shim.revision import revised_list
 from shim.slices import Slices, sliced
 
-_RUN = 1024  # elements compared as one run at most: about half a millisecond
+_RUN = 512  # elements compared as one run at most: well under a slice
 _SPACE = re.compile(r"[ \t\n\r]*")
 _OUTER = ("params", "result")  # the members holding the long array
 
@@ -64,32 +64,33 @@ def _skip(text: str, at: int) -> int:
 
 
 class _Kept:
-    """One array as written (its text, where each element starts and ends in it) and its
-    elements as read."""
+    """One array as written (the message's text, where the array begins in it and each element
+    starts and ends from there: the text is kept whole, not copied out) and its elements as
+    read."""
 
-    __slots__ = ("text", "starts", "ends", "items")
+    __slots__ = ("text", "begin", "starts", "ends", "items")
 
-    def __init__(self, text: str, starts: array[int], ends: array[int], items: list[Any]) -> None:
-        self.text, self.starts, self.ends, self.items = text, starts, ends, items
+    def __init__(self, text: str, begin: int, starts: array[int], ends: array[int], items: list[Any]) -> None:
+        self.text, self.begin, self.starts, self.ends, self.items = text, begin, starts, ends, items
 
     def same_run(self, n: int, text: str, at: int) -> int:
         """How many of the elements from the ``n``-th on (at most _RUN) ``text`` holds at ``at``
-        exactly as written here, with the separators between them: compared a run at a time
-        (each run one slice and one comparison in C), doubling the run while it matches, then
-        halving the difference. An element that is a number could go on past its text; then no
-        comma or bracket follows it, which the caller finds."""
+        exactly as written here, with the separators between them: the whole run compared at
+        once (one slice and one comparison in C), and where it differs, halving the difference.
+        An element that is a number could go on past its text; then no comma or bracket follows
+        it, which the caller finds."""
         left = min(len(self.ends) - n, _RUN)
-        good, bad = 0, 1
-        while bad <= left and self._holds(n, bad, text, at):
-            good, bad = bad, bad * 2
-        bad = min(bad, left + 1)
+        if left <= 0 or self._holds(n, left, text, at):
+            return max(left, 0)
+        good, bad = 0, left
         while bad - good > 1:
             middle = (good + bad) // 2
             good, bad = (middle, bad) if self._holds(n, middle, text, at) else (good, middle)
         return good
 
     def _holds(self, n: int, count: int, text: str, at: int) -> bool:
-        return text.startswith(self.text[self.starts[n] : self.ends[n + count - 1]], at)
+        begin = self.begin
+        return text.startswith(self.text[begin + self.starts[n] : begin + self.ends[n + count - 1]], at)
 
 
 class SlicedReader:
@@ -117,12 +118,13 @@ class SlicedReader:
     async def read(self, line: bytes) -> Any:
         if len(line) < self._min_bytes or not line.isascii():
             return orjson.loads(line)
-        text = line.decode("ascii")
         try:
-            at = _skip(text, 0)
-            if text[at] != "{":
-                raise _Unfollowed
             async with sliced("driver lists read") as slices:  # after any other list read
+                text = line.decode("ascii")
+                await slices.due()
+                at = _skip(text, 0)
+                if text[at] != "{":
+                    raise _Unfollowed
                 message, at = await self._object(text, at, slices, outer=True)
             if _skip(text, at) != len(text):
                 raise _Unfollowed
@@ -177,8 +179,12 @@ class SlicedReader:
                 # Elements n.. are written as before: the last array's objects, and where they are.
                 shift = at - begin - last.starts[n]
                 items += last.items[n : n + same]
-                starts.extend(map(shift.__add__, last.starts[n : n + same]))
-                ends.extend(map(shift.__add__, last.ends[n : n + same]))
+                if shift:
+                    starts.extend(map(shift.__add__, last.starts[n : n + same]))
+                    ends.extend(map(shift.__add__, last.ends[n : n + same]))
+                else:  # where no element before changed its length: copied in C
+                    starts += last.starts[n : n + same]
+                    ends += last.ends[n : n + same]
                 end = begin + ends[-1]
             else:
                 end = _end_of_value(text, at)
@@ -198,7 +204,7 @@ class SlicedReader:
         if last is not None and len(items) == len(last.items):
             # The last array's objects at every other position: those who hold it redo these alone.
             items = revised_list(items, last.items, read)
-        self._keep(text[begin:end], starts, ends, items)
+        self._keep(text, begin, starts, ends, items)
         return items, at + 1
 
     def _read(self, written: str) -> Any:
@@ -217,12 +223,12 @@ class SlicedReader:
         name = self._name(first)
         return None if name is None else self._kept.get(name)
 
-    def _keep(self, text: str, starts: array[int], ends: array[int], items: list[Any]) -> None:
-        name = self._name(text[: ends[0]])
+    def _keep(self, text: str, begin: int, starts: array[int], ends: array[int], items: list[Any]) -> None:
+        name = self._name(text[begin : begin + ends[0]])
         if name is None:
             return
         self._kept.pop(name, None)
-        self._kept[name] = _Kept(text, starts, ends, items)
+        self._kept[name] = _Kept(text, begin, starts, ends, items)
         total = sum(len(kept.text) for kept in self._kept.values())
         while total > self._keep_chars and len(self._kept) > 1:
             total -= len(self._kept.popitem(last=False)[1].text)
