@@ -352,7 +352,9 @@ def compat(
         typer.Option(
             metavar="SHELL",
             help="Makes the driver report $DEVSHIM_COMPAT_DEVICE of $DEVSHIM_COMPAT_RESOURCE Unhealthy "
-            "(its pid: $DEVSHIM_COMPAT_DRIVER_PID); without it the health_change row is skipped.",
+            "(its pid: $DEVSHIM_COMPAT_DRIVER_PID), or the --plugin change that device (its pid: "
+            "$DEVSHIM_COMPAT_PLUGIN_PID); without it the health_change and change_after_dropped_stream "
+            "rows are skipped.",
         ),
     ] = None,
     profile: Annotated[

@@ -23,7 +23,7 @@ import pytest
 from shim.compat.modes import PROFILES
 from shim.compat.plugin_checks import PLUGIN_CHECKS, plugin_cells, run_plugin_matrix
 from shim.compat.plugin_process import KUBELET_DIR
-from shim.compat.plugin_world import NOT_STARTED, PluginUnderTest
+from shim.compat.plugin_world import NO_HOOK, NOT_STARTED, PluginUnderTest
 from shim.compat.report import table
 from shim.compat.results import Result, Status
 from shim.kubelet import FakeKubelet
@@ -33,8 +33,12 @@ from tests.support.unix import short_temp_dir
 PY_PLUGIN = PYTHON_PLUGIN / "plugin.py"
 ROWS = list(PLUGIN_CHECKS)
 # The Python plugin never registers again after a kubelet restart: one variant proves the row
-# catches that (waiting out its 15 s deadline); the others leave the row out.
-NO_REREGISTER = [row for row in ROWS if row != "reregister"]
+# catches that (waiting out its 15 s deadline); the others leave the row out, and the rows that
+# only the variant of their own bug runs (for time).
+OWN_VARIANT = ("reregister", "crash_restart", "change_after_dropped_stream")
+NO_REREGISTER = [row for row in ROWS if row not in OWN_VARIANT]
+# What compat runs to make a plugin change a device: both test plugins flip the last on SIGUSR1.
+FLIP = 'kill -USR1 "$DEVSHIM_COMPAT_PLUGIN_PID"'
 
 
 def python_plugin(stub_dir: Path, env: dict[str, str], *, hardcoded: bool = False) -> PluginUnderTest:
@@ -42,7 +46,7 @@ def python_plugin(stub_dir: Path, env: dict[str, str], *, hardcoded: bool = Fals
     base = {k: v for k, v in os.environ.items() if k != "DP_DIR"}
     prefix = "" if hardcoded else "env DP_DIR={dir} "
     command = f"{prefix}{shlex.quote(sys.executable)} {shlex.quote(str(PY_PLUGIN))}"
-    return PluginUnderTest(command, None, {**base, "PYTHONPATH": str(stub_dir), **env})
+    return PluginUnderTest(command, None, {**base, "PYTHONPATH": str(stub_dir), **env}, FLIP)
 
 
 def mismatches(
@@ -70,9 +74,9 @@ def shown(results: Sequence[Result]) -> str:
 
 async def test_the_go_plugin_passes_every_check_in_every_profile(goplug: Path) -> None:
     """A plugin that serves before it registers, keeps its stream open, lists full lists and
-    registers again after every kubelet restart passes all 28 cells. The profiles run side by
+    registers again after every kubelet restart and every crash passes all 32 cells. The profiles run side by
     side (each cell in its own directory) to keep the test short."""
-    plugin = PluginUnderTest(f"{shlex.quote(str(goplug))} -dir {{dir}}", None)
+    plugin = PluginUnderTest(f"{shlex.quote(str(goplug))} -dir {{dir}}", None, change_hook=FLIP)
     runs = await asyncio.gather(*(run_plugin_matrix(plugin, plugin_cells(None, [p])) for p in PROFILES))
     results = [result for run in runs for result in run]
     assert len(results) == len(ROWS) * len(PROFILES)
@@ -123,6 +127,22 @@ VARIANTS = {
             "full_lists": NO_LIST,
             "stream_open": NO_LIST,
             "allocate": NO_LIST,
+        },
+    ),
+    "socket-per-second": Variant(
+        {"PY_BUG": "socket-per-second"},
+        plugin_cells(["crash_restart"], ["1.33+"]),
+        {
+            "crash_restart": "killed and started again at once, the second start within the second of "
+            "the first: the plugin did not register again within 15 s; the plugin's log ends: "
+        },
+    ),
+    "leaked-list-loop": Variant(
+        {"PY_BUG": "leaked-list-loop"},
+        plugin_cells(["change_after_dropped_stream"], ["1.25-1.32"]),
+        {
+            "change_after_dropped_stream": "the health hook changed p2, but the ListAndWatch stream opened "
+            "after the first was dropped got no new list within 5 s"
         },
     ),
     "no-reregistration": Variant(
@@ -191,7 +211,8 @@ async def test_socket_mode_checks_a_running_plugin_and_skips_the_registration_ro
         finally:
             process.terminate()
             await process.wait()
-    skips = dict.fromkeys(["serves_before_register", "reregister"], NOT_STARTED)
+    skips = dict.fromkeys(["serves_before_register", "reregister", "crash_restart"], NOT_STARTED)
+    skips["change_after_dropped_stream"] = NO_HOOK
     assert mismatches(results, {}, skips) == [], shown(results)
 
 

@@ -137,8 +137,8 @@ def run(request: Request) -> int:
         code = _report(request, results, rows, columns, "scenario", what)
         _suggest(request, driver)
         return code
-    if request.health_hook or request.selection.kubelets or request.selection.registrations:
-        raise UsageError("--health-hook, --kubelet and --registration apply to --driver only")
+    if request.selection.kubelets or request.selection.registrations:
+        raise UsageError("--kubelet and --registration apply to --driver only")
     results, rows, columns, what = _plugin(request)
     return _report(request, results, rows, columns, "check", what)
 
@@ -277,7 +277,7 @@ def _judged_plugin(request: Request, binaries: dict[Release, Path]) -> int:
 
     sel = request.selection
     if request.health_hook or sel.registrations:
-        raise UsageError("--health-hook and --registration apply to --driver only")
+        raise UsageError("--health-hook (with --judge) and --registration apply to --driver only")
     unknown = sorted(set(sel.scenarios) - set(CHECKS))
     if unknown:
         raise UsageError(f"unknown checks {unknown}; checks: {', '.join(CHECKS)}")
@@ -511,7 +511,7 @@ def _plugin(request: Request) -> tuple[list[Result], list[str], list[str], str]:
         cells = plugin_cells(sel.scenarios or None, sel.profiles or None)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    plugin = PluginUnderTest(command=request.plugin, socket=request.socket)
+    plugin = PluginUnderTest(command=request.plugin, socket=request.socket, change_hook=request.health_hook)
     what = f"plugin: {request.plugin}" if request.plugin else f"socket: {request.socket}"
     sys.stderr.write(f"devshim compat: {len(cells)} cells for {what}\n")
     results = _run_cells(

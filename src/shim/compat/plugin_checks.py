@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -21,7 +22,16 @@ from shim.kubelet import CleanupMode, EndpointStopped, PluginSession, ProtocolVi
 from shim.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
 
 from .modes import PROFILES
-from .plugin_world import RPC_TIMEOUT_S, PluginUnderTest, PluginWorld, plugin_world
+from .plugin_process import crash_twice_in_a_second
+from .plugin_world import (
+    DIAL_TIMEOUT_S,
+    NO_HOOK,
+    RPC_TIMEOUT_S,
+    PluginUnderTest,
+    PluginWorld,
+    ProbingKubelet,
+    plugin_world,
+)
 from .results import Failed, Result, Skip, expect, run_cells
 
 Check = Callable[[PluginWorld], Awaitable[None]]
@@ -30,6 +40,8 @@ FIRST_LIST_S = 5.0
 STREAM_OPEN_S = 2.0
 # The Go test plugin polls its directory every second; vendor plugins are often slower.
 REREGISTER_TIMEOUT_S = 15.0
+# Time for a list after the plugin changed a device (the health hook).
+CHANGE_S = 5.0
 # Time for a message that follows the first at once (a delta, an oversized list) to arrive.
 SETTLE_S = 0.3
 # The kubelet dials plugins without grpc.MaxCallRecvMsgSize (client.go dial), so gRPC's default
@@ -139,6 +151,83 @@ async def reregister(w: PluginWorld) -> None:
         raise Failed(f"registered again after a kubelet restart ({cleanup}), but {failed}") from None
 
 
+async def crash_restart(w: PluginWorld) -> None:
+    """Killed (SIGKILL: its socket file left behind) and started again at once, twice, both starts
+    within one second: the plugin registers again and sends a list. A plugin that names its
+    socket after the second it started in and cannot listen where a stale one is (a public plugin
+    did both) never comes back from a crash in the second it started."""
+    kubelet = w.started()
+    resource = await w.resource()
+    await _first_list(await w.session())
+    arrived = 0
+
+    async def restart() -> None:
+        nonlocal arrived
+        arrived = len(kubelet.arrivals)
+        await w.crash_and_start()
+
+    async def came_up() -> None:
+        more = lambda: len(kubelet.arrivals) > arrived  # noqa: E731
+        await w.until(more, REREGISTER_TIMEOUT_S, "call Register after a crash")
+
+    when = await crash_twice_in_a_second(restart, came_up)
+    since = time.monotonic()  # the second start's Register comes later: the plugin starts first
+    back = lambda: any(r.ok and r.received_at > since for r in w.registrations(resource))  # noqa: E731
+    try:
+        await kubelet.wait_until(back, timeout=REREGISTER_TIMEOUT_S, what=f"{resource} registered again")
+    except TimeoutError:
+        raise Failed(
+            f"killed and started again at once, the second start {when}: the plugin did not "
+            f"register again within {REREGISTER_TIMEOUT_S:g} s{w.log_tail()}"
+        ) from None
+    try:
+        # A kubelet that dials after Register (1.24) may still hold the killed start's session.
+        await w.until(functools.partial(_connected, kubelet, resource), DIAL_TIMEOUT_S, "get connected")
+        await _first_list(kubelet.plugin(resource))
+    except Failed as failed:
+        raise Failed(f"registered again after a crash and a start at once, but {failed}") from None
+
+
+def _connected(kubelet: ProbingKubelet, resource: str) -> bool:
+    """The kubelet holds a session of ``resource`` whose stream has not ended."""
+    with contextlib.suppress(KeyError):
+        return not kubelet.plugin(resource).stream_ended.is_set()
+    return False
+
+
+async def change_after_dropped_stream(w: PluginWorld) -> None:
+    """After the kubelet's ListAndWatch stream is dropped (its connection closed, as a kubelet
+    restart or a broken connection ends it) and another is opened, a change the plugin makes (the
+    health hook) reaches the new stream. A plugin whose list loop outlives its stream takes
+    changes off a shared queue there, and the new stream never sees them (a public plugin had
+    this)."""
+    if w.plugin.change_hook is None:
+        raise Skip(NO_HOOK)
+    dropped = await w.session()
+    await _first_list(dropped)
+    await dropped.close()
+    session = await w.connect()
+    session.start()
+    before = {d.id: d.health for d in await _first_list(session)}
+    device = next((i for i, health in reversed(before.items()) if health == HEALTHY), None)
+    if device is None:
+        raise Skip(f"the plugin lists no device with health exactly {HEALTHY!r} to change")
+    await w.change(await w.resource() if w.kubelet else session.resource, device)
+    try:
+        await session.wait_for_list(lambda ds: {d.id: d.health for d in ds} != before, timeout=CHANGE_S)
+    except EndpointStopped:
+        ended = session.stream_error
+        raise Failed(f"ListAndWatch ended after the health hook changed {device}: {ended}") from None
+    except TimeoutError:
+        raise Failed(
+            f"the health hook changed {device}, but the ListAndWatch stream opened after the first was "
+            f"dropped got no new list within {CHANGE_S:g} s: a list loop left running for the dropped "
+            f"stream may be taking the plugin's changes"
+        ) from None
+    finally:
+        await session.close()
+
+
 async def allocate(w: PluginWorld) -> None:
     """Allocate of one Healthy device for one container answers exactly one
     ContainerAllocateResponse (asked on a connection of its own, whatever the stream does)."""
@@ -179,6 +268,8 @@ PLUGIN_CHECKS: dict[str, Check] = {
     "full_lists": full_lists,
     "stream_open": stream_open,
     "reregister": reregister,
+    "crash_restart": crash_restart,
+    "change_after_dropped_stream": change_after_dropped_stream,
     "allocate": allocate,
     "message_limit": message_limit,
 }

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import shutil
 import signal
-from collections.abc import AsyncIterator, Iterator, Mapping
+import stat
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -29,13 +32,18 @@ USE_DIR = "pass {dir} in the command instead"
 NEEDS_ROOT = (
     f"the plugin uses {KUBELET_DIR} and running it in a private mount namespace needs root; {USE_DIR}"
 )
+# Tries at fitting two starts of the plugin into one second (crash_twice_in_a_second).
+SAME_SECOND_TRIES = 3
 # Binds $1 over $2 inside the namespace, then becomes the plugin (same pid: signals reach it).
 _BIND_AND_EXEC = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
 
 
-async def start_plugin(argv: list[str], env: Mapping[str, str], log: Path) -> asyncio.subprocess.Process:
-    """The plugin in a process group of its own (stop_plugin ends all of it), output to `log`."""
-    with log.open("wb") as out:
+async def start_plugin(
+    argv: list[str], env: Mapping[str, str], log: Path, *, append: bool = False
+) -> asyncio.subprocess.Process:
+    """The plugin in a process group of its own (stop_plugin ends all of it), output to `log`
+    (after what an earlier start wrote there, with ``append``)."""
+    with log.open("ab" if append else "wb") as out:
         try:
             return await asyncio.create_subprocess_exec(
                 *argv, env=dict(env), stdin=asyncio.subprocess.DEVNULL, stdout=out,
@@ -66,6 +74,41 @@ async def kill_plugin(process: asyncio.subprocess.Process) -> None:
     _signal_group(process.pid, signal.SIGKILL)
     await process.wait()
     _end_family(process.pid, family)
+
+
+async def crash_twice_in_a_second(
+    restart: Callable[[], Awaitable[None]], came_up: Callable[[], Awaitable[None]]
+) -> str:
+    """The plugin killed and started again (``restart``), up again (``came_up``), then killed and
+    started again at once: the first start as a second begins, so both fall in one second unless
+    the plugin takes longer than that to come up (then tried again, SAME_SECOND_TRIES in all).
+    When the second start came, said for a failure's message."""
+    for _ in range(SAME_SECOND_TRIES):
+        await asyncio.sleep(math.ceil(time.time()) - time.time() + 0.01)
+        first = time.time()
+        await restart()
+        await came_up()
+        if int(time.time()) == int(first):
+            break
+    second = time.time()
+    await restart()
+    if int(second) == int(first):
+        return "within the second of the first"
+    return f"{second - first:.2f} s after the first (it took that long to come up)"
+
+
+def sockets_made(directory: Path, since: float) -> set[str]:
+    """The unix sockets in ``directory`` made at ``since`` (time.time()) or later. Made again at
+    its path, a socket is new though it may get its old inode back: it is told by its change
+    time, which the kernel takes from a clock a few milliseconds coarse (so the margin)."""
+    made, after = set(), int((since - 0.05) * 1e9)
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(directory):
+            with contextlib.suppress(FileNotFoundError):
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISSOCK(info.st_mode) and info.st_ctime_ns >= after:
+                    made.add(entry.name)
+    return made
 
 
 def _end_family(pid: int, family: set[int]) -> None:

@@ -27,7 +27,8 @@ from shim.kubelet.api import PluginClient
 from shim.kubelet.records import RegisterRequest, RegistrationRecord
 from shim.kubelet.versions import WIRES
 
-from .plugin_process import in_namespace, start_plugin, stop_plugin
+from .driver_world import run_health_hook
+from .plugin_process import in_namespace, kill_plugin, start_plugin, stop_plugin
 from .results import Failed, Skip
 
 PLACEHOLDER = "{dir}"
@@ -39,16 +40,19 @@ RPC_TIMEOUT_S = 10.0
 # How long the probe taken as Register arrives waits for the plugin's socket to answer gRPC.
 PROBE_TIMEOUT_S = 0.5
 NOT_STARTED = "--socket: devshim did not start the plugin, so it cannot watch it register"
+NO_HOOK = "no --health-hook given: compat cannot make the plugin change its devices"
 
 
 @dataclass(frozen=True)
 class PluginUnderTest:
     """What `devshim compat` was given: a command to start (`{dir}`: the device-plugins
-    directory) or the socket of a plugin already running."""
+    directory) or the socket of a plugin already running, and the command that makes the plugin
+    change its devices (``--health-hook``), if any."""
 
     command: str | None = None
     socket: Path | None = None
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    change_hook: str | None = None
 
     def __post_init__(self) -> None:
         if (self.command is None) == (self.socket is None):
@@ -126,6 +130,7 @@ class PluginWorld:
     kubelet: ProbingKubelet | None
     process: asyncio.subprocess.Process | None = None
     log: Path | None = None
+    argv: list[str] = field(default_factory=list)
     _session: PluginSession | None = None
     _clients: list[PluginClient] = field(default_factory=list)
 
@@ -137,13 +142,13 @@ class PluginWorld:
 
     async def first_arrival(self) -> Arrival:
         kubelet = self.started()
-        await self._until(lambda: bool(kubelet.arrivals), REGISTER_TIMEOUT_S, "call Register")
+        await self.until(lambda: bool(kubelet.arrivals), REGISTER_TIMEOUT_S, "call Register")
         return kubelet.arrivals[0]
 
     async def resource(self) -> str:
         """The resource of the plugin's first successful registration."""
         kubelet = self.started()
-        await self._until(lambda: any(r.ok for r in kubelet.registrations), REGISTER_TIMEOUT_S, "register")
+        await self.until(lambda: any(r.ok for r in kubelet.registrations), REGISTER_TIMEOUT_S, "register")
         return str(next(r.resource_name for r in kubelet.registrations if r.ok))
 
     def registrations(self, resource: str) -> list[RegistrationRecord]:
@@ -181,7 +186,7 @@ class PluginWorld:
         socket = await self.socket()
         # A plugin may register a moment before it serves (serves_before_register reports that);
         # like the kubelet's dial, give its socket the dial timeout to appear.
-        await self._until(socket.exists, DIAL_TIMEOUT_S, f"create its socket {socket.name}")
+        await self.until(socket.exists, DIAL_TIMEOUT_S, f"create its socket {socket.name}")
         client = WIRES[VERSION].client(socket)
         self._clients.append(client)
         try:
@@ -201,13 +206,35 @@ class PluginWorld:
             name, name, PluginOptions(), client, version=VERSION, rpc_timeout_s=RPC_TIMEOUT_S
         )
 
+    async def crash_and_start(self) -> None:
+        """SIGKILL the plugin and all it started, as a crash or an OOM kill ends it (nothing
+        cleaned up, its socket file left), and start it again at once; Skip for --socket."""
+        if self.process is None or self.log is None:
+            raise Skip(NOT_STARTED)
+        await kill_plugin(self.process)
+        self.process = await start_plugin(self.argv, self.plugin.env, self.log, append=True)
+
+    async def stop(self) -> None:
+        if self.process is not None:
+            await stop_plugin(self.process)
+
+    async def change(self, resource: str, device: str) -> None:
+        """The plugin made to change ``device`` (--health-hook, told the plugin's pid as
+        DEVSHIM_COMPAT_PLUGIN_PID); Skip without a hook or a process."""
+        if self.plugin.change_hook is None:
+            raise Skip(NO_HOOK)
+        if self.process is None:
+            raise Skip(NOT_STARTED)
+        env = {**self.plugin.env, "DEVSHIM_COMPAT_PLUGIN_PID": str(self.process.pid)}
+        await run_health_hook(self.plugin.change_hook, env, resource, device, self.process.pid)
+
     def log_tail(self, lines: int = 5) -> str:
         if self.log is None or not self.log.exists():
             return ""
         tail = self.log.read_bytes()[-2000:].decode(errors="replace").strip().splitlines()[-lines:]
         return f"; the plugin's log ends: {' | '.join(tail)}" if tail else "; the plugin logged nothing"
 
-    async def _until(self, ready: Callable[[], bool], timeout: float, what: str) -> None:
+    async def until(self, ready: Callable[[], bool], timeout: float, what: str) -> None:
         """Until `ready()`, failing early when the plugin process exits."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -253,8 +280,9 @@ async def plugin_world(plugin: PluginUnderTest, profile: str) -> AsyncIterator[P
             if plugin.hardcodes_dir:
                 argv = await stack.enter_async_context(in_namespace(plugin_dir, argv))
             await stack.enter_async_context(kubelet)
+            world.argv = argv
             world.process = await start_plugin(argv, plugin.env, log)
-            stack.push_async_callback(stop_plugin, world.process)
+            stack.push_async_callback(world.stop)  # whichever process runs by then
             stack.push_async_callback(world.close)
             yield world
     finally:

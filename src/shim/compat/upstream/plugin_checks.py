@@ -14,12 +14,20 @@ import contextlib
 import functools
 import shutil
 import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from shim.compat.plugin_process import in_namespace, start_plugin, stop_plugin
+from shim.compat.plugin_process import (
+    crash_twice_in_a_second,
+    in_namespace,
+    kill_plugin,
+    sockets_made,
+    start_plugin,
+    stop_plugin,
+)
 from shim.compat.plugin_world import PluginUnderTest
 from shim.compat.results import Failed, Result, Skip, expect, run_cells
 
@@ -40,6 +48,16 @@ class JudgedPluginWorld:
     kubelet: UpstreamKubelet
     process: asyncio.subprocess.Process
     log: Path
+    plugin_dir: Path
+    argv: list[str]
+
+    async def crash_and_start(self) -> None:
+        """SIGKILL the plugin (nothing cleaned up) and start it again at once."""
+        await kill_plugin(self.process)
+        self.process = await start_plugin(self.argv, self.plugin.env, self.log, append=True)
+
+    async def stop(self) -> None:
+        await stop_plugin(self.process)
 
     def log_tail(self) -> str:
         text = self.log.read_bytes()[-2000:].decode(errors="replace").strip() if self.log.exists() else ""
@@ -113,6 +131,53 @@ async def reregister(w: JudgedPluginWorld) -> None:
     expect(again == resource, f"registered {again} after the restart, {resource} before")
 
 
+async def crash_restart(w: JudgedPluginWorld) -> None:
+    """Killed and started again at once, twice, both starts within one second (the model's row):
+    the manager counts the plugin's devices allocatable again, as before the crash."""
+    resource, _ = await w.resource()
+    await asyncio.sleep(SETTLE_S)
+    before = (await w.kubelet.harness.capacity()).allocatable.get(resource, 0)
+    if not before:
+        raise Skip(f"{resource}: no Healthy device, so the manager would show no return")
+    since = 0.0
+
+    async def restart() -> None:
+        nonlocal since
+        since = time.time()
+        await w.crash_and_start()
+
+    async def came_up() -> None:  # a socket made anew: the plugin serves (and registers next)
+        made = lambda: bool(sockets_made(w.plugin_dir, since) - {"kubelet.sock"})  # noqa: E731
+        await _until(made, w, "make its socket after a crash")
+
+    when = await crash_twice_in_a_second(restart, came_up)
+
+    async def counted() -> bool:
+        return (await w.kubelet.harness.capacity()).allocatable.get(resource, 0) == before
+
+    try:
+        async with asyncio.timeout(REGISTER_TIMEOUT_S):
+            while not await counted():
+                await asyncio.sleep(POLL_S)
+    except TimeoutError:
+        raise Failed(
+            f"killed and started again at once, the second start {when}: the {w.kubelet.release.name} "
+            f"device manager did not count {before} {resource} allocatable again within "
+            f"{REGISTER_TIMEOUT_S:g} s{w.log_tail()}"
+        ) from None
+
+
+async def _until(ready: Callable[[], bool], w: JudgedPluginWorld, what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + REGISTER_TIMEOUT_S
+    while not ready():
+        if w.process.returncode is not None:
+            raise Failed(f"the plugin exited with {w.process.returncode} before it did {what}{w.log_tail()}")
+        if loop.time() > deadline:
+            raise Failed(f"the plugin did not {what} within {REGISTER_TIMEOUT_S:g} s{w.log_tail()}")
+        await asyncio.sleep(POLL_S)
+
+
 async def allocate(w: JudgedPluginWorld) -> None:
     """A pod asking one device is admitted (Allocate, with GetPreferredAllocation where the
     plugin offers it) and the runtime gets its options (PreStartContainer where asked)."""
@@ -131,7 +196,16 @@ async def message_limit(w: JudgedPluginWorld) -> None:
 
 CHECKS: dict[str, Callable[[JudgedPluginWorld], Awaitable[None]]] = {
     f.__name__: f
-    for f in (serves_before_register, options, full_lists, stream_open, reregister, allocate, message_limit)
+    for f in (
+        serves_before_register,
+        options,
+        full_lists,
+        stream_open,
+        reregister,
+        crash_restart,
+        allocate,
+        message_limit,
+    )
 }
 
 
@@ -153,8 +227,9 @@ async def judged_plugin_world(
             if plugin.hardcodes_dir:
                 argv = await stack.enter_async_context(in_namespace(plugin_dir, argv))
             process = await start_plugin(argv, plugin.env, log)
-            stack.push_async_callback(stop_plugin, process)
-            yield JudgedPluginWorld(plugin, kubelet, process, log)
+            world = JudgedPluginWorld(plugin, kubelet, process, log, plugin_dir, argv)
+            stack.push_async_callback(world.stop)  # whichever process runs by then
+            yield world
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

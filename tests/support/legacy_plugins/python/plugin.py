@@ -10,37 +10,58 @@ SIGUSR2 exits with code 3 (a crash).
 
 PY_BUG adds one deliberate bug, for `devshim compat --plugin` to find:
 return-from-listandwatch (one list, then the stream ends), lowercase-health ("healthy"),
-empty-allocate (no ContainerAllocateResponse), oversized-list (a first list over 4 MiB).
+empty-allocate (no ContainerAllocateResponse), oversized-list (a first list over 4 MiB),
+socket-per-second (its socket named after the second it started in and never removed, and a
+stale one at that name fatal, as Go's net.Listen makes it: a restart within the same second
+cannot serve; a public plugin had exactly this), leaked-list-loop (each ListAndWatch takes
+changes off one shared queue through a loop of its own that outlives its stream: after the
+kubelet drops a stream, that loop takes the next change, which the new stream never sees;
+another public plugin had this).
 """
 
-import asyncio
-import os
-import signal
-import sys
+import time
 
-import api_pb2
-import api_pb2_grpc
-import grpc
+STARTED = int(time.time())  # before the imports below, which take a good part of a second
+
+import asyncio  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+
+import api_pb2  # noqa: E402
+import api_pb2_grpc  # noqa: E402
+import grpc  # noqa: E402
 
 DIR = os.environ.get("DP_DIR", "/var/lib/kubelet/device-plugins")
 RESOURCE = os.environ.get("PY_RESOURCE", "example.com/pyplug")
-SOCKET = "pyplug.sock"
 DEVICES = os.environ.get("PY_DEVICES", "p0,p1,p2").split(",")
 BUG = os.environ.get("PY_BUG", "")
-BUGS = ("", "return-from-listandwatch", "lowercase-health", "empty-allocate", "oversized-list")
+BUGS = (
+    "",
+    "return-from-listandwatch",
+    "lowercase-health",
+    "empty-allocate",
+    "oversized-list",
+    "socket-per-second",
+    "leaked-list-loop",
+)
 if BUG not in BUGS:
     sys.exit(f"pyplug: unknown PY_BUG {BUG!r}; known: {', '.join(BUGS[1:])}")
+SOCKET = f"pyplug-{STARTED}.sock" if BUG == "socket-per-second" else "pyplug.sock"
 
 
 class Plugin(api_pb2_grpc.DevicePluginServicer):
     def __init__(self):
         self.health = {d: "Healthy" for d in DEVICES}
         self.changed = asyncio.Event()
+        self.changes = asyncio.Queue()  # leaked-list-loop: one token per change, shared
+        self.loops = set()
 
     def flip(self):
         last = DEVICES[-1]
         self.health[last] = "Unhealthy" if self.health[last] == "Healthy" else "Healthy"
         self.changed.set()
+        self.changes.put_nowait(None)
 
     async def GetDevicePluginOptions(self, request, context):
         return api_pb2.DevicePluginOptions(pre_start_required=True, get_preferred_allocation_available=True)
@@ -53,6 +74,17 @@ class Plugin(api_pb2_grpc.DevicePluginServicer):
         return devices
 
     async def ListAndWatch(self, request, context):
+        if BUG == "leaked-list-loop":
+            mine = asyncio.Queue()
+
+            async def loop():  # never stopped when the stream ends: the bug
+                while True:
+                    await mine.put(await self.changes.get())
+
+            self.loops.add(asyncio.get_running_loop().create_task(loop()))
+            while True:
+                yield api_pb2.ListAndWatchResponse(devices=self.devices())
+                await mine.get()
         while True:
             yield api_pb2.ListAndWatchResponse(devices=self.devices())
             if BUG == "return-from-listandwatch":
@@ -91,6 +123,8 @@ async def main():
     loop.add_signal_handler(signal.SIGUSR2, os._exit, 3)
     path = os.path.join(DIR, SOCKET)
     if os.path.exists(path):
+        if BUG == "socket-per-second":
+            sys.exit(f"pyplug: listen unix {path}: bind: address already in use")
         os.unlink(path)
     server = grpc.aio.server()
     api_pb2_grpc.add_DevicePluginServicer_to_server(plugin, server)
