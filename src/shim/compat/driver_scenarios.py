@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from shim.kubelet.records import HEALTHY, UNHEALTHY, ContainerSpec, DeviceState, Grant
 
-from .driver_world import DriverWorld, ids, restart_kubelet
+from .driver_world import START_TIMEOUT_S, DriverWorld, ids, restart_kubelet
 from .modes import Kubelet
 from .results import Failed, Skip, expect
 
@@ -301,6 +301,49 @@ async def socket_removed(w: DriverWorld) -> None:
         expect(sorted(ids(session.latest)) == known, f"{resource}: listed {ids(session.latest)}, not {known}")
 
 
+async def devshim_restart(w: DriverWorld) -> None:
+    """devshim stops as on SIGTERM (every upgrade does) and starts again, its state folder kept:
+    every resource registers again with the options its driver declares (the kubelet reads them
+    once per registration and acts on nothing else), and a pod started then gets PreStartContainer
+    where the driver asks for it. devshim once registered a restored resource with default
+    options and never again, so after each upgrade no pod got PreStartContainer."""
+    registered = {r: _registrations(w, r) for r in w.resources}
+    await w.restart_devshim()
+    await w.driver_up()
+    for resource in w.resources:
+        await w.registered(resource, count=registered.get(resource, 0) + 1)
+    for resource in w.resources:
+        await _options_become(w, resource)
+    for resource in [r for r in w.resources if w.capabilities(r).pre_start]:
+        before = w.calls_ok("prestart")
+        await w.session(resource).admit(1)
+        await w.wait_for_calls("prestart", before + 1)
+
+
+async def _options_become(w: DriverWorld, resource: str) -> None:
+    """Until the kubelet's session of ``resource`` holds the options its driver declares."""
+    caps = w.capabilities(resource)
+    wanted = (caps.pre_start, caps.preferred_allocation)
+    try:
+        await w.kubelet.wait_until(lambda: _options(w, resource) == wanted, timeout=START_TIMEOUT_S)
+    except TimeoutError:
+        raise Failed(
+            f"{resource}: after devshim restarted the kubelet holds options (pre-start, preferred) "
+            f"{_options(w, resource)}, while the driver declares {wanted}"
+        ) from None
+
+
+def _registrations(w: DriverWorld, resource: str) -> int:
+    return sum(r.ok for r in w.kubelet.registrations if r.resource_name == resource)
+
+
+def _options(w: DriverWorld, resource: str) -> tuple[bool, bool] | None:
+    session = w.current_session(resource)
+    if session is None:
+        return None
+    return session.options.pre_start_required, session.options.get_preferred_allocation_available
+
+
 async def driver_crash(w: DriverWorld) -> None:
     """The driver is SIGKILLed: the kubelet gets its devices as Unhealthy (none vanishes), and once
     devshim has restarted the driver, the same devices with their health as before."""
@@ -352,7 +395,8 @@ def _health(devices: tuple[DeviceState, ...]) -> list[tuple[str, str]]:
 SCENARIOS: dict[str, Scenario] = {
     f.__name__: f
     for f in (register, list_watch, health_change, health_watch, allocate, preferred_allocation, prestart,
-              deallocate, post_stop, kubelet_restart, upgrade, downgrade, socket_removed, driver_crash)
+              deallocate, post_stop, kubelet_restart, upgrade, downgrade, socket_removed, driver_crash,
+              devshim_restart)
 }  # fmt: skip
 
 

@@ -14,7 +14,7 @@ import shutil
 import signal
 import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,6 +167,20 @@ class DriverWorld(DevshimSide):
     mode: Mode
     kubelet: FakeKubelet
     kubelet_now: Kubelet  # the kubelet running now (a restart may change it)
+    settings: Settings | None = None
+    _running: AsyncExitStack = field(default_factory=AsyncExitStack)  # devshim, as started now
+
+    async def restart_devshim(self) -> None:
+        """devshim stopped as SIGTERM stops it (an upgrade: drivers stopped, sockets removed,
+        the state folder kept) and started again with the same settings."""
+        assert self.settings is not None
+        await self._running.aclose()
+        self._running = AsyncExitStack()
+        shim = Shim(self.settings, policies=self.driver.policies)
+        self.shim = await self._running.enter_async_context(shim)
+
+    async def stop_devshim(self) -> None:
+        await self._running.aclose()
 
     def session(self, resource: str) -> PluginSession:
         return self.kubelet.plugin(resource)
@@ -320,10 +334,15 @@ async def driver_world(
         plugins_registry=settings.plugins_registry_dir if mode.registration == "watcher" else None,
     )
     try:
-        async with fake, Shim(settings, policies=driver.policies) as shim:
-            world = DriverWorld(shim, driver, root, mode=mode, kubelet=fake, kubelet_now=first)
-            await _started(world)
-            yield world
+        async with fake:
+            running = AsyncExitStack()
+            shim = await running.enter_async_context(Shim(settings, policies=driver.policies))
+            world = DriverWorld(shim, driver, root, mode, fake, first, settings, running)
+            try:
+                await _started(world)
+                yield world
+            finally:
+                await world.stop_devshim()  # whichever devshim runs by then
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
