@@ -91,6 +91,16 @@ class DevshimSide:
     shim: Shim
     driver: DriverUnderTest
     root: Path
+    settings: Settings | None = field(default=None, kw_only=True)
+    running: AsyncExitStack = field(default_factory=AsyncExitStack, kw_only=True)  # the devshim now
+
+    async def restart_devshim(self) -> None:
+        """devshim stopped as SIGTERM stops it (an upgrade: drivers stopped, sockets removed,
+        the state folder kept) and started again with the same settings."""
+        assert self.settings is not None
+        await self.running.aclose()
+        self.running = AsyncExitStack()
+        self.shim = await self.running.enter_async_context(Shim(self.settings, policies=self.driver.policies))
 
     @property
     def host(self) -> DriverHost:
@@ -167,20 +177,6 @@ class DriverWorld(DevshimSide):
     mode: Mode
     kubelet: FakeKubelet
     kubelet_now: Kubelet  # the kubelet running now (a restart may change it)
-    settings: Settings | None = None
-    _running: AsyncExitStack = field(default_factory=AsyncExitStack)  # devshim, as started now
-
-    async def restart_devshim(self) -> None:
-        """devshim stopped as SIGTERM stops it (an upgrade: drivers stopped, sockets removed,
-        the state folder kept) and started again with the same settings."""
-        assert self.settings is not None
-        await self._running.aclose()
-        self._running = AsyncExitStack()
-        shim = Shim(self.settings, policies=self.driver.policies)
-        self.shim = await self._running.enter_async_context(shim)
-
-    async def stop_devshim(self) -> None:
-        await self._running.aclose()
 
     def session(self, resource: str) -> PluginSession:
         return self.kubelet.plugin(resource)
@@ -337,12 +333,12 @@ async def driver_world(
         async with fake:
             running = AsyncExitStack()
             shim = await running.enter_async_context(Shim(settings, policies=driver.policies))
-            world = DriverWorld(shim, driver, root, mode, fake, first, settings, running)
+            world = DriverWorld(shim, driver, root, mode, fake, first, settings=settings, running=running)
             try:
                 await _started(world)
                 yield world
             finally:
-                await world.stop_devshim()  # whichever devshim runs by then
+                await world.running.aclose()  # whichever devshim runs by then
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -315,11 +315,27 @@ async def driver_crash(w: JudgedWorld) -> None:
         raise Failed(f"not back to {before} within {RECOVERY_TIMEOUT_S:g} s; the driver is {w.host.status}")
 
 
+async def devshim_restart(w: JudgedWorld) -> None:
+    """devshim stops as on SIGTERM and starts again with its state folder (the model's row): the
+    manager counts every device again, and a pod admitted then gets PreStartContainer where the
+    driver asks for it (the manager reads a plugin's options once, when it registers)."""
+    await w.restart_devshim()
+    await w.driver_up()
+    for resource in w.resources:
+        await w.registered(resource)
+    for n, resource in enumerate(r for r in w.resources if w.capabilities(r).pre_start):
+        before = w.calls_ok("prestart")
+        pod = _pod(100 + n, resource)
+        await w.kubelet.admit(pod)
+        await w.kubelet.harness.run_options(pod.uid, "app")
+        await w.wait_for_calls("prestart", before + 1)
+
+
 SCENARIOS: dict[str, Scenario] = {
     f.__name__: f
     for f in (register, list_watch, health_change, allocate, preferred_allocation, prestart, deallocate,
               post_stop, kubelet_restart, upgrade, downgrade, socket_removed, driver_crash,
-              resource_removed)
+              devshim_restart, resource_removed)
 }  # fmt: skip
 # Rows that take minutes (the manager's 5-minute grace): run only when named with --scenario,
 # and in devshim's own suite only with --full-matrix.

@@ -153,14 +153,19 @@ async def judged_world(
         try:
             # The kubelet first, as on a node: devshim finds its socket and registers.
             await kubelet.start(first or release)
-            async with Shim(settings, policies=driver.policies) as shim:
-                world = JudgedWorld(
-                    shim, driver, root, registration=registration, kubelet=kubelet, cell_release=release
-                )
+            running = AsyncExitStack()
+            shim = await running.enter_async_context(Shim(settings, policies=driver.policies))
+            world = JudgedWorld(
+                shim, driver, root, registration=registration, kubelet=kubelet, cell_release=release,
+                settings=settings, running=running,
+            )  # fmt: skip
+            try:
                 await world.driver_up()
                 for resource in world.resources:
                     await world.registered(resource)
                 yield world
+            finally:
+                await world.running.aclose()  # whichever devshim runs by then
         finally:
             await kubelet.stop()
     finally:
