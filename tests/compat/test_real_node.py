@@ -306,6 +306,23 @@ def _container_id(node: Node, pod: str) -> str:
     return str(node.pods()[pod]["status"]["containerStatuses"][0]["containerID"])
 
 
+def test_a_pod_started_after_devshim_restarts_gets_prestart(node: Node) -> None:
+    """devshim stopped by SIGTERM (every upgrade) and started again with its state folder: the
+    real kubelet, which reads a plugin's options once per registration, calls PreStartContainer for
+    a pod started then (issue 42, item 1: it did not until the kubelet itself restarted)."""
+    with Devshim(node, _sim(node, calls=True)) as devshim:
+        devshim.registered(GPU)
+        wait_until(lambda: len(allocatable_ids(node, GPU)) == 2, "the kubelet lists two healthy GPUs")
+        devshim.stop()
+        wait_until(lambda: not allocatable_ids(node, GPU), "the kubelet saw devshim go")
+        devshim.start()
+        devshim.registered(GPU)
+        wait_until(lambda: len(allocatable_ids(node, GPU)) == 2, "the kubelet lists both GPUs again")
+        _admitted(node, "after", GPU, reporting("echo SIM_DEVICES=$SIM_DEVICES"))
+        calls = (((devshim.status() or {}).get("drivers") or {}).get("sim") or {}).get("calls") or {}
+        assert calls.get("prestart") == {"ok": 1, "failed": 0, "last_error": None}
+
+
 def test_pods_keep_their_devices_through_devshim_and_kubelet_restarts(node: Node) -> None:
     """devshim restarted, then the kubelet: the running pod's container is never restarted, devshim
     registers again each time, a new pod gets the other GPU, and once both are held the restarted
