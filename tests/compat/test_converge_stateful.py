@@ -17,7 +17,8 @@ Events: a device's health changes; the driver is upgraded to declare other calls
 the driver crashes; the kubelet restarts; devshim restarts, by SIGTERM or SIGKILL, with its state
 folder or without it. CI runs 2 examples of up to 8 steps, derandomized (tests/fuzz/profiles.py);
 by hand, ``HYPOTHESIS_PROFILE=long`` runs 50 times as many examples, at random, and
-``DEVSHIM_CONVERGE_STEPS`` longer sequences, with pytest's ``--timeout 0`` (tests/README.md).
+``DEVSHIM_CONVERGE_STEPS`` longer sequences, with pytest's ``--timeout 0`` (tests/README.md);
+``DEVSHIM_CONVERGE_TALLY=FILE`` counts the steps run, by rule, into FILE.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import os
 import shutil
 import signal
 import sys
+from collections import Counter
 from collections.abc import Coroutine
 from contextlib import ExitStack
 from pathlib import Path
@@ -51,6 +53,15 @@ GPU = "example.com/conv"
 IDS = ("conv-0", "conv-1", "conv-2")
 WAIT_S = 30.0  # the stated time: every fact agrees again within it, on a busy 2-core machine
 STEPS = int(os.environ.get("DEVSHIM_CONVERGE_STEPS", "8"))
+# By hand: the steps run, by rule, written to this file after each (a run cut short still counts).
+TALLY_FILE = os.environ.get("DEVSHIM_CONVERGE_TALLY")
+TALLY: Counter[str] = Counter()
+
+
+def tally(rule_name: str) -> None:
+    TALLY[rule_name] += 1
+    if TALLY_FILE:
+        Path(TALLY_FILE).write_text(json.dumps({"steps": TALLY.total(), **TALLY}))
 
 
 class Converge(RuleBasedStateMachine):
@@ -146,6 +157,7 @@ class Converge(RuleBasedStateMachine):
 
     @rule(device=st.sampled_from(IDS))
     def device_health_changes(self, device: str) -> None:
+        tally("health change")
         self.healthy[device] = not self.healthy[device]
         self.write_sim_config()  # a restart keeps it; the running driver hears it now
         health = "Healthy" if self.healthy[device] else "Unhealthy"
@@ -154,20 +166,24 @@ class Converge(RuleBasedStateMachine):
 
     @rule(prestart=st.booleans(), preferred=st.booleans())
     def driver_upgraded(self, prestart: bool, preferred: bool) -> None:
+        tally("driver upgrade")
         self.prestart, self.preferred = prestart, preferred
         self.write_sim_config()
         self.kill_driver()
 
     @rule()
     def driver_crashes(self) -> None:
+        tally("driver crash")
         self.kill_driver()
 
     @rule()
     def kubelet_restarts(self) -> None:
+        tally("kubelet restart")
         self.run(self.kubelet.restart())
 
     @rule(killed=st.booleans(), state_kept=st.booleans())
     def devshim_restarts(self, killed: bool, state_kept: bool) -> None:
+        tally("devshim restart")
         self.run(self.stop_devshim(signal.SIGKILL if killed else signal.SIGTERM))
         if not state_kept:
             shutil.rmtree(self.state_dir)
