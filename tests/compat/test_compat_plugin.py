@@ -74,7 +74,7 @@ def shown(results: Sequence[Result]) -> str:
 
 async def test_the_go_plugin_passes_every_check_in_every_profile(goplug: Path) -> None:
     """A plugin that serves before it registers, keeps its stream open, lists full lists and
-    registers again after every kubelet restart and every crash passes all 32 cells. The profiles run side by
+    registers again after every kubelet restart and every crash passes all 36 cells. The profiles run side by
     side (each cell in its own directory) to keep the test short."""
     plugin = PluginUnderTest(f"{shlex.quote(str(goplug))} -dir {{dir}}", None, change_hook=FLIP)
     runs = await asyncio.gather(*(run_plugin_matrix(plugin, plugin_cells(None, [p])) for p in PROFILES))
