@@ -315,8 +315,14 @@ async def devshim_restart(w: DriverWorld) -> None:
     for resource in w.resources:
         await _options_become(w, resource)
     for resource in [r for r in w.resources if w.capabilities(r).pre_start]:
+        session = w.session(resource)
+        try:  # restored from the inventory, its devices are Unhealthy until the driver lists them
+            await session.wait_for_list(lambda ds: bool(_healthy(ds)), timeout=START_TIMEOUT_S)
+        except TimeoutError:
+            why = f"no Healthy device within {START_TIMEOUT_S:g} s of devshim's restart"
+            raise Failed(f"{resource}: {why}") from None
         before = w.calls_ok("prestart")
-        await w.session(resource).admit(1)
+        await session.admit(1)
         await w.wait_for_calls("prestart", before + 1)
 
 

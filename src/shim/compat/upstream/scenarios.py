@@ -12,6 +12,7 @@ through its effect: a device counted, a call that reached the driver.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 
 from shim.compat.results import Failed, Skip, expect
@@ -315,6 +316,10 @@ async def driver_crash(w: JudgedWorld) -> None:
         raise Failed(f"not back to {before} within {RECOVERY_TIMEOUT_S:g} s; the driver is {w.host.status}")
 
 
+async def _any_allocatable(w: JudgedWorld, resource: str) -> bool:
+    return bool(await w.allocatable(resource))
+
+
 async def devshim_restart(w: JudgedWorld) -> None:
     """devshim stops as on SIGTERM and starts again with its state folder (the model's row): the
     manager counts every device again, and a pod admitted then gets PreStartContainer where the
@@ -324,6 +329,9 @@ async def devshim_restart(w: JudgedWorld) -> None:
     for resource in w.resources:
         await w.registered(resource)
     for n, resource in enumerate(r for r in w.resources if w.capabilities(r).pre_start):
+        # Restored from the inventory, its devices are Unhealthy until the driver lists them.
+        if not await _until(functools.partial(_any_allocatable, w, resource), RECOVERY_TIMEOUT_S):
+            raise Failed(f"{resource}: nothing allocatable {RECOVERY_TIMEOUT_S:g} s after devshim restarted")
         before = w.calls_ok("prestart")
         pod = _pod(100 + n, resource)
         await w.kubelet.admit(pod)
