@@ -97,6 +97,26 @@ async def crash_twice_in_a_second(
     return f"{second - first:.2f} s after the first (it took that long to come up)"
 
 
+async def until_ready(
+    ready: Callable[[], bool],
+    process: asyncio.subprocess.Process | None,
+    timeout: float,
+    what: str,
+    log_tail: Callable[[], str],
+    rejections: Callable[[], str] = str,
+) -> None:
+    """Until ``ready()``, failing early when the plugin ``process`` exits; each failure says
+    ``what`` the plugin did not do and ends with the plugin's log (after any ``rejections``)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not ready():
+        if process is not None and process.returncode is not None:
+            raise Failed(f"the plugin exited with {process.returncode} before it did {what}{log_tail()}")
+        if loop.time() > deadline:
+            raise Failed(f"the plugin did not {what} within {timeout:g} s{rejections()}{log_tail()}")
+        await asyncio.sleep(0.02)
+
+
 def sockets_made(directory: Path, since: float) -> set[str]:
     """The unix sockets in ``directory`` made at ``since`` (time.time()) or later. Made again at
     its path, a socket is new though it may get its old inode back: it is told by its change

@@ -28,7 +28,7 @@ from shim.kubelet.records import RegisterRequest, RegistrationRecord
 from shim.kubelet.versions import WIRES
 
 from .driver_world import run_health_hook
-from .plugin_process import in_namespace, kill_plugin, start_plugin, stop_plugin
+from .plugin_process import in_namespace, kill_plugin, start_plugin, stop_plugin, until_ready
 from .results import Failed, Skip
 
 PLACEHOLDER = "{dir}"
@@ -236,16 +236,7 @@ class PluginWorld:
 
     async def until(self, ready: Callable[[], bool], timeout: float, what: str) -> None:
         """Until `ready()`, failing early when the plugin process exits."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while not ready():
-            if self.process is not None and self.process.returncode is not None:
-                code = self.process.returncode
-                raise Failed(f"the plugin exited with {code} before it did {what}{self.log_tail()}")
-            if loop.time() > deadline:
-                why = f"{self._rejections()}{self.log_tail()}"
-                raise Failed(f"the plugin did not {what} within {timeout:g} s{why}")
-            await asyncio.sleep(0.02)
+        await until_ready(ready, self.process, timeout, what, self.log_tail, self._rejections)
 
     def _rejections(self) -> str:
         errors = [r.error for r in (self.kubelet.registrations if self.kubelet else []) if not r.ok]

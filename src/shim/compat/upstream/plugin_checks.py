@@ -27,6 +27,7 @@ from shim.compat.plugin_process import (
     sockets_made,
     start_plugin,
     stop_plugin,
+    until_ready,
 )
 from shim.compat.plugin_world import PluginUnderTest
 from shim.compat.results import Failed, Result, Skip, expect, run_cells
@@ -148,7 +149,7 @@ async def crash_restart(w: JudgedPluginWorld) -> None:
 
     async def came_up() -> None:  # a socket made anew: the plugin serves (and registers next)
         made = lambda: bool(sockets_made(w.plugin_dir, since) - {"kubelet.sock"})  # noqa: E731
-        await _until(made, w, "make its socket after a crash")
+        await until_ready(made, w.process, REGISTER_TIMEOUT_S, "make its socket after a crash", w.log_tail)
 
     when = await crash_twice_in_a_second(restart, came_up)
 
@@ -165,17 +166,6 @@ async def crash_restart(w: JudgedPluginWorld) -> None:
             f"device manager did not count {before} {resource} allocatable again within "
             f"{REGISTER_TIMEOUT_S:g} s{w.log_tail()}"
         ) from None
-
-
-async def _until(ready: Callable[[], bool], w: JudgedPluginWorld, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + REGISTER_TIMEOUT_S
-    while not ready():
-        if w.process.returncode is not None:
-            raise Failed(f"the plugin exited with {w.process.returncode} before it did {what}{w.log_tail()}")
-        if loop.time() > deadline:
-            raise Failed(f"the plugin did not {what} within {REGISTER_TIMEOUT_S:g} s{w.log_tail()}")
-        await asyncio.sleep(POLL_S)
 
 
 async def allocate(w: JudgedPluginWorld) -> None:
