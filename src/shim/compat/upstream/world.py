@@ -109,20 +109,25 @@ class JudgedWorld(DevshimSide):
 
     async def registered(self, resource: str, timeout_s: float = START_TIMEOUT_S) -> Capacity:
         """Until the manager counts every device the driver lists for `resource`, and its
-        Healthy ones as allocatable (a stopped endpoint has every device unhealthy)."""
+        Healthy ones as allocatable (a stopped endpoint has every device unhealthy), and devshim
+        knows it registered: the manager counts from the first list it reads, which can come
+        before devshim reads the Register's answer."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
             devices = await self.expected(resource)
             want, healthy = len(devices), sum(d[1] == HEALTHY for d in devices)
             got = await self.kubelet.harness.capacity()
-            if got.capacity.get(resource) == want and got.allocatable.get(resource) == healthy:
+            served = self.shim.served.get(resource)
+            known = served is not None and served.endpoint.registered
+            if got.capacity.get(resource) == want and got.allocatable.get(resource) == healthy and known:
                 return got
             if loop.time() > deadline:
                 raise Failed(
                     f"{resource}: the {self.release.name} device manager counts "
                     f"{got.capacity.get(resource, 'no')} devices, {got.allocatable.get(resource, 'none')} "
-                    f"allocatable; the driver lists {want}, {healthy} Healthy, {timeout_s:g} s after "
+                    f"allocatable; the driver lists {want}, {healthy} Healthy; devshim "
+                    f"{'knows it registered' if known else 'is not registered'}, {timeout_s:g} s after "
                     f"{self.kubelet.since()}"
                     f"{self.kubelet.harness.log_tail()}"
                 )
