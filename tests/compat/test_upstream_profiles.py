@@ -156,6 +156,10 @@ async def test_a_replaced_stream_ending_late_as_the_profile_says(
                 await until_allocatable(kubelet, 2)
                 async with plugin_at(kubelet.plugin_dir, "new.sock") as new:
                     await new.register(sockets, RESOURCE, on="v1beta1")
+                    # The old stream's devices are still counted: wait for the new stream itself.
+                    async with asyncio.timeout(10):
+                        while new.script.open_streams != 1:
+                            await asyncio.sleep(0.05)
                     await until_allocatable(kubelet, 2)
                     old.script.end_streams()  # the old plugin's stream ends late
                     await old.stop()
