@@ -30,7 +30,6 @@ import os
 import shutil
 import signal
 import sys
-from collections import Counter
 from collections.abc import Coroutine
 from contextlib import ExitStack
 from pathlib import Path
@@ -45,6 +44,7 @@ from shim.model import Health
 from tests.fuzz.profiles import examples
 from tests.support import AS_ROOT
 from tests.support.devshim_process import children, start_devshim
+from tests.support.tally import Tally
 from tests.support.unix import short_temp_dir
 from tests.support.waiting import until
 
@@ -53,15 +53,7 @@ GPU = "example.com/conv"
 IDS = ("conv-0", "conv-1", "conv-2")
 WAIT_S = 30.0  # the stated time: every fact agrees again within it, on a busy 2-core machine
 STEPS = int(os.environ.get("DEVSHIM_CONVERGE_STEPS", "8"))
-# By hand: the steps run, by rule, written to this file after each (a run cut short still counts).
-TALLY_FILE = os.environ.get("DEVSHIM_CONVERGE_TALLY")
-TALLY: Counter[str] = Counter()
-
-
-def tally(rule_name: str) -> None:
-    TALLY[rule_name] += 1
-    if TALLY_FILE:
-        Path(TALLY_FILE).write_text(json.dumps({"steps": TALLY.total(), **TALLY}))
+tally = Tally()  # by hand, DEVSHIM_CONVERGE_TALLY=FILE counts the steps run
 
 
 class Converge(RuleBasedStateMachine):

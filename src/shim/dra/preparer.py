@@ -184,7 +184,10 @@ class ClaimPreparer:
     async def _unprepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
         entry = self._checkpoint.get(ref.uid)
         if entry is None:
-            return ()  # never prepared here, or undone already: the kubelet retries until told so
+            # Never prepared here, undone already, or prepared before the state folder was lost:
+            # a spec left from then must not outlive the kubelet's word that the claim is done.
+            self._specs.remove(self.driver, ref.uid)
+            return ()
         for group in entry.groups:
             await self._service(group.resource).unprepare(group.device_ids)
         self._specs.remove(self.driver, ref.uid)
