@@ -24,7 +24,7 @@ import pytest
 
 from shim.compat.driver_world import DriverUnderTest
 from shim.compat.plugin_world import PluginUnderTest
-from shim.compat.results import Skip
+from shim.compat.results import Failed, Skip
 from shim.compat.upstream import releases as upstream
 from shim.compat.upstream.harness import Container, Pod
 from shim.compat.upstream.matrix import run_judged_cell
@@ -32,6 +32,7 @@ from shim.compat.upstream.plugin_checks import CHECKS, run_judged_plugin_cell
 from shim.compat.upstream.scenarios import LONG, REMOVAL_GRACE_S, SCENARIOS
 from tests.support import AS_ROOT, DRIVERS, ROOT
 from tests.support.judge import DEFAULT, RELEASES
+from tests.support.legacy import FLIP, python_plugin
 from tests.support.unix import short_temp_dir
 
 HEALTH_HOOK_SIM = 'echo "health $DEVSHIM_COMPAT_RESOURCE $DEVSHIM_COMPAT_DEVICE Unhealthy" >> "$SIM_CONTROL"'
@@ -206,12 +207,39 @@ async def test_go_plugin(
     check: str, release: upstream.Release, judge: dict[upstream.Release, Path], goplug: Path
 ) -> None:
     """The Go legacy plugin passes every plugin check with the real manager as its kubelet."""
-    plugin = PluginUnderTest(f"{shlex.quote(str(goplug))} -dir {{dir}} -preferred -prestart")
+    plugin = PluginUnderTest(
+        f"{shlex.quote(str(goplug))} -dir {{dir}} -preferred -prestart", change_hook=FLIP
+    )
     try:
         await run_judged_plugin_cell(plugin, release, check, judge)
     except Skip as skip:
         assert check in PLUGIN_SKIPS and PLUGIN_SKIPS[check] in str(skip), f"unexpected skip: {skip}"
         pytest.skip(str(skip))
+
+
+# The Python plugin (re-registering on a kubelet restart, as the judge's rows need) with one
+# bug, the row it must fail under the real manager and why; with no bug it passes that row.
+PLUGIN_BUGS = {
+    "leaked-list-loop": ("change_after_dropped_stream", "a list loop left running for the dropped stream"),
+    "socket-per-second": ("crash_restart", "did not count 3 example.com/pyplug allocatable again"),
+}
+
+
+@pytest.mark.parametrize("bug", ["", *PLUGIN_BUGS])
+async def test_a_plugin_bug_fails_its_row_with_the_real_manager(
+    bug: str, judge: dict[upstream.Release, Path], stubs: Path
+) -> None:
+    """A public plugin's bug (docs/compat.md, plugin checks) fails its row under the newest
+    release's real device manager too, not only in the model; the same plugin without it passes."""
+    plugin = python_plugin(stubs, {"PY_BUG": bug, "PY_REREGISTER": "1"})
+    rows = [row for row, _ in PLUGIN_BUGS.values()] if not bug else [PLUGIN_BUGS[bug][0]]
+    for row in rows:
+        if not bug:
+            await run_judged_plugin_cell(plugin, DEFAULT[-1], row, judge)
+            continue
+        with pytest.raises(Failed) as failed:
+            await run_judged_plugin_cell(plugin, DEFAULT[-1], row, judge)
+        assert PLUGIN_BUGS[bug][1] in str(failed.value), str(failed.value)
 
 
 def test_each_release_module_pins_its_release() -> None:

@@ -4,6 +4,8 @@ private directory, are in tests/compat/conftest.py.)"""
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -11,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from shim.bootstrap import Shim
+from shim.compat.plugin_world import PluginUnderTest
 from shim.kubelet import FakeKubelet, PluginSession
 from shim.settings import Settings
 from tests.support import LEGACY_PLUGINS
@@ -19,6 +22,8 @@ PYTHON_PLUGIN = LEGACY_PLUGINS / "python"  # the Python plugin: plugin.py, regis
 GO_PLUGIN = LEGACY_PLUGINS / "go"  # the Go plugin: a Go module, built by build.sh
 RESOURCE = "example.com/pyplug"  # the Python plugin's resource
 PYTHON_POLICY = {"envs": ["PYPLUG"]}  # what the Python plugin's Allocate grants
+# What compat runs to make a plugin change a device: both test plugins flip the last on SIGUSR1.
+FLIP = 'kill -USR1 "$DEVSHIM_COMPAT_PLUGIN_PID"'
 
 
 def legacy_driver(
@@ -33,6 +38,15 @@ def legacy_driver(
         "resources": [resource],
         "policy": PYTHON_POLICY if policy is None else policy,
     }
+
+
+def python_plugin(stub_dir: Path, env: dict[str, str], *, hardcoded: bool = False) -> PluginUnderTest:
+    """The Python plugin as `devshim compat --plugin` takes it, told its directory through DP_DIR
+    (or left to hard-code the kubelet's), FLIP its health hook."""
+    base = {k: v for k, v in os.environ.items() if k != "DP_DIR"}
+    prefix = "" if hardcoded else "env DP_DIR={dir} "
+    command = f"{prefix}{shlex.quote(sys.executable)} {shlex.quote(str(PYTHON_PLUGIN / 'plugin.py'))}"
+    return PluginUnderTest(command, None, {**base, "PYTHONPATH": str(stub_dir), **env}, FLIP)
 
 
 def plugin_env(private_dir: Path, stubs: Path, **extra: str) -> dict[str, str]:

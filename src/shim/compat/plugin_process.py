@@ -33,7 +33,7 @@ NEEDS_ROOT = (
     f"the plugin uses {KUBELET_DIR} and running it in a private mount namespace needs root; {USE_DIR}"
 )
 # Tries at fitting two starts of the plugin into one second (crash_twice_in_a_second).
-SAME_SECOND_TRIES = 3
+SAME_SECOND_TRIES = 5
 # Binds $1 over $2 inside the namespace, then becomes the plugin (same pid: signals reach it).
 _BIND_AND_EXEC = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
 
@@ -78,23 +78,23 @@ async def kill_plugin(process: asyncio.subprocess.Process) -> None:
 
 async def crash_twice_in_a_second(
     restart: Callable[[], Awaitable[None]], came_up: Callable[[], Awaitable[None]]
-) -> str:
+) -> None:
     """The plugin killed and started again (``restart``), up again (``came_up``), then killed and
     started again at once: the first start as a second begins, so both fall in one second unless
-    the plugin takes longer than that to come up (then tried again, SAME_SECOND_TRIES in all).
-    When the second start came, said for a failure's message."""
+    the plugin takes longer than that to come up (then tried again, SAME_SECOND_TRIES in all, and
+    Skip if it never fits: a check that could not make its condition must not pass)."""
     for _ in range(SAME_SECOND_TRIES):
         await asyncio.sleep(math.ceil(time.time()) - time.time() + 0.01)
         first = time.time()
         await restart()
         await came_up()
         if int(time.time()) == int(first):
-            break
-    second = time.time()
-    await restart()
-    if int(second) == int(first):
-        return "within the second of the first"
-    return f"{second - first:.2f} s after the first (it took that long to come up)"
+            await restart()
+            return
+    raise Skip(
+        f"the plugin took over a second to come up after each of {SAME_SECOND_TRIES} restarts, so no "
+        f"second start could fall within the second of the first (a busy machine?)"
+    )
 
 
 async def until_ready(

@@ -20,6 +20,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from shim.compat.driver_world import run_health_hook
+from shim.compat.plugin_checks import CHANGE_S
 from shim.compat.plugin_process import (
     crash_twice_in_a_second,
     in_namespace,
@@ -29,7 +31,7 @@ from shim.compat.plugin_process import (
     stop_plugin,
     until_ready,
 )
-from shim.compat.plugin_world import PluginUnderTest
+from shim.compat.plugin_world import NO_HOOK, PluginUnderTest
 from shim.compat.results import Failed, Result, Skip, expect, run_cells
 
 from .harness import Container, Pod
@@ -64,6 +66,18 @@ class JudgedPluginWorld:
         text = self.log.read_bytes()[-2000:].decode(errors="replace").strip() if self.log.exists() else ""
         tail = text.splitlines()[-5:]
         return f"; the plugin's log ends: {' | '.join(tail)}" if tail else "; the plugin logged nothing"
+
+    async def allocatable_until(
+        self, resource: str, wanted: Callable[[list[str]], bool], timeout_s: float = REGISTER_TIMEOUT_S
+    ) -> list[str]:
+        """The IDs the manager holds allocatable for `resource`, sorted, once they are `wanted`;
+        TimeoutError after `timeout_s`."""
+        async with asyncio.timeout(timeout_s):
+            while not wanted(
+                ids := sorted(d["id"] for d in (await self.kubelet.harness.allocatable()).get(resource, []))
+            ):
+                await asyncio.sleep(POLL_S)
+        return ids
 
     async def resource(self, timeout_s: float = REGISTER_TIMEOUT_S) -> tuple[str, int]:
         """The first resource the manager counts devices of, and how many, once it does."""
@@ -151,7 +165,7 @@ async def crash_restart(w: JudgedPluginWorld) -> None:
         made = lambda: bool(sockets_made(w.plugin_dir, since) - {"kubelet.sock"})  # noqa: E731
         await until_ready(made, w.process, REGISTER_TIMEOUT_S, "make its socket after a crash", w.log_tail)
 
-    when = await crash_twice_in_a_second(restart, came_up)
+    await crash_twice_in_a_second(restart, came_up)
 
     async def counted() -> bool:
         return (await w.kubelet.harness.capacity()).allocatable.get(resource, 0) == before
@@ -162,9 +176,36 @@ async def crash_restart(w: JudgedPluginWorld) -> None:
                 await asyncio.sleep(POLL_S)
     except TimeoutError:
         raise Failed(
-            f"killed and started again at once, the second start {when}: the {w.kubelet.release.name} "
-            f"device manager did not count {before} {resource} allocatable again within "
-            f"{REGISTER_TIMEOUT_S:g} s{w.log_tail()}"
+            f"killed and started again at once, the second start within the second of the first: "
+            f"the {w.kubelet.release.name} device manager did not count {before} {resource} "
+            f"allocatable again within {REGISTER_TIMEOUT_S:g} s{w.log_tail()}"
+        ) from None
+
+
+async def change_after_dropped_stream(w: JudgedPluginWorld) -> None:
+    """With --health-hook: a kubelet restart drops the manager's ListAndWatch stream; once the
+    plugin has registered again and the new manager counts its devices, the hook changes the
+    last allocatable device, which leaves the allocatable devices within 5 s (the model's row).
+    A plugin whose list loop outlives its stream takes the change there, and the manager never
+    hears of it."""
+    if w.plugin.change_hook is None:
+        raise Skip(NO_HOOK)
+    resource, _ = await w.resource()
+    await w.kubelet.restart(w.kubelet.release)
+    again, _ = await w.resource()
+    expect(again == resource, f"registered {again} after the restart, {resource} before")
+    devices = await w.allocatable_until(resource, bool)
+    device = devices[-1]
+    env = {**w.plugin.env, "DEVSHIM_COMPAT_PLUGIN_PID": str(w.process.pid)}
+    await run_health_hook(w.plugin.change_hook, env, resource, device, w.process.pid)
+    try:
+        await w.allocatable_until(resource, lambda ids: device not in ids, CHANGE_S)
+    except TimeoutError:
+        raise Failed(
+            f"the health hook changed {device} after a kubelet restart dropped the first ListAndWatch "
+            f"stream, but the {w.kubelet.release.name} device manager still had it allocatable "
+            f"{CHANGE_S:g} s later: a list loop left running for the dropped stream may be taking the "
+            f"plugin's changes{w.log_tail()}"
         ) from None
 
 
@@ -193,6 +234,7 @@ CHECKS: dict[str, Callable[[JudgedPluginWorld], Awaitable[None]]] = {
         stream_open,
         reregister,
         crash_restart,
+        change_after_dropped_stream,
         allocate,
         message_limit,
     )

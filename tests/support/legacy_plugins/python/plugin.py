@@ -5,8 +5,9 @@ on PYTHONPATH). It serves its own socket, calls Register itself, and runs its ow
 ListAndWatch loop, like plugins written against the kubelet API directly.
 Flags come from the environment: DP_DIR (default /var/lib/kubelet/device-plugins),
 PY_RESOURCE, PY_DEVICES (comma-separated), PY_REGISTER_FIRST=1 (the common bug of
-calling Register a second before serving). SIGUSR1 flips the last device's health;
-SIGUSR2 exits with code 3 (a crash).
+calling Register a second before serving), PY_REREGISTER=1 (Register again whenever
+kubelet.sock is made anew, a kubelet restart, keeping the same server). SIGUSR1 flips the
+last device's health; SIGUSR2 exits with code 3 (a crash).
 
 PY_BUG adds one deliberate bug, for `devshim compat --plugin` to find:
 return-from-listandwatch (one list, then the stream ends), lowercase-health ("healthy"),
@@ -126,18 +127,53 @@ async def main():
         if BUG == "socket-per-second":
             sys.exit(f"pyplug: listen unix {path}: bind: address already in use")
         os.unlink(path)
-    server = grpc.aio.server()
-    api_pb2_grpc.add_DevicePluginServicer_to_server(plugin, server)
-    server.add_insecure_port(f"unix:{path}")
     if os.environ.get("PY_REGISTER_FIRST") == "1":
         registering = asyncio.create_task(register())
         await asyncio.sleep(1)
-        await server.start()
+        server = await serve(plugin, path)
         await registering
     else:
-        await server.start()
+        server = await serve(plugin, path)
         await register()
+    if os.environ.get("PY_REREGISTER") == "1":
+        await reregister_on_kubelet_restarts(plugin, path, server)
     await server.wait_for_termination()
+
+
+async def serve(plugin, path):
+    server = grpc.aio.server()
+    api_pb2_grpc.add_DevicePluginServicer_to_server(plugin, server)
+    server.add_insecure_port(f"unix:{path}")
+    await server.start()
+    return server
+
+
+def kubelet_socket():
+    try:
+        found = os.stat(os.path.join(DIR, "kubelet.sock"))
+    except FileNotFoundError:
+        return None
+    return (found.st_ino, found.st_ctime_ns)
+
+
+async def reregister_on_kubelet_restarts(plugin, path, server):
+    """A new kubelet.sock: serve again if the new kubelet removed our socket (it cleans its
+    directory), with the same plugin object, and Register again."""
+    registered_with = kubelet_socket()
+    while True:
+        await asyncio.sleep(0.1)
+        now = kubelet_socket()
+        if now is None or now == registered_with:
+            continue
+        if not os.path.exists(path):
+            await server.stop(0)
+            server = await serve(plugin, path)
+        try:
+            await register()
+        except grpc.aio.AioRpcError as err:  # the new kubelet not serving yet: try again
+            print(f"pyplug: Register: {err.code().name}", file=sys.stderr, flush=True)
+            continue
+        registered_with = now
 
 
 async def register():
