@@ -36,7 +36,7 @@ STORM = int(os.environ.get("DEVSHIM_SLICE_STORM", "60"))
 REPUBLISH_S = 2.0  # from a deletion's reply to the next generation's slice seen by a watch
 SLOW_EVERY, SLOW_REPLY_S = 8, 0.25  # one create reply in SLOW_EVERY is read this late
 
-RELEASES = [control_plane.param(r) for r in control_plane.APISERVERS]
+RELEASES = [control_plane.param(r, control_plane.BOTH_ENDS) for r in control_plane.APISERVERS]
 
 
 @pytest.fixture(scope="module", params=RELEASES)

@@ -10,7 +10,7 @@ openssl is missing the tests skip, or fail under DEVSHIM_REQUIRE_TOOLS=1.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -25,14 +25,16 @@ from tests.support.unix import short_temp_dir
 
 APISERVERS = apiserver_releases()
 DEFAULT = (APISERVERS[-1],)  # the newest; --full-matrix adds the others
+# The searches and storms of issue 42 run at both ends of the range by default.
+BOTH_ENDS = (APISERVERS[0], APISERVERS[-1])
 # The newest resource.k8s.io (DRA) version each release serves, as the fixture configures it.
 NEWEST_DRA = {33: "v1beta2", 34: "v1", 37: "v1"}
 _built: set[upstream.Release] = set()
 
 
-def param(release: upstream.Release) -> Any:
-    """A pytest parameter for `release`, outside the default run unless it is in DEFAULT."""
-    marks = () if release in DEFAULT else (pytest.mark.full_matrix,)
+def param(release: upstream.Release, default: Sequence[upstream.Release] = DEFAULT) -> Any:
+    """A pytest parameter for `release`, outside the default run unless it is in `default`."""
+    marks = () if release in default else (pytest.mark.full_matrix,)
     return pytest.param(release, marks=marks, id=f"1.{release.minor}")
 
 

@@ -104,7 +104,7 @@ def allocate_claim(
     reserve it (default: one pod named after the claim). Returns the claim as stored."""
     counts = {request: sum(r == request for r, _ in results) for request, _ in results}
     spec: list[dict[str, Any]]
-    if version == "v1":
+    if version != "v1beta1":  # v1beta2 and v1 nest an exact request under "exactly"
         spec = [{"name": r, "exactly": {"deviceClassName": driver, "count": n}} for r, n in counts.items()]
     else:
         spec = [{"name": r, "deviceClassName": driver, "count": n} for r, n in counts.items()]
