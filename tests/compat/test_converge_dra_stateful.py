@@ -1,5 +1,6 @@
-"""After any sequence of restarts, deletions and claims, the API server and the container runtime
-hold what devshim's driver says (issue 42): the DRA rows of docs/architecture.md, searched.
+"""After any sequence of restarts, deletions and claims, the API server, the container runtime and
+the kubelet hold what devshim's driver says (issue 42): the DRA rows of docs/architecture.md,
+searched.
 
 The device plugin rows have their search in test_converge_stateful.py; this is its DRA twin.
 Hypothesis drives events in random orders against a real `devshim run` publishing one DRA pool
@@ -11,13 +12,16 @@ WAIT_S, and shrinks a failure to its shortest sequence:
 - ResourceSlices per pool: the node's slices are one complete generation naming exactly the
   driver's devices, and the generation never goes back (a scheduler takes the newest);
 - CDI spec files: one per claim the kubelet holds prepared, none for any other claim;
-- the DRA checkpoint: preparing a prepared claim again answers what the first prepare did.
+- the DRA checkpoint: preparing a prepared claim again answers what the first prepare did;
+- health: the kubelet's NodeWatchResources stream (kept open, opened again when it ends) last
+  reported each device as the driver has it.
 
-Events: the driver lists other devices; a claim is prepared or unprepared; the driver crashes;
-devshim restarts, by SIGTERM or SIGKILL, with its state folder or without it; kube-apiserver
-restarts; someone deletes the node's slices. CI runs 3 examples of up to 6 steps at each end of the range, derandomized;
-by hand, ``HYPOTHESIS_PROFILE=long`` and ``DEVSHIM_CONVERGE_STEPS`` as in the device plugin
-search (tests/README.md), ``DEVSHIM_CONVERGE_TALLY=FILE`` counting the steps.
+Events: the driver is upgraded to list other devices; a device's health changes; a claim is
+prepared or unprepared; the driver crashes; devshim restarts, by SIGTERM or SIGKILL, with its
+state folder or without it; kube-apiserver restarts; someone deletes the node's slices. CI runs
+3 examples of up to 6 steps against each end of the API server range, derandomized; by hand,
+``HYPOTHESIS_PROFILE=long`` and ``DEVSHIM_CONVERGE_STEPS`` as in the device plugin search
+(tests/README.md), ``DEVSHIM_CONVERGE_TALLY=FILE`` counting the steps.
 """
 
 from __future__ import annotations
@@ -47,14 +51,15 @@ from tests.fuzz.profiles import examples
 from tests.support import control_plane
 from tests.support.devshim_process import children
 from tests.support.dra import SIM, make_claim
-from tests.support.dra_calls import GPU, Devshim, prepare, spec_of, unprepare
+from tests.support.dra_calls import GPU, Devshim, prepare, spec_of, unprepare, watch_health
 from tests.support.tally import Tally
 from tests.support.unix import short_temp_dir
 from tests.support.waiting import until
 
 T = TypeVar("T")
 RESOURCE = "example.com/gpu"
-CLAIMED = ("gpu-0", "gpu-1")  # the devices claims are allocated from: every list keeps them
+DEVICES = ("gpu-0", "gpu-1", "gpu-2", "gpu-3")  # the driver lists the first 2 to 4
+CLAIMED = DEVICES[:2]  # the devices claims are allocated from: every list keeps them
 WAIT_S = 30.0  # the stated time: every fact agrees again within it, on a busy 2-core machine
 STEPS = int(os.environ.get("DEVSHIM_CONVERGE_STEPS", "6"))
 NODES = itertools.count()  # a node per example: the API server outlives the examples
@@ -80,19 +85,25 @@ class ConvergeDra(RuleBasedStateMachine):
             )
             for device in CLAIMED
         }
-        # The truth: the driver's device count, and what the kubelet holds prepared (its answer).
+        # The truth: the driver's devices and their health, and what the kubelet holds prepared
+        # (the answer it got).
         self.count = 3
+        self.healthy = dict.fromkeys(DEVICES, True)
         self.prepared: dict[str, Answer] = {}
         self.highest_generation = self.last_generation = 0
         self.running = AsyncExitStack()
         self.devshim: RunningDevshim | None = None
         self.run(self.start_devshim())
+        self.heard: dict[str, str] = {}  # the health the kubelet's stream last reported
+        self.health_stream = self.loop.create_task(watch_health(self.shim, self.heard))
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coroutine)
 
     def teardown(self) -> None:
         try:
+            self.health_stream.cancel()
+            self.run(asyncio.gather(self.health_stream, return_exceptions=True))
             self.run(self.running.aclose())
             self.delete_slices()  # stopped, devshim leaves them (a kubelet would delete them)
         finally:
@@ -105,8 +116,7 @@ class ConvergeDra(RuleBasedStateMachine):
         path = self.folder / "sim.yaml"
         resource = {
             "name": RESOURCE,
-            "id_prefix": "gpu-",
-            "count": self.count,
+            "devices": [{"id": d, "healthy": self.healthy[d]} for d in self.listed],
             "grant": {"envs": {"SIM_DEVICES": "{ids}"}},
         }
         path.write_text(
@@ -185,13 +195,26 @@ class ConvergeDra(RuleBasedStateMachine):
 
     # --- events ----------------------------------------------------------------------------
 
-    @rule(count=st.integers(len(CLAIMED), 4))
-    def the_driver_lists(self, count: int) -> None:
-        tally("driver lists")
+    @property
+    def listed(self) -> list[str]:
+        return list(DEVICES[: self.count])
+
+    @rule(count=st.integers(len(CLAIMED), len(DEVICES)))
+    def the_driver_is_upgraded_to_list(self, count: int) -> None:
+        tally("driver lists other devices")
         self.count = count
+        self.write_sim_config()
+        self.kill_driver()  # it starts again with the new list
+
+    @rule(device=st.sampled_from(DEVICES))
+    def a_device_health_changes(self, device: str) -> None:
+        tally("health change")
+        self.healthy[device] = not self.healthy[device]
         self.write_sim_config()  # a restart keeps it; the running driver hears it now
-        with (self.folder / "sim.ctl").open("a") as control:
-            control.write(f"count {RESOURCE} {count}\n")
+        health = "Healthy" if self.healthy[device] else "Unhealthy"
+        if device in self.listed:
+            with (self.folder / "sim.ctl").open("a") as control:
+                control.write(f"health {RESOURCE} {device} {health}\n")
 
     @rule(device=st.sampled_from(CLAIMED))
     def a_claim_is_prepared(self, device: str) -> None:
@@ -246,16 +269,30 @@ class ConvergeDra(RuleBasedStateMachine):
             return False
         names = sorted(d["name"] for s in slices for d in s["spec"].get("devices") or [])
         self.last_generation = generations.pop()
-        return names == [f"gpu-{i}" for i in range(self.count)]
+        return names == self.listed
 
     @invariant()
     def the_api_server_holds_the_pool(self) -> None:
-        what = f"the node's slices are one generation of gpu-0..gpu-{self.count - 1}"
+        what = f"the node's slices are one generation of {', '.join(self.listed)}"
         self.run(until(self.pool_agrees, what, timeout=WAIT_S))
         assert self.last_generation >= self.highest_generation, (
             f"the pool's generation went back from {self.highest_generation} to {self.last_generation}"
         )
         self.highest_generation = self.last_generation
+
+    @invariant()
+    def the_kubelet_hears_each_devices_health(self) -> None:
+        async def agrees() -> None:
+            wanted = {d: "HEALTHY" if self.healthy[d] else "UNHEALTHY" for d in self.listed}
+            last: dict[str, str] = {}
+            try:
+                async with asyncio.timeout(WAIT_S):
+                    while (last := dict(self.heard)) != wanted:
+                        await asyncio.sleep(0.05)
+            except TimeoutError:
+                raise AssertionError(f"NodeWatchResources reports {last}, the driver says {wanted}") from None
+
+        self.run(agrees())
 
     def specs(self) -> set[str]:
         return {p.name for p in (self.folder / "cdi").glob(f"devshim-{GPU}-*.json")}
@@ -306,5 +343,6 @@ def test_a_sequence_the_search_found_still_converges(plane: ControlPlane, found:
             getattr(machine, name)(**arguments)
             machine.the_api_server_holds_the_pool()
             machine.the_runtime_finds_a_spec_per_prepared_claim()
+            machine.the_kubelet_hears_each_devices_health()
     finally:
         machine.teardown()

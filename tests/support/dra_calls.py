@@ -16,6 +16,7 @@ import yaml
 
 from shim.compat.node import ControlPlane
 from shim.generated.dra.v1 import api_pb2 as dra_v1
+from shim.generated.drahealth.v1 import api_pb2 as health_v1
 from tests.support.devshim_process import http_get
 from tests.support.dra import SIM
 
@@ -97,6 +98,26 @@ async def unprepare(
     """NodeUnprepareResources for ``claims``: each claim's error by uid ("" when it succeeded)."""
     answer = await _call(shim, "NodeUnprepareResources", claims, pb, driver)
     return {uid: claim.error for uid, claim in answer.claims.items()}
+
+
+async def watch_health(shim: Devshim, heard: dict[str, str], driver: str = GPU) -> None:
+    """As the kubelet (1.36+) does: keep a v1 NodeWatchResources stream open, open another when
+    one ends, and keep in ``heard`` each device's health ("HEALTHY", ...) as the last report
+    gave it. Runs until cancelled."""
+    service = health_v1.DESCRIPTOR.services_by_name["DRAResourceHealth"].full_name
+    request = health_v1.NodeWatchResourcesRequest().SerializeToString()
+    while True:
+        try:
+            async with shim.channel(driver) as channel:
+                async for raw in channel.unary_stream(f"/{service}/NodeWatchResources", None, None)(request):
+                    message = health_v1.NodeWatchResourcesResponse.FromString(raw)
+                    heard.clear()
+                    heard.update(
+                        {d.device.device_name: health_v1.HealthStatus.Name(d.health) for d in message.devices}
+                    )
+        except grpc.aio.AioRpcError:
+            pass  # devshim away (restarting): the kubelet tries again
+        await asyncio.sleep(0.2)
 
 
 def pool_config(
