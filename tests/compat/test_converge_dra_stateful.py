@@ -49,7 +49,7 @@ from shim.compat.node import ControlPlane
 from shim.compat.node.apiserver import APIError
 from tests.fuzz.profiles import examples
 from tests.support import control_plane
-from tests.support.devshim_process import children
+from tests.support.devshim_process import kill_children
 from tests.support.dra import SIM, make_claim
 from tests.support.dra_calls import GPU, Devshim, prepare, spec_of, unprepare, watch_health
 from tests.support.tally import Tally
@@ -103,7 +103,8 @@ class ConvergeDra(RuleBasedStateMachine):
     def teardown(self) -> None:
         try:
             self.health_stream.cancel()
-            self.run(asyncio.gather(self.health_stream, return_exceptions=True))
+            with contextlib.suppress(asyncio.CancelledError):
+                self.loop.run_until_complete(self.health_stream)
             self.run(self.running.aclose())
             self.delete_slices()  # stopped, devshim leaves them (a kubelet would delete them)
         finally:
@@ -189,9 +190,7 @@ class ConvergeDra(RuleBasedStateMachine):
 
     def kill_driver(self) -> None:
         assert self.devshim is not None
-        for pid in children(self.devshim.proc.pid):
-            with contextlib.suppress(ProcessLookupError):  # ended on its own meanwhile
-                os.kill(pid, signal.SIGKILL)
+        kill_children(self.devshim.proc.pid)
 
     # --- events ----------------------------------------------------------------------------
 

@@ -24,7 +24,6 @@ by hand, ``HYPOTHESIS_PROFILE=long`` runs 50 times as many examples, at random, 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shutil
@@ -43,7 +42,7 @@ from shim.kubelet import FakeKubelet
 from shim.model import Health
 from tests.fuzz.profiles import examples
 from tests.support import AS_ROOT
-from tests.support.devshim_process import children, start_devshim
+from tests.support.devshim_process import kill_children, start_devshim
 from tests.support.tally import Tally
 from tests.support.unix import short_temp_dir
 from tests.support.waiting import until
@@ -141,9 +140,7 @@ class Converge(RuleBasedStateMachine):
 
     def kill_driver(self) -> None:
         assert self.devshim is not None
-        for pid in children(self.devshim.pid):
-            with contextlib.suppress(ProcessLookupError):  # ended on its own meanwhile
-                os.kill(pid, signal.SIGKILL)
+        kill_children(self.devshim.pid)
 
     # --- events ----------------------------------------------------------------------------
 

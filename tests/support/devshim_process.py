@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import sys
 import urllib.error
 import urllib.request
@@ -40,6 +42,13 @@ def children(pid: int) -> set[int]:
         with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
             found |= {int(child) for child in (task / "children").read_text().split()}
     return found
+
+
+def kill_children(pid: int) -> None:
+    """SIGKILL every child of ``pid`` (devshim's drivers: a crash, as the searches make one)."""
+    for child in children(pid):
+        with contextlib.suppress(ProcessLookupError):  # ended on its own meanwhile
+            os.kill(child, signal.SIGKILL)
 
 
 def runs(pid: int) -> bool:
