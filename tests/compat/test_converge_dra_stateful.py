@@ -90,6 +90,7 @@ class ConvergeDra(RuleBasedStateMachine):
         self.count = 3
         self.healthy = dict.fromkeys(DEVICES, True)
         self.prepared: dict[str, Answer] = {}
+        self.forgotten: set[str] = set()  # prepared claims devshim lost its checkpoint of
         self.highest_generation = self.last_generation = 0
         self.running = AsyncExitStack()
         self.devshim: RunningDevshim | None = None
@@ -169,7 +170,8 @@ class ConvergeDra(RuleBasedStateMachine):
 
     async def as_the_kubelet(self, prepares: bool, device: str) -> Any:
         """NodePrepareResources (or NodeUnprepareResources) for the claim on `device`, retried, as
-        the kubelet retries, until its answer has no error; AssertionError after WAIT_S."""
+        the kubelet retries, until its answer has no error, or, for a prepare of a device the
+        driver has Unhealthy, says so (None); AssertionError after WAIT_S."""
         claim = self.claims[device]
         uid, last = claim["metadata"]["uid"], ""
         loop = asyncio.get_running_loop()
@@ -180,6 +182,8 @@ class ConvergeDra(RuleBasedStateMachine):
                     answer = (await prepare(self.shim, [claim]))[uid]
                     if not (last := answer.error):
                         return [(d.pool_name, d.device_name, tuple(d.cdi_device_ids)) for d in answer.devices]
+                    if not self.healthy[device] and f"'{device}' is Unhealthy" in last:
+                        return None
                 elif not (last := (await unprepare(self.shim, [claim]))[uid]):
                     return None
             except grpc.aio.AioRpcError as exc:  # devshim not (yet) serving: the kubelet retries
@@ -219,7 +223,13 @@ class ConvergeDra(RuleBasedStateMachine):
     def a_claim_is_prepared(self, device: str) -> None:
         tally("prepare")
         answer = self.run(self.as_the_kubelet(True, device))
+        if answer is None:  # refused, the device being Unhealthy: right unless devshim knows the claim
+            assert device not in self.prepared or device in self.forgotten, (
+                f"the claim on {device}, prepared before, was refused: the checkpoint must answer it"
+            )
+            return
         first = self.prepared.setdefault(device, answer)
+        self.forgotten.discard(device)
         assert answer == first, f"the claim on {device} was prepared as {first}, now answered {answer}"
 
     @rule(device=st.sampled_from(CLAIMED))
@@ -227,6 +237,7 @@ class ConvergeDra(RuleBasedStateMachine):
         tally("unprepare")
         self.run(self.as_the_kubelet(False, device))
         self.prepared.pop(device, None)
+        self.forgotten.discard(device)
 
     @rule()
     def the_driver_crashes(self) -> None:
@@ -239,6 +250,7 @@ class ConvergeDra(RuleBasedStateMachine):
         self.run(self.stop_devshim(signal.SIGKILL if killed else signal.SIGTERM))
         if not state_kept:
             shutil.rmtree(self.folder / "state", ignore_errors=True)
+            self.forgotten |= set(self.prepared)  # the kubelet holds them prepared; devshim forgot
         self.run(self.start_devshim())
 
     @rule()
