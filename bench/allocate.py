@@ -37,8 +37,8 @@ from bench.common import (
     workdir,
     write_config,
 )
+from shim.compat.fakekubelet import FakeKubelet, PluginSession
 from shim.generated.v1beta1 import api_pb2 as pb
-from shim.kubelet import FakeKubelet, PluginSession
 
 DECLARED = "example.com/sim-declared"
 PER_CALL = "example.com/sim-call"

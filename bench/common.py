@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from shim.compat.node.node import free_port as free_port  # re-exported for the rows
+from shim.compat.realnode.node import free_port as free_port  # re-exported for the rows
 
 BENCH_DIR = Path(__file__).parent
 ROOT = BENCH_DIR.parent  # the working directory of every process started here (for -m bench.*)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable
 
 from bench.common import Result, percentile, running, sim_driver, start_devshim, workdir, write_config
-from shim.kubelet import FakeKubelet, PluginSession
+from shim.compat.fakekubelet import FakeKubelet, PluginSession
 
 RESOURCE = "example.com/sim-call"
 CALLS = 64

@@ -1,6 +1,6 @@
 """Row dra: a driver's change among 10,000 devices -> the pool's ResourceSlices updated.
 
-A real kube-apiserver and etcd (release 1.37, shim.compat.node.ControlPlane; built on first use,
+A real kube-apiserver and etcd (release 1.37, shim.compat.realnode.ControlPlane; built on first use,
 minutes) and `devshim run` with the sim serving 10,000 devices with attributes and capacity, in
 one DRA driver's pool: 79 slices. Measured:
 
@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from bench.common import ROOT, Result, free_port, number, ratio, stats_ms, workdir
-from shim.compat.node import ControlPlane
+from shim.compat.realnode import ControlPlane
 
 DEVICES = 10_000
 DRIVER = "gpu.example.com"

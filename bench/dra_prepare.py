@@ -1,6 +1,6 @@
 """Row dra_prepare: NodePrepareResources of a one-device claim beside v1beta1 Allocate of that device.
 
-A real kube-apiserver and etcd (release 1.37, shim.compat.node.ControlPlane; built on first use,
+A real kube-apiserver and etcd (release 1.37, shim.compat.realnode.ControlPlane; built on first use,
 minutes) and one `devshim run` with the sim serving 4 GPUs (per-call grants, pre-start and
 deallocate declared) as the DRA driver gpu.example.com's pool and, through the fake kubelet, as
 the device-plugin resource example.com/gpu. One claim per sample (one device, gpu-0, allocated
@@ -55,12 +55,12 @@ from bench.common import (
     stats_ms,
     workdir,
 )
-from shim.compat.node import ControlPlane
+from shim.compat.fakekubelet import FakeKubelet
+from shim.compat.realnode import ControlPlane
 from shim.dra.cdi import write_atomically
 from shim.dra.kube import ApiServer
 from shim.generated.dra.v1 import api_pb2 as dra_pb
 from shim.generated.v1beta1 import api_pb2 as dp_pb
-from shim.kubelet import FakeKubelet
 
 DRIVER = "gpu.example.com"
 RESOURCE = "example.com/gpu"

@@ -27,7 +27,7 @@ from bench.common import (
     workdir,
     write_config,
 )
-from shim.kubelet import FakeKubelet
+from shim.compat.fakekubelet import FakeKubelet
 from shim.sdk import PROTOCOL_VERSION
 
 RESOURCE = "example.com/failover"

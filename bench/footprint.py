@@ -38,7 +38,7 @@ from bench.common import (
     write_config,
 )
 from bench.memory import rss_mb
-from shim.kubelet import FakeKubelet
+from shim.compat.fakekubelet import FakeKubelet
 
 RESOURCE = "example.com/gpu"
 DEVSHIM_GOAL_MB = 40.0
@@ -73,8 +73,8 @@ MANY_DEVICES = 10_000
 MANY_GOAL_MB = 50.0
 # devshim's own imports, in the order `devshim run` takes them, after the floor.
 SHARES = (
-    "shim.settings", "typer", "shim.ops.metrics", "shim.frontend.dirwatch", "shim.core.resource",
-    "shim.status", "shim.bootstrap", "shim.cli", "shim.frontend.v1beta1",
+    "shim.settings", "typer", "shim.ops.metrics", "shim.node.dirwatch", "shim.core.resource",
+    "shim.status", "shim.bootstrap", "shim.cli", "shim.deviceplugin.v1beta1",
 )  # fmt: skip
 
 

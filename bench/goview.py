@@ -42,7 +42,7 @@ from bench.common import (
     workdir,
     write_config,
 )
-from shim.kubelet import DeviceState, FakeKubelet
+from shim.compat.fakekubelet import DeviceState, FakeKubelet
 
 GOCLIENT = BENCH_DIR / "goclient"
 GOPLUG = ROOT / "tests" / "support" / "legacy_plugins" / "go"

@@ -37,8 +37,8 @@ from bench.common import (
     write_config,
 )
 from bench.driver import device_ids
-from shim.kubelet import FakeKubelet, PluginOptions, PluginSession, wire
-from shim.kubelet.v1beta1 import PluginClientV1Beta1
+from shim.compat.fakekubelet import FakeKubelet, PluginOptions, PluginSession, wire
+from shim.compat.fakekubelet.v1beta1 import PluginClientV1Beta1
 
 RESOURCE = "example.com/gpu"
 DEVICES = 10_000

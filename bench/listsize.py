@@ -25,8 +25,8 @@ from bench.common import (
     write_config,
 )
 from bench.driver import NUMA_NODES, device_ids
+from shim.compat.fakekubelet import FakeKubelet, PluginSession
 from shim.generated.v1beta1 import api_pb2 as pb
-from shim.kubelet import FakeKubelet, PluginSession
 
 LIMIT = 4 * 1024 * 1024  # gRPC's default receive limit, which the kubelet keeps
 FIT = "example.com/gpu-fit"

@@ -19,7 +19,7 @@ from bench.common import (
     workdir,
     write_config,
 )
-from shim.kubelet import FakeKubelet
+from shim.compat.fakekubelet import FakeKubelet
 
 RESOURCES = ("example.com/gpu-a", "example.com/gpu-b", "example.com/gpu-c")
 DEVICES = 10_000

@@ -19,8 +19,8 @@ from collections.abc import AsyncIterator
 import grpc
 
 from bench.common import ROOT, Result, free_port, ratio, running, start_devshim, stats_ms, timed, workdir
+from shim.compat.fakekubelet import FakeKubelet
 from shim.generated.v1beta1 import api_pb2 as pb
-from shim.kubelet import FakeKubelet
 
 RESOURCE = "example.com/ops"
 ALLOCATE = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=["dev1"])])

@@ -14,7 +14,7 @@ import asyncio
 import sys
 
 from bench.common import ROOT, Result, number, ratio, running, start_devshim, stats_ms, workdir
-from shim.kubelet import CleanupMode, FakeKubelet
+from shim.compat.fakekubelet import CleanupMode, FakeKubelet
 
 RESOURCE = "example.com/bench"
 

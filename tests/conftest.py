@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shim.kubelet import FakeKubelet
+from shim.compat.fakekubelet import FakeKubelet
 from shim.ops import metrics
 from tests.support.shim_fixtures import logged
 from tests.support.unix import short_temp_dir

@@ -46,5 +46,5 @@ def test_the_wheel_ships_the_product_and_no_test_code(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names if not name.startswith("devshim-")}
     assert tops == {"shim", "devshim_adapters"}, tops
-    assert "shim/kubelet/fake_kubelet.py" in names and "shim/compat/command.py" in names
+    assert "shim/compat/fakekubelet/fake_kubelet.py" in names and "shim/compat/command.py" in names
     assert not [n for n in names if "/tests/" in n or "scripted" in n or "conftest" in n]

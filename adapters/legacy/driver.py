@@ -10,8 +10,8 @@ from typing import TypeVar
 import grpc
 from loguru import logger
 
-from shim.kubelet import records
-from shim.kubelet.api import PreferredRequest
+from shim.compat.fakekubelet import records
+from shim.compat.fakekubelet.api import PreferredRequest
 from shim.sdk import Driver, DriverError, ErrorCode, types
 
 from .kubelet import LegacyPlugin, PrivateKubelet

@@ -1,6 +1,6 @@
 """The kubelet's side, played to one legacy plugin: accept its Register, dial it, follow it.
 
-Reuses the fake kubelet's v1beta1 module (shim.kubelet), which already speaks the kubelet side
+Reuses the fake kubelet's v1beta1 module (shim.compat.fakekubelet), which already speaks the kubelet side
 of the API; here it serves a private directory.
 That directory may be writable by the legacy plugin's container (the sidecar form),
 so every file in it is handled as sockets.py describes.
@@ -17,9 +17,9 @@ from typing import Any
 import grpc
 from loguru import logger
 
-from shim.kubelet import records, v1beta1
-from shim.kubelet.errors import RegistrationRejected
-from shim.kubelet.names import is_extended_resource_name
+from shim.compat.fakekubelet import records, v1beta1
+from shim.compat.fakekubelet.errors import RegistrationRejected
+from shim.compat.fakekubelet.names import is_extended_resource_name
 
 from .sockets import KUBELET_SOCKET, EndpointRefused, Identity, PinnedSocket, PrivateBind, SharedDir
 

@@ -14,13 +14,13 @@ from loguru import logger
 
 from shim import __version__
 from shim.core.resource import ResourceService
+from shim.deviceplugin.api import ApiVersion
+from shim.deviceplugin.deallocation import DeallocationEmulator
+from shim.deviceplugin.endpoint import PluginEndpoint
 from shim.errors import ClaimRefused
-from shim.frontend.api import ApiVersion
-from shim.frontend.deallocation import DeallocationEmulator
-from shim.frontend.dirwatch import DirWatcher
-from shim.frontend.endpoint import PluginEndpoint
-from shim.frontend.handover import Handover
 from shim.names import check_extended_resource_name
+from shim.node.dirwatch import DirWatcher
+from shim.node.handover import Handover
 from shim.policy import GrantPolicy
 from shim.settings import INSTANCE_ID_DIGITS, DriverSettings, Settings, socket_prefix
 from shim.sources import DeviceSource, StaticSource
@@ -57,7 +57,7 @@ class Served:
 
 # Each kubelet API version's module (the one place its generated code is imported), newest first:
 # classic registration offers them in this order. Only the configured ones are imported.
-API_MODULES = {"v1beta2": "shim.frontend.v1beta2", "v1beta1": "shim.frontend.v1beta1"}
+API_MODULES = {"v1beta2": "shim.deviceplugin.v1beta2", "v1beta1": "shim.deviceplugin.v1beta1"}
 
 
 def kubelet_apis(names: Collection[str]) -> list[ApiVersion]:
@@ -102,7 +102,7 @@ class Shim:
             raise ValueError(f"sources given for unconfigured resources: {', '.join(given)}")
         self.drivers = [self._driver_host(d) for d in settings.drivers]
         # Names this instance's sockets: a second devshim on the node (a rolling update) takes
-        # resources over from us instead of clashing (frontend/handover.py).
+        # resources over from us instead of clashing (node/handover.py).
         self.instance = secrets.token_hex(INSTANCE_ID_DIGITS // 2)
         self.watcher_mode = settings.registration == "watcher"
         # Offered newest first: classic registration tries them in this order.

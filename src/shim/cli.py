@@ -319,7 +319,7 @@ def demo(
     """Show register, list, health flip, allocate and pre-start against a built-in fake kubelet
     and the simulated driver, explaining each term as it first appears; needs no kubelet and
     changes nothing outside a temp directory."""
-    from shim.demo import demo as run_demo
+    from shim.compat.demo import demo as run_demo
 
     logger.remove()
     logger.add(sys.stderr, level="DEBUG" if verbose else "ERROR")

@@ -1,7 +1,7 @@
 """The version-neutral device model.
 
 Every kubelet API version is translated to and from these types at the edge
-(shim/frontend/<version>.py); the core and the device sources see nothing else.
+(shim/deviceplugin/<version>.py); the core and the device sources see nothing else.
 """
 
 from __future__ import annotations

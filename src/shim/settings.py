@@ -45,12 +45,12 @@ DEFAULT_DEVICE_PLUGINS_DIR = Path("/var/lib/kubelet/device-plugins")
 KUBELET_SOCKET_NAME = "kubelet.sock"
 # sun_path is 108 bytes on Linux, including the terminating NUL.
 MAX_SOCKET_PATH = 107
-# devshim binds each socket first as <dir>/.devshim-bind-<8 hex>/.s (frontend/sockets.py):
+# devshim binds each socket first as <dir>/.devshim-bind-<8 hex>/.s (node/sockets.py):
 # that path must fit in sun_path too.
 PRIVATE_BIND_EXTRA = len("/.devshim-bind-01234567/.s")
 
 # Each devshim instance names its sockets with an id of this many hex digits, so two instances
-# on a node (a rolling update) never clash (shim/frontend/handover.py).
+# on a node (a rolling update) never clash (shim/node/handover.py).
 INSTANCE_ID_DIGITS = 6
 
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from shim.model import Device, Health
 
 if TYPE_CHECKING:
+    from shim.deviceplugin.endpoint import PluginEndpoint
     from shim.driverhost import DriverHost
-    from shim.frontend.endpoint import PluginEndpoint
 
 
 def resource_status(

@@ -20,7 +20,7 @@ import grpc
 import pytest
 import yaml
 
-from shim.kubelet import FakeKubelet
+from shim.compat.fakekubelet import FakeKubelet
 from tests.support import DRIVERS
 from tests.support.compat_cell import run_cell
 from tests.support.devshim_process import DEVSHIM, devshim

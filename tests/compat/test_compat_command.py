@@ -111,7 +111,7 @@ def test_devfs_passes_on_a_1_33_kubelet_through_the_plugin_watcher(tmp_path: Pat
 # bug -> (the rows it fails, what each failure's reason must say, the rows run: None for all). A
 # pod that cannot start or end cleanly fails every row that runs one: admit/run_pod allocate and
 # pre-start (devshim_restart starts one), end_pod post-stops and then deallocates
-# (src/shim/kubelet/pods.py). For time, the
+# (src/shim/compat/fakekubelet/pods.py). For time, the
 # bugs after the first run only the rows that call the driver's optional methods, which no other
 # row does, plus register as a control; forgetting after a restart, the restarts and two controls.
 POD_ROWS = ("register", "allocate", "preferred_allocation", "prestart", "deallocate", "post_stop")

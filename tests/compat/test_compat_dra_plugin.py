@@ -22,7 +22,7 @@ from shim.compat.command import Request, Selection, UsageError, run
 from shim.compat.dra_matrix import choose_pairs, supported_pairs
 from shim.compat.dra_plugin_checks import CHECKS
 from shim.compat.dra_plugin_world import PluginCell
-from shim.compat.node import ControlPlane
+from shim.compat.realnode import ControlPlane
 from shim.compat.upstream import releases
 from tests.support.compat_run import compat, table_row
 from tests.support.devshim_process import DEVSHIM

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from shim.compat.fakekubelet import FakeKubelet
 from shim.compat.modes import PROFILES
 from shim.compat.plugin_checks import PLUGIN_CHECKS, plugin_cells, run_plugin_matrix
 from shim.compat.plugin_process import KUBELET_DIR
 from shim.compat.plugin_world import NO_HOOK, NOT_STARTED, PluginUnderTest
 from shim.compat.report import table
 from shim.compat.results import Result, Status
-from shim.kubelet import FakeKubelet
 from tests.support.legacy import FLIP, PYTHON_PLUGIN, python_plugin
 from tests.support.unix import short_temp_dir
 

@@ -1,4 +1,4 @@
-"""A control plane: etcd and the upstream kube-apiserver of a release (shim.compat.node.controlplane).
+"""A control plane: etcd and the upstream kube-apiserver of a release (shim.compat.realnode.controlplane).
 
 What the API server does is checked through its own HTTPS API: which resource.k8s.io (DRA)
 versions it serves, a ResourceSlice written and read back, an object kept over an upgrade from
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shim.compat.node import APIError, ControlPlane, ControlPlaneError, certs
-from shim.compat.node.apiserver import dra_flags, https_request
-from shim.compat.node.controlplane import version_priority
+from shim.compat.realnode import APIError, ControlPlane, ControlPlaneError, certs
+from shim.compat.realnode.apiserver import dra_flags, https_request
+from shim.compat.realnode.controlplane import version_priority
 from shim.compat.upstream import releases as upstream
 from tests.support.control_plane import (
     APISERVERS,
@@ -133,7 +133,7 @@ def test_an_upgrade_from_1_33_to_1_34_keeps_a_slice_written_in_v1beta2() -> None
 
 
 def test_a_control_plane_starts_by_hand_with_one_command() -> None:
-    """`python -m shim.compat.node --control-plane` says where the API server and the admin's
+    """`python -m shim.compat.realnode --control-plane` says where the API server and the admin's
     kubeconfig are, serves there, and on SIGTERM stops both daemons and exits 0."""
     release = DEFAULT[0]
     build(release)
@@ -142,7 +142,7 @@ def test_a_control_plane_starts_by_hand_with_one_command() -> None:
         argv = [
             sys.executable,
             "-m",
-            "shim.compat.node",
+            "shim.compat.realnode",
             "--control-plane",
             "--release",
             minor,
@@ -185,7 +185,7 @@ def test_a_daemon_that_exits_is_reported_with_its_log() -> None:
 
 
 def test_the_certificates_chain_to_the_ca_and_name_loopback(tmp_path: Path) -> None:
-    toolchain("openssl", "the control plane's certificates (shim.compat.node.certs)")
+    toolchain("openssl", "the control plane's certificates (shim.compat.realnode.certs)")
     ca = certs.CertificateAuthority.create(tmp_path)
     server = ca.issue("server", common_name="kube-apiserver", ips=["127.0.0.1"], dns=["localhost"])
     client = ca.issue("admin", common_name="devshim-admin", organizations=["system:masters"])

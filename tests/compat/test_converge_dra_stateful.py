@@ -45,8 +45,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from shim.compat.dra_world import Published, RunningDevshim, running_devshim
-from shim.compat.node import ControlPlane
-from shim.compat.node.apiserver import APIError
+from shim.compat.realnode import ControlPlane
+from shim.compat.realnode.apiserver import APIError
 from tests.fuzz.profiles import examples
 from tests.support import control_plane
 from tests.support.devshim_process import kill_children

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from shim.bootstrap import Shim
+from shim.compat.fakekubelet import FakeKubelet
 from shim.errors import SourceUnavailable
-from shim.kubelet import FakeKubelet
 from shim.settings import Settings
 from tests.support import AS_ROOT
 

@@ -15,8 +15,8 @@ import pytest
 from loguru import logger
 
 from shim.bootstrap import Shim
-from shim.kubelet import FakeKubelet
-from shim.kubelet.records import ContainerSpec
+from shim.compat.fakekubelet import FakeKubelet
+from shim.compat.fakekubelet.records import ContainerSpec
 from shim.settings import Settings
 from tests.support import DRIVERS
 from tests.support.unix import short_temp_dir

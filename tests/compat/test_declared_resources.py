@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 
 from shim.bootstrap import Shim
+from shim.compat.fakekubelet import FakeKubelet
+from shim.compat.fakekubelet.records import HEALTHY, DeviceState
 from shim.driverhost import DriverHost
-from shim.kubelet import FakeKubelet
-from shim.kubelet.records import HEALTHY, DeviceState
 from shim.ops.series import REGISTRY
 from shim.settings import Settings
 from shim.status import render_status

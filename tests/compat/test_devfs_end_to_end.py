@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from shim.bootstrap import Shim
-from shim.kubelet import FakeKubelet, PluginSession
+from shim.compat.fakekubelet import FakeKubelet, PluginSession
 from shim.settings import Settings
 
 SERIAL = "example.com/devfs-serial"

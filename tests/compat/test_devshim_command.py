@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from shim.kubelet import FakeKubelet
+from shim.compat.fakekubelet import FakeKubelet
 from tests.support import DRIVERS
 from tests.support.devshim_process import DEVSHIM, children, devshim, start_devshim
 

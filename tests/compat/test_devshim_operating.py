@@ -22,8 +22,8 @@ import grpc
 import pytest
 import yaml
 
-from shim.compat.node.node import free_port
-from shim.kubelet import FakeKubelet
+from shim.compat.fakekubelet import FakeKubelet
+from shim.compat.realnode.node import free_port
 from tests.support import DRIVERS, ROOT
 from tests.support.devshim_process import DEVSHIM, children, devshim, http_get
 

@@ -13,8 +13,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from shim.kubelet import CleanupMode, FakeKubelet, PluginSession
-from shim.kubelet.records import DeviceState, PluginOptions
+from shim.compat.fakekubelet import CleanupMode, FakeKubelet, PluginSession
+from shim.compat.fakekubelet.records import DeviceState, PluginOptions
 from shim.model import Device, Health
 from shim.sources import StaticSource
 from tests.support.shim_fixtures import BAR, FOO, running_shim

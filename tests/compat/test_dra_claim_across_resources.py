@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from shim.compat.node import ControlPlane
+from shim.compat.realnode import ControlPlane
 from tests.support import control_plane
 from tests.support.dra import dra_status, make_claim, running_devshim
 from tests.support.dra_calls import GPU, HONEST, Devshim, pool_config, prepare, sim_driver, spec_of

@@ -22,7 +22,8 @@ import pytest
 import yaml
 
 from shim.compat.dra_world import RunningDevshim
-from shim.compat.node import ControlPlane
+from shim.compat.fakekubelet.v1beta1 import PluginClientV1Beta1
+from shim.compat.realnode import ControlPlane
 from shim.compat.upstream import releases as upstream
 from shim.compat.upstream.dra_manager import (
     Container,
@@ -36,7 +37,6 @@ from shim.compat.upstream.dra_manager import (
 from shim.compat.upstream.harness import Container as DpContainer
 from shim.compat.upstream.harness import Harness, HarnessError, running_harness
 from shim.compat.upstream.harness import Pod as DpPod
-from shim.kubelet.v1beta1 import PluginClientV1Beta1
 from tests.support import control_plane
 from tests.support.dra import GPU_DRIVER, Published, config, make_claim, running
 from tests.support.dra_judge import CLAIMS_VERSION, RELEASES, build, param

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from shim.compat.node import ControlPlane
+from shim.compat.realnode import ControlPlane
 from shim.inventory import InventoryStore, SavedResource
 from shim.model import Attribute, AttributeKind, Device
 from tests.support import control_plane

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from shim.compat.dra_world import DraNode, dra_node, running_devshim
-from shim.compat.node import ControlPlane
+from shim.compat.realnode import ControlPlane
 from shim.compat.upstream import releases as upstream
 from shim.compat.upstream.dra_manager import (
     Container,

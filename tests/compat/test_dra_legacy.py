@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from shim.compat.node import ControlPlane
+from shim.compat.realnode import ControlPlane
 from shim.compat.upstream.dra_manager import (
     Container,
     ContainerClaim,

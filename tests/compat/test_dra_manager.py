@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from shim.compat.node import ControlPlane
+from shim.compat.realnode import ControlPlane
 from shim.compat.upstream import releases as upstream
 from shim.compat.upstream.dra_manager import (
     Container,

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from shim.compat.node import ControlPlane
-from shim.compat.node.apiserver import APIError
+from shim.compat.realnode import ControlPlane
+from shim.compat.realnode.apiserver import APIError
 from shim.settings import Settings
 from tests.support import ROOT, control_plane
 

@@ -24,7 +24,7 @@ import grpc
 import pytest
 import yaml
 
-from shim.compat.node import ControlPlane
+from shim.compat.realnode import ControlPlane
 from shim.generated.dra.v1beta1 import api_pb2 as dra_v1beta1
 from shim.generated.drahealth.v1 import api_pb2 as health_v1
 from shim.generated.drahealth.v1alpha1 import api_pb2 as health_v1alpha1

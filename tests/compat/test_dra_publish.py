@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from shim.compat.node import ControlPlane
+from shim.compat.realnode import ControlPlane
 from shim.compat.upstream import releases as upstream
 from shim.dra.names import device_name
 from shim.dra.node import FIRST_POOL_WAIT_S

@@ -27,7 +27,7 @@ import grpc
 import pytest
 import yaml
 
-from shim.compat.node import APIError, ControlPlane
+from shim.compat.realnode import APIError, ControlPlane
 from shim.compat.upstream import releases as upstream
 from shim.generated.dra.v1 import api_pb2 as dra_v1
 from tests.support import control_plane

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from shim.compat.node import ControlPlane
+from shim.compat.realnode import ControlPlane
 from shim.compat.upstream import releases as upstream
 from shim.dra.kube import ApiServer
 from shim.dra.ownership import Offer

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from shim.bootstrap import Shim
-from shim.kubelet import FakeKubelet
+from shim.compat.fakekubelet import FakeKubelet
 from shim.settings import Settings
 from tests.support import DRIVERS
 

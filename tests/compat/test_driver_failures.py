@@ -25,10 +25,10 @@ import grpc
 import pytest
 
 from shim.bootstrap import Shim
+from shim.compat.fakekubelet import FakeKubelet, PluginSession
+from shim.compat.fakekubelet.records import HEALTHY, UNHEALTHY, DeviceState
 from shim.driverhost import DriverHost
 from shim.driverhost.limits import MAX_MESSAGE_BYTES
-from shim.kubelet import FakeKubelet, PluginSession
-from shim.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
 from shim.settings import Settings
 from tests.support import DRIVERS
 from tests.support.devshim_process import runs

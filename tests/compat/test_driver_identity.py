@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from shim.bootstrap import Shim
+from shim.compat.fakekubelet import FakeKubelet
 from shim.driverhost.identity import DEFAULT_UID, Identity, identity
-from shim.kubelet import FakeKubelet
 from shim.settings import DriverSettings, Settings
 from tests.support import ROOT
 from tests.support.privileges import HARDENED, NOBODY_PYTHON, needs_nobody

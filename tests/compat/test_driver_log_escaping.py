@@ -19,7 +19,7 @@ import pytest
 from loguru import logger
 
 from shim.bootstrap import Shim
-from shim.kubelet import FakeKubelet
+from shim.compat.fakekubelet import FakeKubelet
 from shim.settings import Settings
 from tests.support.drivers import unicode_lines
 from tests.support.drivers.unicode_lines import FORGED, RESOURCE

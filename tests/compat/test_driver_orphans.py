@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from shim.kubelet import FakeKubelet
+from shim.compat.fakekubelet import FakeKubelet
 from tests.support import DRIVERS
 from tests.support.devshim_process import DEVSHIM, children
 

@@ -26,7 +26,7 @@ import yaml
 from loguru import logger
 
 from shim.bootstrap import Shim
-from shim.kubelet import FakeKubelet, PluginSession
+from shim.compat.fakekubelet import FakeKubelet, PluginSession
 from shim.settings import Settings
 from tests.support import AS_ROOT
 from tests.support.privileges import HARDENED, NOBODY, NOBODY_PYTHON, can_drop_capabilities, needs_nobody

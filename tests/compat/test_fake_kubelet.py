@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from shim.kubelet import (
+from shim.compat.fakekubelet import (
     CHECKPOINT_FILE,
     AdmissionRejected,
     CleanupMode,
@@ -24,10 +24,10 @@ from shim.kubelet import (
     PluginOptions,
     ProtocolViolation,
 )
-from shim.kubelet.dirs import clean_plugin_dir
-from shim.kubelet.names import is_extended_resource_name
-from shim.kubelet.profiles import DEPRECATION_FILE
-from shim.kubelet.records import RegisterRequest
+from shim.compat.fakekubelet.dirs import clean_plugin_dir
+from shim.compat.fakekubelet.names import is_extended_resource_name
+from shim.compat.fakekubelet.profiles import DEPRECATION_FILE
+from shim.compat.fakekubelet.records import RegisterRequest
 from tests.support.scripted import PluginScript, ScriptedFailure
 from tests.support.scripted_plugin import ScriptedPlugin
 from tests.support.waiting import until

@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from shim.kubelet import (
+from shim.compat.fakekubelet import (
     AdmissionRejected,
     AssignedDevice,
     CleanupMode,
@@ -21,8 +21,8 @@ from shim.kubelet import (
     PodContainer,
     RunningPod,
 )
-from shim.kubelet.podresources import PodResourcesReader
-from shim.kubelet.ratelimit import TokenBucket
+from shim.compat.fakekubelet.podresources import PodResourcesReader
+from shim.compat.fakekubelet.ratelimit import TokenBucket
 from tests.support.scripted import PluginScript
 from tests.support.scripted_plugin import ScriptedPlugin
 

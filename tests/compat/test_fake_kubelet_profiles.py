@@ -1,4 +1,4 @@
-"""The fake kubelet's behaviour profiles (kubelet/profiles.py), against scripted plugins."""
+"""The fake kubelet's behaviour profiles (compat/fakekubelet/profiles.py), against scripted plugins."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from shim.kubelet import DEPRECATION_FILE, PROFILES, DeviceState, FakeKubelet, PluginOptions
+from shim.compat.fakekubelet import DEPRECATION_FILE, PROFILES, DeviceState, FakeKubelet, PluginOptions
 from tests.support.scripted import PluginScript
 from tests.support.scripted_plugin import ScriptedPlugin
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from shim.kubelet import (
+from shim.compat.fakekubelet import (
     API_VERSIONS,
     CleanupMode,
     ContainerSpec,

@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from shim.kubelet import (
+from shim.compat.fakekubelet import (
     CLASSIC,
     WATCHER,
     CleanupMode,

@@ -24,8 +24,8 @@ import grpc
 import pytest
 
 from shim.bootstrap import Shim
-from shim.kubelet import FakeKubelet, PluginSession
-from shim.kubelet.records import HEALTHY
+from shim.compat.fakekubelet import FakeKubelet, PluginSession
+from shim.compat.fakekubelet.records import HEALTHY
 from shim.ops import series
 from shim.settings import Settings
 from tests.support import DRIVERS

@@ -24,9 +24,9 @@ import pytest
 import yaml
 
 from shim.bootstrap import Shim
+from shim.compat.fakekubelet import EndpointStopped, FakeKubelet, PluginSession
+from shim.compat.fakekubelet.records import HEALTHY, UNHEALTHY, DeviceState
 from shim.driverhost.limits import MAX_DEVICES_PER_LIST, MAX_MESSAGE_BYTES, MAX_MESSAGE_VALUES
-from shim.kubelet import EndpointStopped, FakeKubelet, PluginSession
-from shim.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
 from shim.model import Device, Health
 from shim.ops.series import REGISTRY
 from shim.settings import Settings

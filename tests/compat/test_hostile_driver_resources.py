@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from shim.bootstrap import Shim
+from shim.compat.fakekubelet import FakeKubelet, PluginSession
 from shim.driverhost import DriverHost
-from shim.kubelet import FakeKubelet, PluginSession
 from shim.ops.series import REGISTRY
 from shim.settings import Settings
 from tests.support import DRIVERS

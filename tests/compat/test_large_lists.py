@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from shim.frontend.common import KUBELET_MAX_MESSAGE_BYTES
-from shim.kubelet import FakeKubelet
+from shim.compat.fakekubelet import FakeKubelet
+from shim.deviceplugin.common import KUBELET_MAX_MESSAGE_BYTES
 from shim.ops.series import REGISTRY
 from shim.status import render_status
 from tests.support.shim_fixtures import logged, running_shim

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from shim.bootstrap import Shim
-from shim.kubelet import FakeKubelet
+from shim.compat.fakekubelet import FakeKubelet
 from shim.settings import Settings
 from tests.support.legacy import PYTHON_PLUGIN, RESOURCE, legacy_driver, legacy_pid, plugin_env, served
 

@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 from shim.bootstrap import Shim
-from shim.kubelet import FakeKubelet, PluginSession
-from shim.kubelet.errors import EndpointStopped
-from shim.kubelet.session import DeviceList
+from shim.compat.fakekubelet import FakeKubelet, PluginSession
+from shim.compat.fakekubelet.errors import EndpointStopped
+from shim.compat.fakekubelet.session import DeviceList
 from shim.settings import Settings
 from tests.support.legacy import PYTHON_PLUGIN, RESOURCE, legacy_driver, plugin_env, served
 from tests.support.shim_fixtures import logged

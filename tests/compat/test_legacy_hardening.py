@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from adapters.legacy.kubelet import LegacyPlugin, PrivateKubelet
-from shim.kubelet import records
+from shim.compat.fakekubelet import records
 from tests.support.legacy import PYTHON_PLUGIN, RESOURCE, plugin_env, served
 
 ATTACKER = "example.com/evil"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from shim.bootstrap import Shim
-from shim.kubelet import FakeKubelet
+from shim.compat.fakekubelet import FakeKubelet
 from tests.support.shim_fixtures import FOO, settings_for
 from tests.support.waiting import until
 

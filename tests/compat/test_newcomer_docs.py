@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shim.kubelet import FakeKubelet
+from shim.compat.fakekubelet import FakeKubelet
 from tests.support import ROOT
 from tests.support.devshim_process import DEVSHIM
 

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from shim.bootstrap import Shim
-from shim.kubelet import FakeKubelet, PluginSession
+from shim.compat.fakekubelet import FakeKubelet, PluginSession
 from shim.settings import Settings
 from tests.support.toolchains import toolchain
 

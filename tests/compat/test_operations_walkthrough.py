@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shim.compat.node.node import free_port
+from shim.compat.realnode.node import free_port
 from tests.support.devshim_process import DEVSHIM, http_get
 
 DOC = Path(__file__).parents[2] / "docs" / "operations.md"
@@ -53,7 +53,7 @@ async def test_the_walkthrough_in_docs_operations_md_works(
         *DEVSHIM, "run", "--config", str(config), stdout=pipe, stderr=pipe
     )
     kubelet = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "shim.kubelet.serve", str(plugin_dir), stdout=pipe, stderr=pipe
+        sys.executable, "-m", "shim.compat.fakekubelet.serve", str(plugin_dir), stdout=pipe, stderr=pipe
     )
     try:
         assert kubelet.stdout is not None

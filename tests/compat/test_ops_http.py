@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from shim.bootstrap import Shim
-from shim.kubelet import FakeKubelet
+from shim.compat.fakekubelet import FakeKubelet
 from shim.ops.http import MAX_CONNECTIONS, MAX_HEAD_BYTES, OpsServer, OpsThread
 from tests.support.scrape import Samples, ops_for, raw, request, started
 from tests.support.shim_fixtures import running_shim

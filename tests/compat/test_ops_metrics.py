@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from shim.bootstrap import Shim
-from shim.kubelet import FakeKubelet
-from shim.kubelet.records import RegisterRequest
+from shim.compat.fakekubelet import FakeKubelet
+from shim.compat.fakekubelet.records import RegisterRequest
 from shim.model import Health
 from shim.settings import Settings
 from tests.support.scrape import Samples, ops_for, scrape, scrape_until

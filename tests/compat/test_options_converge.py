@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from shim.bootstrap import Shim
-from shim.kubelet import FakeKubelet
+from shim.compat.fakekubelet import FakeKubelet
 from shim.model import Health
 from shim.settings import Settings
 from tests.support import AS_ROOT, DRIVERS

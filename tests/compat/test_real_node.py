@@ -1,5 +1,5 @@
 """A real node: the upstream kubelet (whole, standalone) and containerd run pods that request
-devshim's resources, and each container reports what it was given (shim.compat.node).
+devshim's resources, and each container reports what it was given (shim.compat.realnode).
 
 Every test starts its own node (about 2 s) and devshim in front of it as a real process, with the
 static source, the sim, devfs, or the legacy adapter in front of the Go legacy plugin. What is
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from shim.compat.node import Node, NodeUnavailable, pod_manifest
+from shim.compat.realnode import Node, NodeUnavailable, pod_manifest
 from shim.compat.upstream import releases as upstream
 from tests.support.devshim_process import runs
 from tests.support.real_node import (
@@ -440,7 +440,7 @@ def test_a_failing_test_leaves_nothing_running_or_mounted(
 
 
 def test_a_node_starts_by_hand_with_one_command() -> None:
-    """`python -m shim.compat.node` builds (or finds) the kubelet, starts the node, says where its
+    """`python -m shim.compat.realnode` builds (or finds) the kubelet, starts the node, says where its
     read-only API is, serves there, and on SIGINT stops, leaving nothing running."""
     check_machine()
     release = DEFAULT[0]
@@ -451,7 +451,7 @@ def test_a_node_starts_by_hand_with_one_command() -> None:
 
 
 def _start_a_node_by_hand(release: upstream.Release, folder: Path) -> None:
-    argv = [PYTHON, "-m", "shim.compat.node", "--release", f"1.{release.minor}", "--dir", str(folder)]
+    argv = [PYTHON, "-m", "shim.compat.realnode", "--release", f"1.{release.minor}", "--dir", str(folder)]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as cli:
         assert cli.stdout is not None
         lines = [cli.stdout.readline() for _ in range(7)]

@@ -1,4 +1,4 @@
-"""The final judge of DRA: a connected real node (shim.compat.node.connected) runs a pod that
+"""The final judge of DRA: a connected real node (shim.compat.realnode.connected) runs a pod that
 claims one of devshim's devices, and every step is upstream's own.
 
 etcd, kube-apiserver and kube-scheduler of the newest release, its kubelet registered with them
@@ -29,9 +29,9 @@ from typing import Any
 
 import pytest
 
-from shim.compat.node import NodeUnavailable, containerd, images, kubelet, scheduler
-from shim.compat.node.connected import NOT_READY_TAINT, ConnectedNode, api_pod, connected_releases
-from shim.compat.node.kubelet import NODE_NAME
+from shim.compat.realnode import NodeUnavailable, containerd, images, kubelet, scheduler
+from shim.compat.realnode.connected import NOT_READY_TAINT, ConnectedNode, api_pod, connected_releases
+from shim.compat.realnode.kubelet import NODE_NAME
 from shim.compat.upstream import releases as upstream
 from tests.support.dra import GPU_DRIVER, Published
 from tests.support.real_node import END, Devshim, check_machine, reporting, wait_until

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from shim.bootstrap import Shim
-from shim.kubelet import FakeKubelet, PluginSession
+from shim.compat.fakekubelet import FakeKubelet, PluginSession
 from shim.model import KUBELET_PRESTART_DEADLINE_S
 from shim.settings import DriverTimeouts, RestartPolicy, Settings
 from tests.support import ROOT

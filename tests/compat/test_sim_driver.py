@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from shim.bootstrap import Shim
-from shim.kubelet import FakeKubelet, PluginSession
+from shim.compat.fakekubelet import FakeKubelet, PluginSession
 from shim.settings import Settings
 from tests.support.waiting import until
 

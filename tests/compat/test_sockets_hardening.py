@@ -1,7 +1,7 @@
 """Plugin sockets are never reachable with looser permissions than configured, not even briefly.
 
 devshim binds each socket in a private 0700 directory beside its final path, gives it its mode
-and group there, and renames it into place (shim/frontend/sockets.py). These tests watch a real
+and group there, and renames it into place (shim/node/sockets.py). These tests watch a real
 devshim start against the fake kubelet: with inotify, the final name must only ever appear by
 rename (never be created or chmod-ed in place), and a separate process stat()ing the final
 path in a tight loop must only ever see the configured mode and group.
@@ -26,8 +26,8 @@ import pytest
 from asyncinotify import Inotify, Mask
 
 from shim.bootstrap import Shim
-from shim.frontend.sockets import BIND_DIR_PREFIX, BIND_NAME
-from shim.kubelet import CleanupMode, FakeKubelet
+from shim.compat.fakekubelet import CleanupMode, FakeKubelet
+from shim.node.sockets import BIND_DIR_PREFIX, BIND_NAME
 from shim.settings import MAX_SOCKET_PATH, PRIVATE_BIND_EXTRA
 from tests.support.privileges import NOBODY, NOBODY_PYTHON, NOGROUP, can_drop_capabilities, needs_nobody
 from tests.support.shim_fixtures import FOO, settings_for

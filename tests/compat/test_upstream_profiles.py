@@ -1,6 +1,6 @@
 """The fake kubelet's profiles held against the releases they claim to model.
 
-Each profile (shim.kubelet.profiles) says how a range of kubelet releases behaves; here the same
+Each profile (shim.compat.fakekubelet.profiles) says how a range of kubelet releases behaves; here the same
 experiments run on the real device manager of every release the upstream judge carries (the
 default pair; all with --full-matrix), and each outcome must be what the release's profile says.
 A profile cannot drift from its releases without failing here. docs/compat.md, "The model and
@@ -18,12 +18,12 @@ from pathlib import Path
 import grpc
 import pytest
 
+from shim.compat.fakekubelet import DEPRECATION_FILE, DeviceState, PluginOptions, profile_for_release
+from shim.compat.fakekubelet.dirs import CleanupMode
+from shim.compat.fakekubelet.versions import WIRES
 from shim.compat.upstream import releases as upstream
 from shim.compat.upstream.harness import Container, Pod
 from shim.compat.upstream.world import UpstreamKubelet
-from shim.kubelet import DEPRECATION_FILE, DeviceState, PluginOptions, profile_for_release
-from shim.kubelet.dirs import CleanupMode
-from shim.kubelet.versions import WIRES
 from tests.support.judge import DEFAULT, RELEASES
 from tests.support.scripted import PluginScript
 from tests.support.scripted_plugin import ScriptedPlugin

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from shim.bootstrap import Shim
-from shim.frontend import sockets
-from shim.kubelet import CleanupMode, FakeKubelet
-from shim.kubelet.pluginregistration import RegistrationClient
-from shim.kubelet.records import WATCHER
+from shim.compat.fakekubelet import CleanupMode, FakeKubelet
+from shim.compat.fakekubelet.pluginregistration import RegistrationClient
+from shim.compat.fakekubelet.records import WATCHER
+from shim.node import sockets
 from tests.support.shim_fixtures import FOO, settings_for
 from tests.support.unix import short_temp_dir
 

@@ -184,7 +184,7 @@ def test_install_script_builds_a_working_non_editable_install(tmp_path: Path) ->
     where = run(
         str(venv / "bin" / "python"),
         "-c",
-        "import devshim_adapters.sim, shim.kubelet, shim.compat, shim; print(shim.__file__)",
+        "import devshim_adapters.sim, shim.compat.fakekubelet, shim.compat, shim; print(shim.__file__)",
     )
     # Installed into the venv, not pointing back at a source tree (an editable install would).
     assert Path(where.strip()).is_relative_to(venv), where

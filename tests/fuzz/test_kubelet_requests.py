@@ -36,8 +36,8 @@ from hypothesis import currently_in_test_context, event, example, given
 from hypothesis import strategies as st
 
 from shim.bootstrap import Shim
-from shim.frontend.common import KUBELET_MAX_MESSAGE_BYTES
-from shim.frontend.encoded import _varint
+from shim.deviceplugin.common import KUBELET_MAX_MESSAGE_BYTES
+from shim.deviceplugin.encoded import _varint
 from shim.generated.v1beta1 import api_pb2 as v1beta1
 from shim.generated.v1beta2 import api_pb2 as v1beta2
 from shim.model import Device

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 
 import grpc
 
-from shim.kubelet import (
+from shim.compat.fakekubelet import (
     AdmissionRejected,
     ContainerSpec,
     EndpointStopped,
@@ -28,7 +28,7 @@ from shim.kubelet import (
     PluginSession,
     ProtocolViolation,
 )
-from shim.kubelet.records import HEALTHY, UNHEALTHY, DeviceState, Grant
+from shim.compat.fakekubelet.records import HEALTHY, UNHEALTHY, DeviceState, Grant
 
 from .report import Journal, reason
 from .world import ALLOWED_ENVS, KUBELET_DEADLINE_S, SERVED, World

@@ -12,10 +12,10 @@ from typing import Any
 
 import grpc
 
-from shim.kubelet import FakeKubelet, PluginSession
-from shim.kubelet import podresources as podresources_wire
-from shim.kubelet.ratelimit import DEFAULT_BURST, DEFAULT_QPS, TokenBucket
-from shim.kubelet.records import DeviceState, Grant, RunningPod
+from shim.compat.fakekubelet import FakeKubelet, PluginSession
+from shim.compat.fakekubelet import podresources as podresources_wire
+from shim.compat.fakekubelet.ratelimit import DEFAULT_BURST, DEFAULT_QPS, TokenBucket
+from shim.compat.fakekubelet.records import DeviceState, Grant, RunningPod
 
 
 class RecordingKubelet(FakeKubelet):

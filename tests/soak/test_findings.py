@@ -1,10 +1,10 @@
 """What the soak found in devshim, each kept as a small regression test beside the fix.
 
 - A Register in flight when devshim's socket is deleted waited out the kubelet's 10 s dial
-  (fixed: frontend/endpoint/cycle.py races the Register against the restart signal).
+  (fixed: deviceplugin/endpoint/cycle.py races the Register against the restart signal).
 - A frozen driver took over 2 s to replace (fixed: driverhost/process.py SIGKILLs a hung run at once).
 - A driver whose input pipe broke was never failed (fixed: driverhost/process.py request()).
-- An Allocate in flight when devshim served again was cancelled (fixed: frontend/endpoint/server.py
+- An Allocate in flight when devshim served again was cancelled (fixed: deviceplugin/endpoint/server.py
   PluginServer.close ends the streams, then gives unary calls a grace period).
 """
 
@@ -19,8 +19,8 @@ import grpc
 import pytest
 
 from shim.bootstrap import Shim
-from shim.kubelet import FakeKubelet
-from shim.kubelet.records import RegisterRequest
+from shim.compat.fakekubelet import FakeKubelet
+from shim.compat.fakekubelet.records import RegisterRequest
 from shim.settings import Settings
 from tests.soak.invariants import RECOVERY_BUDGET_S
 from tests.soak.runner import SoakOptions, run_soak

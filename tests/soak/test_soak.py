@@ -8,9 +8,9 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from shim.compat.fakekubelet import PluginOptions, PluginSession
+from shim.compat.fakekubelet.records import HEALTHY, UNHEALTHY, DeviceState
 from shim.compat.modes import PROFILES
-from shim.kubelet import PluginOptions, PluginSession
-from shim.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
 from tests.soak.faults import FAULTS
 from tests.soak.invariants import RECOVERY_BUDGET_S, ListChecker, clear
 from tests.soak.report import Journal, reason, render

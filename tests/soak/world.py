@@ -23,9 +23,9 @@ from typing import Any
 
 import yaml
 
+from shim.compat.fakekubelet import PluginSession
 from shim.compat.modes import KUBELET_LINE, Kubelet
-from shim.compat.node.node import free_port
-from shim.kubelet import PluginSession
+from shim.compat.realnode.node import free_port
 
 from . import hostile_driver
 from .kubelet import PodResources, RecordingKubelet

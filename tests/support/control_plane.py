@@ -1,4 +1,4 @@
-"""The control plane (shim.compat.node.controlplane) in tests: which releases run, their binaries
+"""The control plane (shim.compat.realnode.controlplane) in tests: which releases run, their binaries
 built once per session, a running control plane per test or module, and what "nothing left"
 means for it.
 
@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from shim.compat.node import ControlPlane
-from shim.compat.node.controlplane import apiserver_releases
+from shim.compat.realnode import ControlPlane
+from shim.compat.realnode.controlplane import apiserver_releases
 from shim.compat.upstream import releases as upstream
 from tests.support.toolchains import toolchain
 from tests.support.unix import short_temp_dir
@@ -45,7 +45,7 @@ def build(release: upstream.Release) -> None:
     etcd = upstream.etcd_for(release)
     if not (release.built(upstream.APISERVER_PROGRAM) and etcd.built()):
         toolchain("go", f"the control plane's kube-apiserver and etcd ({release.name}, etcd {etcd.version})")
-    toolchain("openssl", "the control plane's certificates (shim.compat.node.certs)")
+    toolchain("openssl", "the control plane's certificates (shim.compat.realnode.certs)")
     upstream.build(release, program=upstream.APISERVER_PROGRAM, log=False)
     upstream.build_etcd(etcd, log=False)
     _built.add(release)

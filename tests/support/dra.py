@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from shim.compat import dra_world as world
-from shim.compat.node import ControlPlane
+from shim.compat.realnode import ControlPlane
 from tests.support.devshim_process import http_get
 
 SIM = [sys.executable, "-m", "adapters.sim"]

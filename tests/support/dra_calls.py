@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 import yaml
 
-from shim.compat.node import ControlPlane
+from shim.compat.realnode import ControlPlane
 from shim.generated.dra.v1 import api_pb2 as dra_v1
 from shim.generated.drahealth.v1 import api_pb2 as health_v1
 from tests.support.devshim_process import http_get

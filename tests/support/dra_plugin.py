@@ -49,9 +49,9 @@ from typing import Any
 import grpc
 import yaml
 
-from shim.compat.node.apiserver import APIError, https_request
-from shim.compat.node.certs import KeyPair
-from shim.compat.node.controlplane import version_priority
+from shim.compat.realnode.apiserver import APIError, https_request
+from shim.compat.realnode.certs import KeyPair
+from shim.compat.realnode.controlplane import version_priority
 from shim.generated.dra.v1 import api_pb2 as dra_v1
 from shim.generated.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from shim.generated.dra.v1beta1 import api_pb2 as dra_v1beta1

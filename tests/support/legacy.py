@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from shim.bootstrap import Shim
+from shim.compat.fakekubelet import FakeKubelet, PluginSession
 from shim.compat.plugin_world import PluginUnderTest
-from shim.kubelet import FakeKubelet, PluginSession
 from shim.settings import Settings
 from tests.support import LEGACY_PLUGINS
 

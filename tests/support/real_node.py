@@ -1,4 +1,4 @@
-"""The real node (shim.compat.node) in tests: which kubelet releases run, devshim as a process in
+"""The real node (shim.compat.realnode) in tests: which kubelet releases run, devshim as a process in
 front of it, what the kubelet reports, and what a pod's container saw.
 
 The tests are synchronous: the node, devshim and its drivers are other processes, and waiting is
@@ -19,11 +19,11 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from shim.compat.node import Node, images
-from shim.compat.node.kubelet import kubelet_releases
-from shim.compat.node.node import free_port
-from shim.kubelet.podresources import PodResourcesReader
-from shim.kubelet.records import AssignedDevice, RunningPod
+from shim.compat.fakekubelet.podresources import PodResourcesReader
+from shim.compat.fakekubelet.records import AssignedDevice, RunningPod
+from shim.compat.realnode import Node, images
+from shim.compat.realnode.kubelet import kubelet_releases
+from shim.compat.realnode.node import free_port
 from tests.support.toolchains import toolchain, unavailable
 
 KUBELETS = kubelet_releases()
@@ -45,7 +45,7 @@ def check_machine(*, connected: bool = False) -> None:
         unavailable(f"the real node needs {', '.join(missing)} (Debian: containerd runc util-linux)")
     toolchain("go", "the real node's kubelet (src/shim/compat/upstream/judges/k8s-1.NN/kubelet)")
     if connected:
-        toolchain("openssl", "the control plane's certificates (shim.compat.node.certs)")
+        toolchain("openssl", "the control plane's certificates (shim.compat.realnode.certs)")
     try:
         images.static_busybox()
     except images.ImageError as err:

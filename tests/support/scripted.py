@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from shim.kubelet.api import PreferredRequest
-from shim.kubelet.records import DeviceState, Grant, PluginInfo, PluginOptions
+from shim.compat.fakekubelet.api import PreferredRequest
+from shim.compat.fakekubelet.records import DeviceState, Grant, PluginInfo, PluginOptions
 
 DeviceList = tuple[DeviceState, ...]
 

@@ -16,16 +16,16 @@ from typing import Any, TypeVar
 
 import grpc
 
-from shim.generated.pluginregistration.v1 import api_pb2, api_pb2_grpc
-from shim.kubelet.pluginregistration import info_to_proto
-from shim.kubelet.versions import WIRES, newest_first
-from shim.kubelet.wire import (
+from shim.compat.fakekubelet.pluginregistration import info_to_proto
+from shim.compat.fakekubelet.versions import WIRES, newest_first
+from shim.compat.fakekubelet.wire import (
     Context,
     devices_to_proto,
     grant_to_proto,
     options_to_proto,
     preferred_request_from_proto,
 )
+from shim.generated.pluginregistration.v1 import api_pb2, api_pb2_grpc
 
 from .scripted import PluginScript, RegistrationScript, ScriptedFailure
 

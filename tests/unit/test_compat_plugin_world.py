@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from shim.compat.fakekubelet.records import RegistrationRecord
 from shim.compat.plugin_world import Arrival, PluginUnderTest, PluginWorld, ProbingKubelet
-from shim.kubelet.records import RegistrationRecord
 
 
 def record(resource: str, endpoint: str, error: str | None) -> RegistrationRecord:

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from shim.frontend.common import device_from_model, grant_from_model, list_from_model
-from shim.frontend.encoded import GrantEncoder, ListEncoder, _varint
+from shim.deviceplugin.common import device_from_model, grant_from_model, list_from_model
+from shim.deviceplugin.encoded import GrantEncoder, ListEncoder, _varint
 from shim.generated.v1beta1 import api_pb2 as v1beta1
 from shim.generated.v1beta2 import api_pb2 as v1beta2
 from shim.model import ContainerGrant, Device, DeviceNode, Health, Mount

@@ -1,4 +1,4 @@
-"""The endpoint's decisions (shim/frontend/endpoint/machine.py), state by event.
+"""The endpoint's decisions (shim/deviceplugin/endpoint/machine.py), state by event.
 
 Every combination of registration path, handover option, phase and event is checked against
 TABLE below: a combination no row names must change nothing and ask for nothing. A row that
@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pytest
 
-from shim.frontend.api import ListRefused
-from shim.frontend.endpoint.machine import (
+from shim.deviceplugin.api import ListRefused
+from shim.deviceplugin.endpoint.machine import (
     Action,
     Machine,
     Phase,

@@ -13,7 +13,7 @@ import pytest
 from grpc_health.v1 import _async as health_aio
 from grpc_health.v1 import health_pb2_grpc
 
-from shim.frontend.handover import Handover
+from shim.node.handover import Handover
 from shim.settings import socket_prefix
 from tests.support.unix import bound_socket
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shim.compat.node import containerd, images, kubelet
+from shim.compat.realnode import containerd, images, kubelet
 
 
 def _fake_static_elf(tmp_path: Path, interpreter: bool) -> Path:

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from adapters.legacy import driver as legacy
-from shim import kubelet
+from shim.compat import fakekubelet as kubelet
 from shim.driverprotocol import PROTOCOL_VERSION
 from shim.model import KUBELET_PRESTART_DEADLINE_S, PRESTART_TIMEOUT_S
 from shim.settings import DriverTimeouts
@@ -46,7 +46,7 @@ def test_the_documented_protocol_version_is_ours() -> None:
 
 
 def test_the_fake_kubelet_has_the_kubelets_prestart_deadline() -> None:
-    """shim/kubelet/ may import nothing of devshim's, so it keeps its own copy."""
+    """shim/compat/fakekubelet/ may import nothing of devshim's, so it keeps its own copy."""
     assert kubelet.PRESTART_TIMEOUT_S == KUBELET_PRESTART_DEADLINE_S
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from shim.frontend.sockets import SocketInUse, clear_stale_socket, identity, remove_own_socket
+from shim.node.sockets import SocketInUse, clear_stale_socket, identity, remove_own_socket
 from tests.support.unix import bound_socket
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shim.frontend import common, v1beta1
+from shim.deviceplugin import common, v1beta1
 from shim.generated.v1beta1 import api_pb2 as pb
 from shim.model import (
     Capabilities,

@@ -22,7 +22,7 @@ from typing import Any
 from shim.compat.dra_scenarios import SCENARIOS, DraCell, resource_versions, upgrade_target
 
 __all__ = ["SCENARIOS", "choose_pairs", "pair_name", "requirements", "run_dra_matrix", "supported_pairs"]
-from shim.compat.node.controlplane import ControlPlane, apiserver_releases
+from shim.compat.realnode.controlplane import ControlPlane, apiserver_releases
 from shim.compat.results import Result, run_cell
 from shim.compat.upstream import releases
 from shim.compat.upstream.dra_manager import dra_releases

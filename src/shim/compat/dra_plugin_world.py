@@ -1,6 +1,6 @@
 """One cell's world for `devshim compat --dra --dra-plugin CMD`: a DRA kubelet plugin that is not
 behind devshim, started from CMD, with a release's real DRA manager as the kubelet
-(shim.compat.upstream.dra_manager) and a real API server (shim.compat.node).
+(shim.compat.upstream.dra_manager) and a real API server (shim.compat.realnode).
 
 CMD is started once per cell, its placeholders filled in with the cell's paths (and the same set
 as environment variables, for a plugin that reads its settings from there):
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shim.compat.dra_world import Published
-from shim.compat.node import ControlPlane
 from shim.compat.plugin_process import kill_plugin, start_plugin, stop_plugin
+from shim.compat.realnode import ControlPlane
 from shim.compat.results import Failed
 from shim.compat.tails import log_tail
 from shim.compat.upstream.dra_manager import DraManager, Registration, running_dra_manager

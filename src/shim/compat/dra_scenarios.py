@@ -29,8 +29,8 @@ from shim.compat.dra_world import (
     unprepare_retrying,
 )
 from shim.compat.driver_world import run_health_hook
-from shim.compat.node import ControlPlane
-from shim.compat.node.controlplane import apiserver_releases
+from shim.compat.realnode import ControlPlane
+from shim.compat.realnode.controlplane import apiserver_releases
 from shim.compat.results import Failed, Skip, expect
 from shim.compat.upstream.dra_manager import (
     DraManager,

@@ -1,6 +1,6 @@
 """One DRA judge cell's world: devshim as a real process (`devshim run`) serving a driver's
 resources as a DRA driver's pool, a release's real DRA manager as the kubelet
-(shim.compat.upstream.dra_manager), and a real API server between them (shim.compat.node).
+(shim.compat.upstream.dra_manager), and a real API server between them (shim.compat.realnode).
 
 The test acts as the scheduler: it reads the published pool (`Published`) and writes a claim's
 allocation and reservation (`allocate_claim`). The world of `devshim compat --dra` (issue 30)
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shim.compat.node import ControlPlane
-from shim.compat.node.node import free_port
+from shim.compat.realnode import ControlPlane
+from shim.compat.realnode.node import free_port
 from shim.compat.results import Failed
 from shim.compat.tails import log_tail
 from shim.compat.upstream.dra_manager import (

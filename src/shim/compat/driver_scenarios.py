@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from shim.kubelet.records import HEALTHY, UNHEALTHY, ContainerSpec, DeviceState, Grant
+from shim.compat.fakekubelet.records import HEALTHY, UNHEALTHY, ContainerSpec, DeviceState, Grant
 
 from .driver_world import START_TIMEOUT_S, DriverWorld, ids, restart_kubelet
 from .modes import Kubelet

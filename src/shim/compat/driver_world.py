@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from shim.bootstrap import Shim
+from shim.compat.fakekubelet import FakeKubelet, PluginSession
+from shim.compat.fakekubelet.records import DeviceState
 from shim.driverhost import DriverHost
-from shim.kubelet import FakeKubelet, PluginSession
-from shim.kubelet.records import DeviceState
 from shim.model import Capabilities
 from shim.policy import RULES, GrantPolicy, Suggestion
 from shim.settings import Settings

@@ -1,6 +1,6 @@
 """The columns of the driver matrix: which kubelet devshim faces, and how devshim registers.
 
-A mode is a kubelet behaviour profile (shim.kubelet.profiles: how a kubelet release behaves
+A mode is a kubelet behaviour profile (shim.compat.fakekubelet.profiles: how a kubelet release behaves
 within one API version), the API versions that kubelet speaks, and the registration path.
 v1beta2 exists in no kubelet release, so only the `next` profile speaks it; every profile speaks
 v1beta1. KUBELET_LINE is the upgrade order an upgrade cell climbs one step of (a downgrade cell

@@ -18,8 +18,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import grpc
 
-from shim.kubelet import CleanupMode, EndpointStopped, PluginSession, ProtocolViolation
-from shim.kubelet.records import HEALTHY, UNHEALTHY, DeviceState
+from shim.compat.fakekubelet import CleanupMode, EndpointStopped, PluginSession, ProtocolViolation
+from shim.compat.fakekubelet.records import HEALTHY, UNHEALTHY, DeviceState
 
 from .modes import PROFILES
 from .plugin_process import crash_twice_in_a_second

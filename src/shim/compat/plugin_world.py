@@ -22,10 +22,10 @@ from pathlib import Path
 
 import grpc
 
-from shim.kubelet import FakeKubelet, PluginOptions, PluginSession
-from shim.kubelet.api import PluginClient
-from shim.kubelet.records import RegisterRequest, RegistrationRecord
-from shim.kubelet.versions import WIRES
+from shim.compat.fakekubelet import FakeKubelet, PluginOptions, PluginSession
+from shim.compat.fakekubelet.api import PluginClient
+from shim.compat.fakekubelet.records import RegisterRequest, RegistrationRecord
+from shim.compat.fakekubelet.versions import WIRES
 
 from .driver_world import run_health_hook
 from .plugin_process import in_namespace, kill_plugin, start_plugin, stop_plugin, until_ready

@@ -9,7 +9,7 @@ devices); a device allocated to a container through the device plugin leaves the
 withdrawal is seen, the later request fails naming the holder.
 
 A device-plugin hold lasts until the kubelet frees the devices: v1beta2's Deallocate, or the
-v1beta1 Deallocate emulation (frontend/deallocation.py) seeing no container hold them. The
+v1beta1 Deallocate emulation (deviceplugin/deallocation.py) seeing no container hold them. The
 devices the kubelet's PodResources lists as held by containers are held too, so a restarted
 devshim, which has no record of the Allocates before, withdraws them all the same.
 """

@@ -1,7 +1,7 @@
 """Counts and times every kubelet-facing device-plugin RPC, with the status code the kubelet got,
 and binds the API version to the log lines the call writes.
 
-Applied where each version's DevicePlugin handler table is built (shim/frontend/service.py), so
+Applied where each version's DevicePlugin handler table is built (shim/deviceplugin/service.py), so
 every method of every version is covered (v1beta2's Deallocate and PostStopContainer too), and
 the final status is seen whichever way a handler ended (``abort`` from errors.grpc_status, an
 unexpected exception, a deadline). Not a gRPC server interceptor: grpc.aio runs an interceptor's

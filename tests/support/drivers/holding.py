@@ -9,7 +9,7 @@ from shim.sdk import Driver, run, types
 
 RESOURCE = "example.com/held"
 ARRIVED = "allocate arrived"
-# Well under devshim's 5 s grace for unary calls on a closing server (frontend/endpoint/server.py),
+# Well under devshim's 5 s grace for unary calls on a closing server (deviceplugin/endpoint/server.py),
 # which starts after the arrival: the answer comes within it even on a loaded machine.
 HOLD_S = 0.7
 

@@ -6,7 +6,7 @@ does, and reads one JSON request per line on stdin, answering one JSON reply per
 (judges/dra/protocol.go has the shapes); its klog output goes to a log file that a failure
 quotes. Unlike the device manager it takes every path it uses (its state dir, the
 plugins_registry it watches, the CDI spec dirs), so it needs no root and no mount namespace; it
-reads ResourceClaims from a real API server through a kubeconfig (shim.compat.node.ControlPlane).
+reads ResourceClaims from a real API server through a kubeconfig (shim.compat.realnode.ControlPlane).
 
     async with running_dra_manager(release, binary, log) as manager:
         await manager.start(kubeconfig, "node-a", state_dir, plugins_dir, [cdi_dir])

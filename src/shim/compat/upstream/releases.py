@@ -3,7 +3,7 @@
 A release is a folder judges/k8s-1.NN holding a Go module that requires k8s.io/kubernetes at
 one patch release (its go.mod says which; go.sum pins everything). Its programs (each a main
 package in a subfolder: `devicemanager`, the harness; `kubelet`, the whole kubelet for the real
-node of shim.compat.node, `kube-apiserver` and `kube-scheduler` for its control plane, and
+node of shim.compat.realnode, `kube-apiserver` and `kube-scheduler` for its control plane, and
 `dramanager`, the DRA manager's harness (dra_manager.py), in the releases that carry them) are
 built into a per-user cache, keyed by the release and a hash of the Go sources (its own and
 those of the local modules its go.mod replaces in: ../harness, ../dra), so an upgrade of devshim
@@ -36,7 +36,7 @@ BUILD_TIMEOUT_S = 1800.0
 HARNESS_PROGRAM = "devicemanager"
 KUBELET_PROGRAM = "kubelet"
 APISERVER_PROGRAM = "kube-apiserver"
-SCHEDULER_PROGRAM = "kube-scheduler"  # the connected node's scheduler (shim.compat.node.scheduler)
+SCHEDULER_PROGRAM = "kube-scheduler"  # the connected node's scheduler (shim.compat.realnode.scheduler)
 # The kubelet's DRA manager and plugin manager, driven by shim.compat.upstream.dra_manager.
 DRAMANAGER_PROGRAM = "dramanager"
 ETCD_PROGRAM = "etcd"

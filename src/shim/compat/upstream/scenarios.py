@@ -15,8 +15,8 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Sequence
 
+from shim.compat.fakekubelet.records import HEALTHY
 from shim.compat.results import Failed, Skip, expect
-from shim.kubelet.records import HEALTHY
 
 from .harness import Container, Pod, checkpoint
 from .releases import Release

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from shim.bootstrap import Shim
 from shim.compat.driver_world import START_TIMEOUT_S, DevshimSide, DriverUnderTest, settings_for
+from shim.compat.fakekubelet.records import HEALTHY
 from shim.compat.results import Failed
-from shim.kubelet.records import HEALTHY
 
 from .harness import Capacity, Harness, Pod, running_harness
 from .releases import Release

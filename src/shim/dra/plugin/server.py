@@ -5,7 +5,7 @@ Registration (type DRAPlugin, the endpoint below, every service offered, newest 
 kubelet takes the first DRAPlugin version it knows, and from 1.37 the first DRAResourceHealth
 version it knows, from this list). The DRA socket ``<dra.plugins_dir>/<driver>/dra.sock``
 serves every offered version over the one DraService. Both are published whole, with their
-permissions (frontend/sockets.py), and served again if someone removes them.
+permissions (node/sockets.py), and served again if someone removes them.
 
 Unlike a device plugin's, a DRA registration survives a kubelet restart untouched: the new
 kubelet finds the socket in plugins_registry and calls GetInfo again.
@@ -22,8 +22,8 @@ from loguru import logger
 
 from shim.dra.plugin import health_v1, health_v1alpha1, v1, v1beta1
 from shim.dra.plugin.common import DraService
-from shim.frontend import sockets
-from shim.frontend.pluginregistration import DRA_PLUGIN_TYPE, add_registration_service
+from shim.node import sockets
+from shim.node.pluginregistration import DRA_PLUGIN_TYPE, add_registration_service
 from shim.ops import metrics
 from shim.settings import SocketSettings
 

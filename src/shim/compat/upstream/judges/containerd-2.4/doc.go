@@ -1,5 +1,5 @@
 // Package containerd names, in go.mod, the containerd release the real node runs when it needs
-// CDI (shim.compat.node): go.mod's tool lines are the programs built from it (containerd, its
+// CDI (shim.compat.realnode): go.mod's tool lines are the programs built from it (containerd, its
 // runc shim and ctr, each the release's own command, unchanged), go.sum pins everything. Debian
 // bookworm's containerd 1.6 has no CDI; from 2.0 CDI is always on and resolves the CDI devices
 // the kubelet hands over for a DRA claim from the spec directories the configuration names.

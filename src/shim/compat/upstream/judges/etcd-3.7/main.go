@@ -1,5 +1,5 @@
 // etcd's server at v3.7.0, the release a Kubernetes release's go.mod names for its etcd client,
-// for the control-plane fixture (shim.compat.node.controlplane). This wrapper module exists
+// for the control-plane fixture (shim.compat.realnode.controlplane). This wrapper module exists
 // because `go install` refuses etcd's own modules, whose go.mod files carry replace lines.
 package main
 

@@ -1,5 +1,5 @@
 // The upstream kube-apiserver of this release, for the control-plane fixture
-// (shim.compat.node.controlplane): the release's own cmd/kube-apiserver command, linked from
+// (shim.compat.realnode.controlplane): the release's own cmd/kube-apiserver command, linked from
 // k8s.io/kubernetes at the version go.mod pins, so the tests talk to exactly that release's API.
 package main
 

@@ -1,4 +1,4 @@
-// The upstream kube-scheduler of this release, for the connected node (shim.compat.node.scheduler):
+// The upstream kube-scheduler of this release, for the connected node (shim.compat.realnode.scheduler):
 // the release's own cmd/kube-scheduler command, linked from k8s.io/kubernetes at the version go.mod
 // pins, so the claims of the node's pods are allocated by exactly that release's DRA plugin.
 package main

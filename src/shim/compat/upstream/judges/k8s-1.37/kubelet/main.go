@@ -1,4 +1,4 @@
-// The upstream kubelet of this release, whole, for the real-node fixture (shim.compat.node):
+// The upstream kubelet of this release, whole, for the real-node fixture (shim.compat.realnode):
 // the same command the release's cmd/kubelet builds, linked from k8s.io/kubernetes at the
 // version go.mod pins, so the node runs exactly that release's code.
 package main

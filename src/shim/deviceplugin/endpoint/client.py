@@ -9,7 +9,7 @@ import grpc
 from loguru import logger
 
 from shim.core.resource import ResourceService
-from shim.frontend.api import ApiVersion
+from shim.deviceplugin.api import ApiVersion
 
 # The kubelet dials the plugin inside Register and gives up after 10 s
 # (devicemanager/plugin/v1beta1/client.go dial()); allow for that and the options call.

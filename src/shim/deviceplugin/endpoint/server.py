@@ -13,9 +13,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from shim.core.resource import ResourceService
-from shim.frontend import sockets
-from shim.frontend.api import ApiVersion, ListRefused, ServedVersion
-from shim.frontend.pluginregistration import add_registration_service
+from shim.deviceplugin.api import ApiVersion, ListRefused, ServedVersion
+from shim.node import sockets
+from shim.node.pluginregistration import add_registration_service
 from shim.settings import SocketSettings
 
 # The most a closing server waits for unary calls in flight to finish; it goes on as soon as they
@@ -78,7 +78,7 @@ class PluginServer:
             )
         reflection.enable_server_reflection(services, server)
         # Bound where nobody can connect yet; the kubelet sees the socket only once it serves,
-        # with its final permissions (frontend/sockets.py).
+        # with its final permissions (node/sockets.py).
         with sockets.PrivateBind(self.socket_path, self._socket_settings) as bind:
             server.add_insecure_port(f"unix:{bind.path}")
             await server.start()

@@ -33,7 +33,7 @@ class ServedVersion(Protocol):
 
 
 class ApiVersion(Protocol):
-    """One kubelet device-plugin API version (implemented by shim/frontend/<version>.py)."""
+    """One kubelet device-plugin API version (implemented by shim/deviceplugin/<version>.py)."""
 
     name: str
     service_names: tuple[str, ...]

@@ -29,7 +29,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from loguru import logger
 
-from shim.frontend import sockets
+from shim.node import sockets
 
 SUFFIX = ".handover"
 # A request older than this is a leftover of an instance that died mid-handover.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shim.frontend import common
+from shim.deviceplugin import common
 from shim.generated.v1beta2 import api_pb2 as pb
 from shim.generated.v1beta2 import api_pb2_grpc as pb_grpc
 from shim.model import Capabilities

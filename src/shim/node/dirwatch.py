@@ -1,7 +1,7 @@
 """Notices changes in the device-plugins directory: inotify, or polling as a fallback.
 
 The watcher only says "look again" (with the file name when it knows it);
-endpoints then check the facts themselves (shim/frontend/endpoint/), so a
+endpoints then check the facts themselves (shim/deviceplugin/endpoint/), so a
 late or duplicated event can never cause a wrong re-registration.
 """
 

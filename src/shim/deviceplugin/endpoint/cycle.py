@@ -20,10 +20,9 @@ from loguru import logger
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from shim.core.resource import ResourceService
-from shim.frontend import sockets
-from shim.frontend.api import ApiVersion, ListRefused
-from shim.frontend.endpoint import client
-from shim.frontend.endpoint.machine import (
+from shim.deviceplugin.api import ApiVersion, ListRefused
+from shim.deviceplugin.endpoint import client
+from shim.deviceplugin.endpoint.machine import (
     WAKES,
     Action,
     AwaitList,
@@ -38,8 +37,9 @@ from shim.frontend.endpoint.machine import (
     ServeOn,
     Step,
 )
-from shim.frontend.endpoint.server import PluginServer, SocketGone
-from shim.frontend.handover import Handover
+from shim.deviceplugin.endpoint.server import PluginServer, SocketGone
+from shim.node import sockets
+from shim.node.handover import Handover
 from shim.ops import metrics
 from shim.settings import KUBELET_SOCKET_NAME, SocketSettings
 
@@ -167,7 +167,7 @@ class PluginEndpoint:
             self._wake.clear()
             step = self._machine.next_step()
             if step is Step.AWAIT_SUCCESSOR_GONE:
-                # Close our streams now, before the new instance registers (frontend/handover.py).
+                # Close our streams now, before the new instance registers (node/handover.py).
                 await self._close()
                 assert self._handover is not None
                 why = await self._handover.until_successor_gone()

@@ -2,7 +2,7 @@
 
 Built from the version's descriptor, so every method it declares is served: not the generated
 ``add_DevicePluginServicer_to_server``, for two reasons. A method may answer with bytes already
-encoded (ListAndWatch lists and Allocate responses are kept encoded, shim/frontend/encoded.py),
+encoded (ListAndWatch lists and Allocate responses are kept encoded, shim/deviceplugin/encoded.py),
 which the serializer passes through; and each unary method is wrapped once, here, in the
 metrics and log context of shim/ops/rpc.py rather than through a per-call interceptor.
 """

@@ -27,8 +27,8 @@ import enum
 from dataclasses import dataclass
 from typing import Literal
 
-from shim.frontend.api import ListRefused
-from shim.frontend.sockets import FileIdentity
+from shim.deviceplugin.api import ListRefused
+from shim.node.sockets import FileIdentity
 
 # What made the endpoint register again (the metric's label, ops/metrics.py RestartReason).
 Cause = Literal["socket_removed", "kubelet_socket_recreated", "stream_ended", "watcher_refused"]

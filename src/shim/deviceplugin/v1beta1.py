@@ -7,7 +7,7 @@ common.py, which works on whichever version's messages it is given.
 
 from __future__ import annotations
 
-from shim.frontend import common
+from shim.deviceplugin import common
 from shim.generated.v1beta1 import api_pb2 as pb
 from shim.generated.v1beta1 import api_pb2_grpc as pb_grpc
 from shim.model import Capabilities

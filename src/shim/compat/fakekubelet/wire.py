@@ -4,7 +4,7 @@ v1beta1 and devshim's experimental v1beta2 have messages of the same shape in di
 packages (v1beta2 only adds two options flags and two RPCs). The translations, the Registration
 servicer and the plugin client here work on either version's generated modules, which the version
 module (v1beta1.py, v1beta2.py: the only importers of those stubs) passes in: duck typing, so no
-version is named here. src/shim/frontend/common.py does the same for devshim's serving side.
+version is named here. src/shim/deviceplugin/common.py does the same for devshim's serving side.
 """
 
 from __future__ import annotations

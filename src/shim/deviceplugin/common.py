@@ -18,9 +18,9 @@ import grpc
 from loguru import logger
 
 from shim.core.resource import ResourceService
+from shim.deviceplugin import encoded, service
+from shim.deviceplugin.api import ListRefused
 from shim.errors import ListNotEncodable, ListTooLarge, grpc_status
-from shim.frontend import encoded, service
-from shim.frontend.api import ListRefused
 from shim.model import (
     Capabilities,
     ContainerAllocateRequest,
@@ -205,7 +205,7 @@ class CommonServicer:
 
 
 class VersionApi:
-    """One version as the endpoint sees it (shim.frontend.api.ApiVersion), built by its module
+    """One version as the endpoint sees it (shim.deviceplugin.api.ApiVersion), built by its module
     from its own generated code: name, servicer class, options translation and stubs."""
 
     def __init__(

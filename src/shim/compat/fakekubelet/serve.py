@@ -1,6 +1,6 @@
 """A fake kubelet on a directory, from the command line, printing what it sees.
 
-    python -m shim.kubelet.serve DIR [--profile 1.33+] [--versions v1beta1,v1beta2]
+    python -m shim.compat.fakekubelet.serve DIR [--profile 1.33+] [--versions v1beta1,v1beta2]
 
 For trying devshim (or any device plugin) on a machine without a kubelet: it serves kubelet.sock
 in DIR, and prints every registration and every device list it receives until Ctrl-C.
@@ -42,7 +42,9 @@ async def serve(directory: Path, profile: str, versions: list[str]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m shim.kubelet.serve", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m shim.compat.fakekubelet.serve", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("directory", type=Path, help="the device-plugins directory to serve kubelet.sock in")
     parser.add_argument("--profile", default="next", choices=list(PROFILES))
     parser.add_argument(

@@ -6,7 +6,7 @@ messages (about 100 ms in Python). A ListAndWatchResponse is nothing but its rep
 device, so each device's record is kept until that device changes, and a new list is a join
 of records. An AllocateResponse is likewise its repeated ``container_responses``: a grant the
 source hands out again (a declared grant) is encoded once. The bytes reach the wire through
-shim/frontend/service.py, whose serializer passes bytes through. tests/unit/test_encoded.py
+shim/deviceplugin/service.py, whose serializer passes bytes through. tests/unit/test_encoded.py
 checks the bytes equal protobuf's own encoding.
 """
 

@@ -1,13 +1,13 @@
-"""`python -m shim.compat.node`: start a real node by hand, print where to meet it, stop on Ctrl-C.
+"""`python -m shim.compat.realnode`: start a real node by hand, print where to meet it, stop on Ctrl-C.
 
-sudo python -m shim.compat.node --release 1.37 --dir /tmp/node
+sudo python -m shim.compat.realnode --release 1.37 --dir /tmp/node
 # another shell: devshim run with device_plugins_dir /tmp/node/device-plugins, then
 cp pod.json /tmp/node/manifests/   # a static pod; its status: curl <read-only API>/pods
 
-python -m shim.compat.node --control-plane --release 1.33 --dir /tmp/cp   # etcd and kube-apiserver
+python -m shim.compat.realnode --control-plane --release 1.33 --dir /tmp/cp   # etcd and kube-apiserver
 kubectl --kubeconfig /tmp/cp/admin.kubeconfig get --raw /apis/resource.k8s.io
 
-python -m shim.compat.node --connected --dir /tmp/dra   # both, kube-scheduler, and a node with CDI
+python -m shim.compat.realnode --connected --dir /tmp/dra   # both, kube-scheduler, and a node with CDI
 kubectl --kubeconfig /tmp/dra/control-plane/admin.kubeconfig get nodes
 """
 
@@ -29,7 +29,9 @@ from .node import Node, NodeError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m shim.compat.node", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m shim.compat.realnode", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--release", help="the release (default: the newest carried)")
     parser.add_argument("--dir", type=Path, help="the node's folder (default: a new one under /tmp)")
     mode = parser.add_mutually_exclusive_group()
@@ -79,7 +81,7 @@ def _start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             print("Ctrl-C stops it and removes what it ran and mounted.", flush=True)
             _serve_until_stopped()
     except (NodeUnavailable, NodeError, upstream.JudgeUnavailable) as err:
-        print(f"python -m shim.compat.node: {err}", file=sys.stderr)
+        print(f"python -m shim.compat.realnode: {err}", file=sys.stderr)
         return 2
     return 0
 
@@ -104,7 +106,7 @@ def _control_plane(release: upstream.Release, folder: Path) -> int:
             print("Ctrl-C stops both.", flush=True)
             _serve_until_stopped()
     except (NodeError, upstream.JudgeUnavailable, OSError) as err:
-        print(f"python -m shim.compat.node: {err}", file=sys.stderr)
+        print(f"python -m shim.compat.realnode: {err}", file=sys.stderr)
         return 2
     return 0
 
@@ -128,7 +130,7 @@ def _connected(release: upstream.Release, folder: Path) -> int:
             print("Ctrl-C stops everything and removes what the node ran and mounted.", flush=True)
             _serve_until_stopped()
     except (NodeUnavailable, NodeError, upstream.JudgeUnavailable, OSError) as err:
-        print(f"python -m shim.compat.node: {err}", file=sys.stderr)
+        print(f"python -m shim.compat.realnode: {err}", file=sys.stderr)
         return 2
     return 0
 

@@ -15,7 +15,7 @@ from loguru import logger
 
 from shim.core.release import ReleaseTracker
 from shim.core.resource import ResourceService
-from shim.frontend.podresources import PodResourcesClient, PodResourcesUnavailable, RateLimited
+from shim.node.podresources import PodResourcesClient, PodResourcesUnavailable, RateLimited
 from shim.settings import DeallocationSettings
 
 MAX_SLOWDOWN = 16

@@ -11,7 +11,7 @@ socket goes under `plugins_dir`, a PodResources client at `pod_resources_socket`
 `runtime` that resolves CDI (containerd.with_cdi()), containerd reads CDI specs from `cdi_dir`
 only. Pods use the host network, so no CNI is needed. Everything it starts
 is stopped on exit, whatever happened (host.PrivateHost). docs/real-node.md has the folder's
-layout and how to start one by hand (python -m shim.compat.node).
+layout and how to start one by hand (python -m shim.compat.realnode).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from shim.compat.tails import log_tail
-from shim.frontend import sockets
+from shim.node import sockets
 
 from . import containerd, images, kubelet
 from .host import NodeUnavailable, PrivateHost

@@ -1,6 +1,6 @@
 """`devshim demo`: the whole path on a machine with no kubelet.
 
-The fake kubelet (shim.kubelet) and the simulated driver (devshim_adapters.sim,
+The fake kubelet (shim.compat.fakekubelet) and the simulated driver (devshim_adapters.sim,
 a real subprocess) meet devshim over real unix sockets in a temporary directory;
 each step prints what the kubelet saw, and a line for each term it shows first.
 """
@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from shim.bootstrap import Shim
-from shim.kubelet import FakeKubelet
+from shim.compat.fakekubelet import FakeKubelet
 from shim.settings import Settings
 
 GPU = "example.com/demo-gpu"
