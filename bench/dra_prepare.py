@@ -57,8 +57,8 @@ from bench.common import (
 )
 from shim.compat.fakekubelet import FakeKubelet
 from shim.compat.realnode import ControlPlane
-from shim.dra.cdi import write_atomically
 from shim.dra.kube import ApiServer
+from shim.files import write_atomically
 from shim.generated.dra.v1 import api_pb2 as dra_pb
 from shim.generated.v1beta1 import api_pb2 as dp_pb
 

@@ -12,6 +12,7 @@ from loguru import logger
 
 from shim.compat.fakekubelet import records
 from shim.compat.fakekubelet.api import PreferredRequest
+from shim.facts import PRESTART_TIMEOUT_S
 from shim.sdk import Driver, DriverError, ErrorCode, types
 
 from .kubelet import LegacyPlugin, PrivateKubelet
@@ -25,9 +26,6 @@ FIRST_LIST_S = 10.0
 # answer would remove the devices devshim keeps, Unhealthy, through our restart.
 LIST_WAIT_S = 20.0
 RPC_TIMEOUT_S = 20.0
-# Inside the kubelet's 30 s, and no longer than devshim waits for a driver's prestart by default
-# (shim/model.py, which a driver may not import; tests/unit/test_one_truth.py checks it).
-PRESTART_TIMEOUT_S = 25.0
 T = TypeVar("T")
 
 

@@ -20,8 +20,9 @@ from loguru import logger
 from shim.compat.fakekubelet import records, v1beta1
 from shim.compat.fakekubelet.errors import RegistrationRejected
 from shim.compat.fakekubelet.names import is_extended_resource_name
+from shim.facts import KUBELET_SOCKET
 
-from .sockets import KUBELET_SOCKET, EndpointRefused, Identity, PinnedSocket, PrivateBind, SharedDir
+from .sockets import EndpointRefused, Identity, PinnedSocket, PrivateBind, SharedDir
 
 # Kubelets dial the plugin for up to 10 s (devicemanager client.go); a plugin that
 # registers before it serves (an old, common bug) got more time from kubelets up to

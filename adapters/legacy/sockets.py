@@ -23,7 +23,8 @@ import secrets
 import stat
 from pathlib import Path
 
-KUBELET_SOCKET = "kubelet.sock"
+from shim.facts import KUBELET_SOCKET
+
 BIND_DIR_PREFIX = ".devshim-legacy-bind-"
 BIND_NAME = ".s"
 NAME_MAX = 255  # bytes in one file name (Linux NAME_MAX)

@@ -7,14 +7,13 @@ ignored option, and each problem names its field the way a YAML path reads.
 
 from __future__ import annotations
 
-import errno
 import io
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from shim.files import UnreadableFile, read_bounded
 
 # A settings file with ten thousand static devices is under 1 MiB.
 CONFIG_FILE_LIMIT = 8 * 1024 * 1024
@@ -22,36 +21,6 @@ CONFIG_FILE_LIMIT = 8 * 1024 * 1024
 
 class ConfigError(Exception):
     """Settings that cannot be used; the message says which and why."""
-
-
-class UnreadableFile(OSError):
-    """A file that was not read: missing, not a regular file, a link where none may be, too big.
-    `strerror` says why, without the path."""
-
-
-def read_bounded(path: Path, limit: int, *, follow_links: bool = True) -> bytes:
-    """The bytes of the regular file at `path`, at most `limit` of them, or UnreadableFile.
-
-    Opened without blocking, so a FIFO put in its place is refused instead of hanging the reader;
-    a device (/dev/zero) is refused before a byte is read; with `follow_links` false a symbolic
-    link at `path` itself is refused (files devshim writes are never links).
-    """
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP and not follow_links:
-            raise UnreadableFile(exc.errno, "it is a symbolic link") from None
-        raise UnreadableFile(exc.errno, exc.strerror) from None
-    # Checked on the bare descriptor: fdopen itself raises IsADirectoryError for a directory.
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise UnreadableFile(errno.EINVAL, "it is not a regular file")
-    with os.fdopen(fd, "rb") as file:
-        data = file.read(limit + 1)
-    if len(data) > limit:
-        raise UnreadableFile(errno.EFBIG, f"it is larger than {limit} bytes")
-    return data
 
 
 class StrictModel(BaseModel):

@@ -10,11 +10,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from shim.facts import SEMVER, is_dns_subdomain
 from shim.model import Attribute, AttributeKind
 
 # Semver; the majors of devshim and a driver must be equal (docs/driver-protocol.md, "Lifecycle").
 # 1.1 added device attributes and capacity (DRA); a 1.0 driver leaves them out.
 PROTOCOL_VERSION = "1.1.0"
+PROTOCOL_MAJOR = PROTOCOL_VERSION.split(".")[0]
 
 # --- protocol 1.1: what DRA publishes per device (resource.k8s.io's limits, every version) ----
 
@@ -26,25 +28,17 @@ MAX_QUANTITY_LENGTH = 64  # devshim's own bound on a capacity's text
 INT64 = (-(2**63), 2**63 - 1)
 
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 # Digits are [0-9], never \d: Python's \d also takes "٣" and "١", which the API server refuses.
 # Kubernetes' quantity notation (apimachinery resource.Quantity), non-negative.
 _QUANTITY = re.compile(r"\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?")
-# semver.org 2.0.0, as the API server checks a version attribute.
-_NUMERIC = r"(0|[1-9][0-9]*)"
-_PRERELEASE = r"(0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)"
-_BUILD = r"[0-9A-Za-z-]+"
 _INT64_TEXT = re.compile(r"-?[0-9]{1,19}")
-_SEMVER = re.compile(
-    rf"{_NUMERIC}\.{_NUMERIC}\.{_NUMERIC}(-{_PRERELEASE}(\.{_PRERELEASE})*)?(\+{_BUILD}(\.{_BUILD})*)?"
-)
 
 
 def qualified_name_problem(name: str) -> str | None:
     """Why `name` cannot name an attribute or capacity, or None: a C identifier of at most 32
     characters, optionally after a DNS subdomain of at most 63 and "/"."""
     domain, slash, ident = name.rpartition("/")
-    if slash and (not domain or len(domain) > MAX_NAME_DOMAIN_LENGTH or not _DNS_SUBDOMAIN.fullmatch(domain)):
+    if slash and (not domain or not is_dns_subdomain(domain, MAX_NAME_DOMAIN_LENGTH)):
         return f"{name!r}: before '/' must be a DNS subdomain of at most {MAX_NAME_DOMAIN_LENGTH} characters"
     if not _C_IDENTIFIER.fullmatch(ident) or len(ident) > MAX_NAME_ID_LENGTH:
         return f"{name!r}: the name must be a C identifier of at most {MAX_NAME_ID_LENGTH} characters"
@@ -60,10 +54,36 @@ def quantity_problem(text: str) -> str | None:
 
 def version_problem(text: str) -> str | None:
     """Why `text` is not a semantic version of at most 64 characters, or None."""
-    if len(text) > MAX_ATTRIBUTE_VALUE_LENGTH or not _SEMVER.fullmatch(text):
+    if len(text) > MAX_ATTRIBUTE_VALUE_LENGTH or not SEMVER.fullmatch(text):
         shown = text[:MAX_ATTRIBUTE_VALUE_LENGTH]
         return f"{shown!r} is not a semantic version (semver.org 2.0.0) of at most 64 characters"
     return None
+
+
+class ProtocolVersionRefused(ValueError):
+    """The other end speaks a protocol version this one cannot talk to; ``malformed`` when it is
+    not a version at all rather than another major."""
+
+    def __init__(self, message: str, *, malformed: bool) -> None:
+        super().__init__(message)
+        self.malformed = malformed
+
+
+def check_protocol_version(theirs: object) -> None:
+    """The rule both ends apply in initialize (docs/driver-protocol.md, "Lifecycle"): semver in
+    ASCII digits ("1.٣.0" is not one), and majors equal; minors may differ either way."""
+    if not isinstance(theirs, str):
+        raise ProtocolVersionRefused(f"protocol version {theirs!r} is not a semantic version", malformed=True)
+    if (problem := version_problem(theirs)) is not None:
+        raise ProtocolVersionRefused(f"protocol version {problem}", malformed=True)
+    if theirs.split(".")[0] != PROTOCOL_MAJOR:
+        raise ProtocolVersionRefused(f"protocol version {theirs} is of another major", malformed=False)
+
+
+def grant_count_problem(grants: int, containers: int) -> str | None:
+    """allocate answers one grant per container, in order: devshim pairs them by position, so a
+    list of another length would misassign them. Checked where the answer crosses the pipe."""
+    return None if grants == containers else f"{grants} grants for {containers} containers"
 
 
 def _attribute_from_json(name: str, value: Any) -> Attribute:

@@ -14,13 +14,10 @@ are refused with ValueError.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import itertools
 import json
-import os
 import re
-import tempfile
 import threading
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
@@ -29,8 +26,8 @@ from typing import TypeVar
 
 from loguru import logger
 
-from shim.configfile import UnreadableFile, read_bounded
 from shim.driverprotocol import attributes_from_json, capacity_from_json
+from shim.files import UnreadableFile, read_bounded, write_atomically
 from shim.incremental import EncodedList
 from shim.model import Capabilities, Device, Health
 from shim.slices import joined
@@ -250,37 +247,15 @@ class InventoryStore:
 
     def _replace(self, resource: str, text: str) -> None:
         path = self._path(resource)
-        tmp: str | None = None
         try:
             if not self._dir.is_dir():
                 self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
                 # mkdir's mode is filtered by the umask; the inventory names devices and pods'
                 # allocations, which is nobody else's business.
                 self._dir.chmod(0o700)
-            # Same directory, so os.replace is a rename within one file system: readers see the
-            # old file or the new one, never a partial write.
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=self._dir)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            tmp = None
-            self._sync_dir()
+            write_atomically(path, text.encode(), mode=0o600)
         except OSError as exc:
             logger.error("inventory: cannot save {}: {}; a restart now loses its devices", path, exc)
-        finally:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-
-    def _sync_dir(self) -> None:
-        # The rename itself lives in the directory; without this a power cut may undo it.
-        fd = os.open(self._dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
     def forget(self, resource: str) -> None:
         """Remove the saved inventory, if any (a resource that is gone for good)."""

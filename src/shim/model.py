@@ -24,14 +24,6 @@ class Health(StrEnum):
 # read as uint64 (2**64-1) got into a list, and encoding it for the kubelet failed.
 MAX_NUMA_NODE = 1023
 
-# The kubelet's deadline for a PreStartContainer call (KubeletPreStartContainerRPCTimeoutInSecs,
-# deviceplugin/v1beta1/constants.go), and devshim's default for its own timeouts of a pre-start
-# (the core's and a driver's), inside it: a slow pre-start fails with devshim's reason rather
-# than the kubelet's bare timeout. The fake kubelet and the legacy adapter keep copies (they may
-# not import this module); tests/unit/test_one_truth.py holds them to these.
-KUBELET_PRESTART_DEADLINE_S = 30.0
-PRESTART_TIMEOUT_S = 25.0
-
 
 class AttributeKind(StrEnum):
     # The JSON field names of a DRA DeviceAttribute (resource.k8s.io, every version).

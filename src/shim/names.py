@@ -7,12 +7,7 @@ than by the kubelet's Register, which would refuse it forever.
 
 from __future__ import annotations
 
-import re
-
-# Used with fullmatch: a Python "$" also matches before a final newline, which the kubelet's
-# Go regexps refuse ("example.com/gpu\n" would pass and then fail Register forever).
-_QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+from shim.facts import DNS_SUBDOMAIN_MAX, QUALIFIED_NAME, QUALIFIED_NAME_MAX, is_dns_subdomain
 
 
 def check_extended_resource_name(name: str) -> str:
@@ -25,10 +20,10 @@ def check_extended_resource_name(name: str) -> str:
     if name.startswith("requests."):
         raise ValueError(f"{name!r} must not start with 'requests.' (the resource quota prefix)")
     # The kubelet checks "requests." + name as a qualified name: its domain gets that prefix.
-    if len("requests." + domain) > 253 or not _DNS_SUBDOMAIN.fullmatch(domain):
+    if len("requests." + domain) > DNS_SUBDOMAIN_MAX or not is_dns_subdomain(domain):
         raise ValueError(f"{name!r}: {domain!r} is not a lowercase DNS subdomain of at most 244 characters")
     # The kubelet also checks that "requests.<name>" is a valid quota name.
-    if len(short) > 63 or not _QUALIFIED_NAME.fullmatch(short):
+    if len(short) > QUALIFIED_NAME_MAX or not QUALIFIED_NAME.fullmatch(short):
         raise ValueError(
             f"{name!r}: {short!r} must be 1-63 characters [A-Za-z0-9-_.], alphanumeric at both ends"
         )
@@ -43,7 +38,7 @@ DRA_DRIVER_NAME_MAX = 63  # DriverNameMaxLength
 def driver_name_problem(name: str) -> str | None:
     """Why ``name`` cannot be a DRA driver name (a lowercase DNS subdomain of at most 63
     characters, as the API server requires), or None."""
-    if len(name) > DRA_DRIVER_NAME_MAX or not _DNS_SUBDOMAIN.fullmatch(name):
+    if not is_dns_subdomain(name, DRA_DRIVER_NAME_MAX):
         return (
             f"{name!r} is not a DRA driver name: a lowercase DNS subdomain (gpu.example.com) "
             f"of at most {DRA_DRIVER_NAME_MAX} characters"
@@ -54,6 +49,6 @@ def driver_name_problem(name: str) -> str | None:
 def node_name_problem(name: str) -> str | None:
     """Why ``name`` cannot be a node's (and so its pool's) name, or None: a DNS subdomain of at
     most 253 characters."""
-    if not name or len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+    if not is_dns_subdomain(name):
         return f"{name!r} is not a node name: a lowercase DNS subdomain of at most 253 characters"
     return None

@@ -34,15 +34,21 @@ from pydantic import (
 
 from shim.configfile import ConfigError, StrictModel, format_validation_error, read_config_file
 from shim.errors import GrantRefused
+from shim.facts import (
+    DEVICE_PLUGINS_DIR,
+    KUBELET_PRESTART_DEADLINE_S,
+    KUBELET_SOCKET,
+    PLUGINS_DIR,
+    PLUGINS_REGISTRY_DIR,
+    POD_RESOURCES_SOCKET,
+    PRESTART_TIMEOUT_S,
+)
 from shim.grants import GrantSettings, expand
-from shim.model import KUBELET_PRESTART_DEADLINE_S, MAX_NUMA_NODE, PRESTART_TIMEOUT_S
+from shim.model import MAX_NUMA_NODE
 from shim.names import check_extended_resource_name, driver_name_problem, node_name_problem
 from shim.policy import GrantPolicy, GrantPolicySettings
 from shim.policy.paths import normal
 
-# Upstream constants (deviceplugin/v1beta1/constants.go).
-DEFAULT_DEVICE_PLUGINS_DIR = Path("/var/lib/kubelet/device-plugins")
-KUBELET_SOCKET_NAME = "kubelet.sock"
 # sun_path is 108 bytes on Linux, including the terminating NUL.
 MAX_SOCKET_PATH = 107
 # devshim binds each socket first as <dir>/.devshim-bind-<8 hex>/.s (node/sockets.py):
@@ -138,10 +144,8 @@ class ResourceSettings(StrictModel):
     @field_validator("socket_name")
     @classmethod
     def _plain_socket_name(cls, value: str | None) -> str | None:
-        if value is not None and (not value or "/" in value or value in (".", "..", KUBELET_SOCKET_NAME)):
-            raise ValueError(
-                f"socket_name {value!r} must be a plain file name other than {KUBELET_SOCKET_NAME}"
-            )
+        if value is not None and (not value or "/" in value or value in (".", "..", KUBELET_SOCKET)):
+            raise ValueError(f"socket_name {value!r} must be a plain file name other than {KUBELET_SOCKET}")
         return value
 
     @model_validator(mode="after")
@@ -187,7 +191,7 @@ class DeallocationSettings(StrictModel):
 
     enabled: bool = True
     # Follows the kubelet's root dir, like plugins_registry (upstream default below).
-    pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    pod_resources_socket: Path = POD_RESOURCES_SOCKET
     # The kubelet allows 100 qps (burst 10) across all clients: poll gently.
     poll_interval_s: Annotated[float, Field(gt=0, le=3600)] = 10.0
     # How long a device group must be held by no listed container before it is released.
@@ -412,7 +416,7 @@ class DraSettings(StrictModel):
     kubeconfig: Path | None = None
     # Each driver's DRA socket is <plugins_dir>/<driver>/dra.sock, where the kubelet dials it (it
     # follows the kubelet's --root-dir); it registers through Settings.plugins_registry_dir.
-    plugins_dir: Path = Path("/var/lib/kubelet/plugins")
+    plugins_dir: Path = PLUGINS_DIR
     # Where each prepared claim's CDI spec is written, for the container runtime to read (a
     # directory containerd and CRI-O read by default; generated specs belong in the /var/run one).
     cdi_dir: Path = Path("/var/run/cdi")
@@ -449,7 +453,7 @@ class Settings(BaseModel):
     # Defaults are validated too: a default path goes through the same checks as a given one.
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
-    device_plugins_dir: Path = DEFAULT_DEVICE_PLUGINS_DIR
+    device_plugins_dir: Path = DEVICE_PLUGINS_DIR
     # devshim's own state (last known device lists, allocations in use). Never under
     # device_plugins_dir: kubelets up to ~1.32 delete every regular file there on start.
     state_dir: Path = Path("/var/lib/devshim")
@@ -465,7 +469,7 @@ class Settings(BaseModel):
     # version it might misread once upstream publishes a different v1beta2.
     api_versions: Annotated[list[Literal["v1beta1", "v1beta2"]], Field(min_length=1)] = ["v1beta1"]
     # Follows the kubelet's root dir (--root-dir), unlike device-plugins.
-    plugins_registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
+    plugins_registry_dir: Path = PLUGINS_REGISTRY_DIR
     # How kubelet restarts are noticed: inotify where the kernel offers it, else polling.
     watch_mode: Literal["auto", "inotify", "poll"] = "auto"
     poll_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
@@ -563,7 +567,7 @@ class Settings(BaseModel):
 
     @property
     def kubelet_socket(self) -> Path:
-        return self.device_plugins_dir / KUBELET_SOCKET_NAME
+        return self.device_plugins_dir / KUBELET_SOCKET
 
     @classmethod
     def load(

@@ -126,7 +126,7 @@ async def test_only_the_same_protocol_major_is_accepted_at_initialize(
 @pytest.mark.parametrize("version", ["1.0.0\n", "1.0.0-rc1\n", "\n1.0.0"])
 def test_a_version_with_a_newline_is_not_semver(version: str) -> None:
     """A Python "$" matches before a final newline; the check must not."""
-    with pytest.raises(InvalidParams, match="not a semver version"):
+    with pytest.raises(InvalidParams, match="is not a semantic version"):
         check_protocol_version(version)
 
 

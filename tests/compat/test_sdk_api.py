@@ -133,7 +133,7 @@ async def test_an_undeclared_optional_method_is_method_not_found() -> None:
     [
         (["t0", "t9"], -32001, f"{TOY}: unknown device 't9'"),
         (["busy"], -32004, "busy"),
-        (["short"], -32603, "allocate returned 0 grants for 1 container requests"),
+        (["short"], -32603, "allocate returned 0 grants for 1 containers"),
     ],
     ids=["unknown-device", "driver-error", "too-few-grants"],
 )

@@ -17,7 +17,7 @@ import yaml
 
 from shim.bootstrap import Shim
 from shim.compat.fakekubelet import FakeKubelet, PluginSession
-from shim.model import KUBELET_PRESTART_DEADLINE_S
+from shim.facts import KUBELET_PRESTART_DEADLINE_S
 from shim.settings import DriverTimeouts, RestartPolicy, Settings
 from tests.support import ROOT
 from tests.support.shim_fixtures import logged

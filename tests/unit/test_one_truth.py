@@ -1,8 +1,9 @@
 """Facts with one definition, and the copies that cannot import it held equal to it.
 
-The driver protocol's version is shim/driverprotocol.py's; the kubelet's PreStartContainer deadline
-and devshim's default inside it are shim/model.py's. Copies remain where an import is impossible
-(another language, a layer that may not import devshim's modules, the docs): each is read here.
+Kubernetes' facts are shim/facts.py's, the driver protocol's shim/driverprotocol.py's, the file
+utilities shim/files.py's: a second definition anywhere in src/ or adapters/ fails here. Copies
+remain only where an import is impossible (another language, the docs) or wrong on purpose (the
+fake kubelet's name rules: a judge shares no code with what it judges): each is read here.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from adapters.legacy import driver as legacy
-from shim.compat import fakekubelet as kubelet
+import pytest
+
 from shim.driverprotocol import PROTOCOL_VERSION
-from shim.model import KUBELET_PRESTART_DEADLINE_S, PRESTART_TIMEOUT_S
+from shim.facts import KUBELET_PRESTART_DEADLINE_S, PRESTART_TIMEOUT_S
 from shim.settings import DriverTimeouts
 from tests.support import ROOT
 
@@ -45,16 +46,39 @@ def test_the_documented_protocol_version_is_ours() -> None:
     assert _found(r'semver \("([^"]*)"\)', "proto/driver/v1/driver.proto") == [PROTOCOL_VERSION]
 
 
-def test_the_fake_kubelet_has_the_kubelets_prestart_deadline() -> None:
-    """shim/compat/fakekubelet/ may import nothing of devshim's, so it keeps its own copy."""
-    assert kubelet.PRESTART_TIMEOUT_S == KUBELET_PRESTART_DEADLINE_S
+JUDGE_NAMES = "src/shim/compat/fakekubelet/names.py"  # the fake kubelet's own name rules, on purpose
+
+# Each shared fact: a pattern only a definition of it matches, and the files that hold one (its
+# home, and for the name rules the judge's copy). A second home fails the test, and so does a
+# pattern that no longer finds the first (it would guard nothing).
+ONE_HOME = {
+    "the kubelet's socket name": (r'"kubelet\.sock"', {"src/shim/facts.py"}),
+    "the pre-start deadlines": (r"\b\w*PRESTART_\w*_S\s*=", {"src/shim/facts.py"}),
+    "the Register timeout": (r"\bREGISTER_TIMEOUT_S\s*=", {"src/shim/facts.py"}),
+    "the DNS-1123 label": (r"\[a-z0-9\]\(\[-a-z0-9\]", {"src/shim/facts.py", JUDGE_NAMES}),
+    "the extended resource name rule": (r"[\'\"]requests\.", {"src/shim/names.py", JUDGE_NAMES}),
+    "semver": (r"\(0\|\[1-9\]\[0-9\]\*\)", {"src/shim/facts.py"}),
+    "the protocol's major check": (r'split\("\."\)\[0\]', {"src/shim/driverprotocol.py"}),
+    "one grant per container": (r"grants for \{", {"src/shim/driverprotocol.py"}),
+    "the atomic write": (r"\bmkstemp\(|\bos\.fsync\(", {"src/shim/files.py"}),
+    "the bounded read": (r"\bO_NONBLOCK\b", {"src/shim/files.py"}),
+}
+
+
+def _python_sources() -> list[str]:
+    paths = [*ROOT.glob("src/**/*.py"), *ROOT.glob("adapters/**/*.py")]
+    return sorted(str(p.relative_to(ROOT)) for p in paths if "generated" not in p.parts)
+
+
+@pytest.mark.parametrize("fact", sorted(ONE_HOME))
+def test_each_shared_fact_has_one_home(fact: str) -> None:
+    pattern, homes = ONE_HOME[fact]
+    holding = {f for f in _python_sources() if re.search(pattern, (ROOT / f).read_text(encoding="utf-8"))}
+    assert holding == homes, f"{fact}: defined in {sorted(holding)}, expected only in {sorted(homes)}"
 
 
 def test_devshims_prestart_default_is_inside_the_kubelets_deadline() -> None:
-    """And the legacy adapter, a driver that may not import shim.model, forwards a prestart for
-    no longer than devshim waits for it by default."""
     assert 0 < PRESTART_TIMEOUT_S < KUBELET_PRESTART_DEADLINE_S
-    assert 0 < legacy.PRESTART_TIMEOUT_S <= PRESTART_TIMEOUT_S
 
 
 def test_the_documented_prestart_timeouts_are_the_real_ones() -> None:

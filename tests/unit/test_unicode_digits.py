@@ -99,7 +99,7 @@ def test_a_driver_answering_initialize_with_a_non_ascii_protocol_version_is_refu
 @pytest.mark.parametrize("version", ["1١.0.0", "1.1٠.0", "1.0.1٢"])
 def test_the_sdk_refuses_a_devshim_protocol_version_with_non_ascii_digits(version: str) -> None:
     """The SDK's side of initialize: not semver, said as such (not "majors must be equal")."""
-    with pytest.raises(InvalidParams, match="is not a semver version"):
+    with pytest.raises(InvalidParams, match="is not a semantic version"):
         check_protocol_version(version)
 
 

@@ -33,7 +33,7 @@ from shim.compat.tails import log_tail
 from shim.compat.upstream.dra_manager import DraManager, Registration, running_dra_manager
 from shim.compat.upstream.releases import Release
 
-REGISTER_TIMEOUT_S = 30.0
+DRA_REGISTER_TIMEOUT_S = 30.0
 LOG_TAIL = 4000
 
 
@@ -119,7 +119,7 @@ async def registered(
     exits or never registers."""
     calls: list[Registration] = []
     try:
-        async with asyncio.timeout(REGISTER_TIMEOUT_S):
+        async with asyncio.timeout(DRA_REGISTER_TIMEOUT_S):
             while True:
                 calls = (await manager.registrations())[after:]
                 for call in calls:
@@ -137,7 +137,7 @@ async def registered(
     except TimeoutError:
         raise Failed(
             f"the plugin did not register with the {cell.kubelet.name} plugin watcher within "
-            f"{REGISTER_TIMEOUT_S:g} s (a registration socket in {{registry}}?); its calls: {calls}"
+            f"{DRA_REGISTER_TIMEOUT_S:g} s (a registration socket in {{registry}}?); its calls: {calls}"
         ) from None
 
 

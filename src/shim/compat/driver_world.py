@@ -23,6 +23,7 @@ from shim.bootstrap import Shim
 from shim.compat.fakekubelet import FakeKubelet, PluginSession
 from shim.compat.fakekubelet.records import DeviceState
 from shim.driverhost import DriverHost
+from shim.facts import KUBELET_SOCKET
 from shim.model import Capabilities
 from shim.policy import RULES, GrantPolicy, Suggestion
 from shim.settings import Settings
@@ -302,7 +303,7 @@ def settings_for(
             }
         ],
         deallocation={
-            "pod_resources_socket": str(root / "pod-resources" / "kubelet.sock"),
+            "pod_resources_socket": str(root / "pod-resources" / KUBELET_SOCKET),
             "poll_interval_s": 0.05,
             "grace_s": DEALLOCATE_GRACE_S,
         },
@@ -326,7 +327,7 @@ async def driver_world(
         settings.device_plugins_dir,
         profile=first.profile,
         versions=first.versions,
-        pod_resources_socket=root / "pod-resources" / "kubelet.sock",
+        pod_resources_socket=root / "pod-resources" / KUBELET_SOCKET,
         plugins_registry=settings.plugins_registry_dir if mode.registration == "watcher" else None,
     )
     try:

@@ -20,6 +20,7 @@ import grpc
 
 from shim.compat.fakekubelet import CleanupMode, EndpointStopped, PluginSession, ProtocolViolation
 from shim.compat.fakekubelet.records import HEALTHY, UNHEALTHY, DeviceState
+from shim.facts import REGISTER_TIMEOUT_S
 
 from .modes import PROFILES
 from .plugin_process import crash_twice_in_a_second
@@ -39,7 +40,6 @@ CELL_TIMEOUT_S = 60.0
 FIRST_LIST_S = 5.0
 STREAM_OPEN_S = 2.0
 # The Go test plugin polls its directory every second; vendor plugins are often slower.
-REREGISTER_TIMEOUT_S = 15.0
 # Time for a list after the plugin changed a device (the health hook).
 CHANGE_S = 5.0
 # Time for a message that follows the first at once (a delta, an oversized list) to arrive.
@@ -137,12 +137,12 @@ async def reregister(w: PluginWorld) -> None:
     cleanup = f"{w.profile} cleanup: {CLEANUP.get(kubelet.profile.cleanup, kubelet.profile.cleanup)}"
     try:
         ok = sum(r.ok for r in earlier) + 1
-        await kubelet.wait_for_registration(resource, count=ok, timeout=REREGISTER_TIMEOUT_S)
+        await kubelet.wait_for_registration(resource, count=ok, timeout=REGISTER_TIMEOUT_S)
     except TimeoutError:
         rejected = [r.error for r in w.registrations(resource)[len(earlier) :] if not r.ok]
         why = f"; the kubelet rejected Register: {rejected[-1]}" if rejected else ""
         raise Failed(
-            f"the plugin did not register again within {REREGISTER_TIMEOUT_S:g} s of a kubelet restart "
+            f"the plugin did not register again within {REGISTER_TIMEOUT_S:g} s of a kubelet restart "
             f"({cleanup}){why}"
         ) from None
     try:
@@ -168,17 +168,17 @@ async def crash_restart(w: PluginWorld) -> None:
 
     async def came_up() -> None:
         more = lambda: len(kubelet.arrivals) > arrived  # noqa: E731
-        await w.until(more, REREGISTER_TIMEOUT_S, "call Register after a crash")
+        await w.until(more, REGISTER_TIMEOUT_S, "call Register after a crash")
 
     await crash_twice_in_a_second(restart, came_up)
     since = time.monotonic()  # the second start's Register comes later: the plugin starts first
     back = lambda: any(r.ok and r.received_at > since for r in w.registrations(resource))  # noqa: E731
     try:
-        await kubelet.wait_until(back, timeout=REREGISTER_TIMEOUT_S, what=f"{resource} registered again")
+        await kubelet.wait_until(back, timeout=REGISTER_TIMEOUT_S, what=f"{resource} registered again")
     except TimeoutError:
         raise Failed(
             f"killed and started again at once, the second start within the second of the first: "
-            f"the plugin did not register again within {REREGISTER_TIMEOUT_S:g} s{w.log_tail()}"
+            f"the plugin did not register again within {REGISTER_TIMEOUT_S:g} s{w.log_tail()}"
         ) from None
     try:
         # A kubelet that dials after Register (1.24) may still hold the killed start's session.

@@ -26,6 +26,7 @@ from shim.compat.fakekubelet import FakeKubelet, PluginOptions, PluginSession
 from shim.compat.fakekubelet.api import PluginClient
 from shim.compat.fakekubelet.records import RegisterRequest, RegistrationRecord
 from shim.compat.fakekubelet.versions import WIRES
+from shim.facts import REGISTER_TIMEOUT_S
 
 from .driver_world import run_health_hook
 from .plugin_process import in_namespace, kill_plugin, start_plugin, stop_plugin, until_ready
@@ -33,7 +34,6 @@ from .results import Failed, Skip
 
 PLACEHOLDER = "{dir}"
 VERSION = "v1beta1"
-REGISTER_TIMEOUT_S = 15.0
 # The kubelet's own dial and RPC deadlines (client.go dial: 10 s).
 DIAL_TIMEOUT_S = 10.0
 RPC_TIMEOUT_S = 10.0

@@ -25,9 +25,9 @@ from shim.errors import (
     UnhealthyDevice,
     UnknownDevice,
 )
+from shim.facts import PRESTART_TIMEOUT_S
 from shim.latest import Latest
 from shim.model import (
-    PRESTART_TIMEOUT_S,
     Capabilities,
     ContainerAllocateRequest,
     ContainerGrant,
@@ -198,13 +198,9 @@ class ResourceService:
             raise
 
     async def _allocate(self, requests: Sequence[ContainerAllocateRequest]) -> list[ContainerGrant]:
+        # One grant per request, in order: the source's contract (sources/base.py), held at the
+        # driver pipe (driverprotocol.grant_count_problem); the kubelet pairs them by position.
         grants = list(await self.source.allocate(requests))
-        if len(grants) != len(requests):
-            # The kubelet sends one container per Allocate and reads the first response
-            # (devicemanager manager.go allocateContainerResources); pairing is by position.
-            raise SourceFailed(
-                f"{self.name}: device source answered {len(grants)} grants for {len(requests)} containers"
-            )
         for grant in grants:
             try:
                 self.policy.check(grant)
@@ -236,16 +232,14 @@ class ResourceService:
 
     async def _prepare(self, device_ids: Sequence[str]) -> ContainerGrant:
         request = ContainerAllocateRequest(tuple(device_ids))
-        grants = list(await self.source.allocate([request]))
-        if len(grants) != 1:
-            raise SourceFailed(f"{self.name}: device source answered {len(grants)} grants for 1 claim")
+        (grant,) = await self.source.allocate([request])
         try:
-            self.policy.check(grants[0])
+            self.policy.check(grant)
         except GrantRefused as refused:
             self._refused(refused, [request])
             raise
         await self.prestart(device_ids)
-        return grants[0]
+        return grant
 
     async def unprepare(self, device_ids: Sequence[str]) -> None:
         """A prepared claim's devices are free again: the driver's deallocate; errors raise

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shim.files import write_atomically
 from shim.model import ContainerGrant
 
 CLASS = "claim"
@@ -106,24 +105,3 @@ class SpecDir:
     def remove(self, driver: str, claim_uid: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.path(driver, claim_uid).unlink()
-
-
-def write_atomically(path: Path, data: bytes, *, mode: int) -> None:
-    """``data`` at ``path`` whole or not at all (a rename in the same directory), synced."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), mode)
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)  # the rename itself lives in the directory
-    finally:
-        os.close(folder)

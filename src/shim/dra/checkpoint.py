@@ -20,8 +20,7 @@ from typing import Any
 
 from loguru import logger
 
-from shim.configfile import UnreadableFile, read_bounded
-from shim.dra.cdi import write_atomically
+from shim.files import UnreadableFile, read_bounded, write_atomically
 
 FORMAT = 1
 MAX_BYTES = 64 * 1024 * 1024  # devshim's own file; bounded all the same

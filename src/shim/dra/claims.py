@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from shim.facts import is_dns_label, is_dns_subdomain
+
 # What the kubelet names a claim by becomes an API path (namespace, name) and a file name and
 # CDI device name (uid): each held to Kubernetes' own rules before any use.
-_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a namespace
-_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")  # a name
 _UID = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]{0,62}[A-Za-z0-9])?")  # a UUID, and then some
 
 
@@ -36,9 +36,9 @@ class ClaimRef:
 
     def problem(self) -> str | None:
         """Why the kubelet's reference cannot name a claim, or None."""
-        if not _LABEL.fullmatch(self.namespace):
+        if not is_dns_label(self.namespace):
             return f"{self.namespace[:80]!r} is not a namespace"
-        if len(self.name) > 253 or not _SUBDOMAIN.fullmatch(self.name):
+        if not is_dns_subdomain(self.name):
             return f"{self.name[:80]!r} is not a ResourceClaim name"
         if not _UID.fullmatch(self.uid):
             return f"{self.uid[:80]!r} is not a uid"

@@ -19,15 +19,15 @@ from __future__ import annotations
 import hashlib
 import re
 
-DNS_LABEL_MAX = 63
-_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+from shim.facts import DNS_LABEL_MAX, is_dns_label
+
 _OTHER = re.compile(r"[^a-z0-9]+")
 _HASH_DIGITS = 8
 
 
 def device_name(device_id: str) -> str:
     """The DRA device name of a driver's device ID (the rules above)."""
-    if len(device_id) <= DNS_LABEL_MAX and _LABEL.fullmatch(device_id):
+    if is_dns_label(device_id):
         return device_id
     suffix = hashlib.sha256(device_id.encode()).hexdigest()[:_HASH_DIGITS]
     stem = _OTHER.sub("-", device_id.lower()).strip("-")[: DNS_LABEL_MAX - _HASH_DIGITS - 1].rstrip("-")

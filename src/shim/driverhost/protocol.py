@@ -15,14 +15,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shim import revision
+from shim import driverprotocol, revision
 from shim.driverhost.stderr import escaped
 from shim.driverprotocol import (
     MAX_ATTRIBUTES_AND_CAPACITIES,
     PROTOCOL_VERSION,
     attributes_from_json,
     capacity_from_json,
-    version_problem,
 )
 from shim.errors import RequestError, ShimError, SourceFailed, SourceTimeout, SourceUnavailable
 from shim.jsonrpc import ConnectionClosed, ErrorCode, RemoteError
@@ -205,16 +204,13 @@ def resources_from_json(obj: Any) -> list[ResourceInfo]:
 
 
 def check_protocol_version(theirs: Any) -> None:
-    """Semver (ASCII digits: "1.٣.0" is not one), with devshim's major."""
-    if isinstance(theirs, str) and (problem := version_problem(theirs)) is not None:
+    """The driver's version, held to driverprotocol's rule."""
+    try:
+        driverprotocol.check_protocol_version(theirs)
+    except driverprotocol.ProtocolVersionRefused as refused:
         raise DriverProtocolError(
-            f"the driver's protocol version {problem}; devshim speaks {PROTOCOL_VERSION} (majors must match)"
-        )
-    if not isinstance(theirs, str) or theirs.split(".")[0] != PROTOCOL_VERSION.split(".")[0]:
-        raise DriverProtocolError(
-            f"driver speaks protocol version {theirs!r}; "
-            f"devshim speaks {PROTOCOL_VERSION} (majors must match)"
-        )
+            f"the driver's {refused}; devshim speaks {PROTOCOL_VERSION} (majors must match)"
+        ) from None
 
 
 def initialize_params(devshim_version: str, in_use: Iterable[tuple[str, Sequence[str]]]) -> dict[str, Any]:
@@ -247,8 +243,10 @@ def allocate_params(resource: str, requests: Sequence[ContainerAllocateRequest])
 
 def grants_from_json(result: Any, expected: int) -> list[ContainerGrant]:
     containers = field(result, "containers") or []
-    if not isinstance(containers, list) or len(containers) != expected:
-        raise DriverProtocolError(f"allocate answered {len(containers)} grants for {expected} containers")
+    if not isinstance(containers, list):
+        raise DriverProtocolError("allocate's containers must be a list")
+    if (problem := driverprotocol.grant_count_problem(len(containers), expected)) is not None:
+        raise DriverProtocolError(f"allocate answered {problem}")
     return [grant_from_json(g) for g in containers]
 
 

@@ -15,9 +15,6 @@ from shim.errors import ShimError
 if TYPE_CHECKING:
     from shim.generated.podresources.v1 import api_pb2 as pb
 
-# Upstream default: /var/lib/kubelet/pod-resources/kubelet.sock (under the kubelet root dir).
-DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
-
 
 class PodResourcesUnavailable(ShimError):
     """No PodResources service answers (feature off, an old kubelet, or it is restarting)."""

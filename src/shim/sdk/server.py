@@ -7,12 +7,12 @@ task, so a slow preferred_allocation never holds up an allocate.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from loguru import logger
 
+from shim import driverprotocol
 from shim.driverprotocol import PROTOCOL_VERSION
 from shim.jsonrpc import ErrorCode, Peer, Transport
 from shim.jsonrpc.peer import Handler
@@ -21,21 +21,18 @@ from shim.sdk.driver import OPTIONAL_METHODS, Driver
 from shim.sdk.errors import DriverError, InvalidParams, NotImplementedByResource, UnknownResource
 from shim.sdk.generated.devshim.driver import v1 as types
 
-# fullmatch: with match, "$" would also accept a version followed by a newline. [0-9], not \d,
-# which also takes non-ASCII digits ("1١.0.0").
-_SEMVER = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(?:[-+][0-9A-Za-z.+-]+)?")
-
 
 def check_protocol_version(theirs: str) -> None:
-    """Majors must be equal (docs/driver-protocol.md, "Lifecycle"); minors may differ either way."""
-    match = _SEMVER.fullmatch(theirs)
-    if match is None:
-        raise InvalidParams("initialize", f"protocol_version {theirs!r} is not a semver version")
-    if match.group(1) != PROTOCOL_VERSION.split(".")[0]:
+    """devshim's version, held to driverprotocol's rule."""
+    try:
+        driverprotocol.check_protocol_version(theirs)
+    except driverprotocol.ProtocolVersionRefused as refused:
+        if refused.malformed:
+            raise InvalidParams("initialize", str(refused)) from None
         raise DriverError(
             ErrorCode.INVALID_REQUEST,
             f"devshim speaks driver protocol {theirs}, this driver {PROTOCOL_VERSION}: majors must be equal",
-        )
+        ) from None
 
 
 def capability_mismatches(driver: Driver, resources: list[types.Resource]) -> list[str]:
@@ -113,12 +110,8 @@ class _Dispatcher:
         self._resource(request.resource)
         containers = [list(c.device_ids) for c in request.containers]
         grants = await self._driver.allocate(request.resource, containers)
-        if len(grants) != len(containers):
-            # devshim pairs grants with containers by position; a short list would misassign them.
-            raise DriverError(
-                ErrorCode.INTERNAL_ERROR,
-                f"allocate returned {len(grants)} grants for {len(containers)} container requests",
-            )
+        if (problem := driverprotocol.grant_count_problem(len(grants), len(containers))) is not None:
+            raise DriverError(ErrorCode.INTERNAL_ERROR, f"allocate returned {problem}")
         return {"containers": [grant_json(g) for g in grants]}
 
     async def _preferred_allocation(self, params: Any) -> dict[str, Any]:

@@ -17,6 +17,8 @@ Only the wire modules (v1beta1.py, v1beta2.py, pluginregistration.py, podresourc
 generated stubs; everything a test sees is a record from records.py.
 """
 
+from shim.facts import KUBELET_SOCKET
+
 from . import records
 from .dirs import CHECKPOINT_FILE, CleanupMode
 from .errors import (
@@ -26,7 +28,7 @@ from .errors import (
     ProtocolViolation,
     RegistrationRejected,
 )
-from .fake_kubelet import KUBELET_SOCKET, FakeKubelet
+from .fake_kubelet import FakeKubelet
 from .profiles import DEPRECATION_FILE, PROFILES, Profile, profile_for_release, profile_named
 from .records import (
     CLASSIC,
@@ -42,7 +44,7 @@ from .records import (
     RegistrationRecord,
     RunningPod,
 )
-from .session import PRESTART_TIMEOUT_S, PluginSession
+from .session import PluginSession
 from .versions import API_VERSIONS
 from .watcher import WatchMode
 
@@ -52,7 +54,6 @@ __all__ = [
     "CLASSIC",
     "DEPRECATION_FILE",
     "KUBELET_SOCKET",
-    "PRESTART_TIMEOUT_S",
     "PROFILES",
     "WATCHER",
     "AdmissionRejected",

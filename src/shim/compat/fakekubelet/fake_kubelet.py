@@ -22,6 +22,8 @@ from typing import Any
 
 import grpc
 
+from shim.facts import KUBELET_SOCKET
+
 from . import podresources
 from .connect import check_register, connect_session
 from .dirs import CleanupMode, clean_plugin_dir
@@ -41,8 +43,6 @@ from .registrar import Registrar
 from .session import PluginSession
 from .versions import WIRES, newest_first
 from .watcher import PluginWatcher, WatchMode
-
-KUBELET_SOCKET = "kubelet.sock"  # k8s.io/kubelet deviceplugin/v1beta1 constants.go KubeletSocket
 
 
 class FakeKubelet:

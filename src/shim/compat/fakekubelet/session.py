@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 
 import grpc
 
+from shim.facts import KUBELET_PRESTART_DEADLINE_S
+
 from .admission import available_devices, take_preferred
 from .api import LifecycleClient, PluginClient, PreferredRequest
 from .errors import EndpointStopped, ProtocolViolation
@@ -19,11 +21,6 @@ from .records import DeviceState, Grant, PluginOptions
 
 DeviceList = tuple[DeviceState, ...]
 
-# KubeletPreStartContainerRPCTimeoutInSecs in k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1
-# constants.go, used by endpoint.go preStartContainer. A copy of devshim's
-# KUBELET_PRESTART_DEADLINE_S (shim/model.py), which this side may not import;
-# tests/unit/test_one_truth.py holds the two equal.
-PRESTART_TIMEOUT_S = 30.0
 CLOSED = "closed by the kubelet"
 
 
@@ -196,7 +193,7 @@ class PluginSession:
         if not self.options.pre_start_required:
             raise ProtocolViolation(f"{self.resource}: options do not ask for PreStartContainer")
         self._ensure_running()
-        await self._client.prestart(device_ids, PRESTART_TIMEOUT_S)
+        await self._client.prestart(device_ids, KUBELET_PRESTART_DEADLINE_S)
 
     # KEP-3162 (kubernetes/enhancements#3080, closed unmerged) gave neither call a deadline; the
     # fake uses its usual RPC timeout for both.

@@ -37,7 +37,7 @@ from .scheduler import Scheduler
 
 NODE_USER = f"system:node:{kubelet.NODE_NAME}"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-REGISTER_TIMEOUT_S = 60.0
+NODE_REGISTER_TIMEOUT_S = 60.0
 NAMESPACE = "default"
 
 
@@ -125,7 +125,7 @@ class ConnectedNode:
         self._node = Node(self.folder, kubelet_binary, self.minor, kubeconfig=self.node_kubeconfig,
                           runtime=runtime)  # fmt: skip
         self._node.start()
-        self._wait(self._registered, f"Node {self.node_name} registered", REGISTER_TIMEOUT_S)
+        self._wait(self._registered, f"Node {self.node_name} registered", NODE_REGISTER_TIMEOUT_S)
         self.started_in_s = time.monotonic() - began
 
     def stop(self) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from shim.compat.tails import log_tail
+from shim.facts import KUBELET_SOCKET
 from shim.node import sockets
 
 from . import containerd, images, kubelet
@@ -103,7 +104,7 @@ class Node:
         # <root-dir>/plugins: where a kubelet's plugins (CSI, DRA) keep their sockets by custom
         self.plugins_dir = self.kubelet_root / "plugins"
         self.cdi_dir = folder / "cdi"  # containerd's only CDI spec directory (runtime.cdi)
-        self.pod_resources_socket = self.kubelet_root / "pod-resources" / "kubelet.sock"
+        self.pod_resources_socket = self.kubelet_root / "pod-resources" / KUBELET_SOCKET
         self.checkpoint = self.device_plugins_dir / "kubelet_internal_checkpoint"
         self.pod_logs = folder / "logs" / "pods"
         self.kubelet_log = folder / "kubelet.log"
@@ -175,7 +176,7 @@ class Node:
 
     def start_kubelet(self) -> None:
         """Start the kubelet and wait until it serves device plugins and its read-only API."""
-        socket_path = self.device_plugins_dir / "kubelet.sock"
+        socket_path = self.device_plugins_dir / KUBELET_SOCKET
         socket_path.unlink(missing_ok=True)  # a stopped kubelet's: ready means the new one's
         argv = kubelet.command(self.kubelet_binary, self.folder, self.kubeconfig)
         self._kubelet = self._host.spawn(argv, self.kubelet_log)

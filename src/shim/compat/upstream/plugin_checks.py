@@ -33,12 +33,12 @@ from shim.compat.plugin_process import (
 )
 from shim.compat.plugin_world import NO_HOOK, PluginUnderTest
 from shim.compat.results import Failed, Result, Skip, expect, run_cells
+from shim.facts import KUBELET_SOCKET, REGISTER_TIMEOUT_S
 
 from .harness import Container, Pod
 from .releases import Release
 from .world import UpstreamKubelet
 
-REGISTER_TIMEOUT_S = 15.0
 SETTLE_S = 0.3
 STREAM_OPEN_S = 2.0
 POLL_S = 0.05
@@ -162,7 +162,7 @@ async def crash_restart(w: JudgedPluginWorld) -> None:
         await w.crash_and_start()
 
     async def came_up() -> None:  # a socket made anew: the plugin serves (and registers next)
-        made = lambda: bool(sockets_made(w.plugin_dir, since) - {"kubelet.sock"})  # noqa: E731
+        made = lambda: bool(sockets_made(w.plugin_dir, since) - {KUBELET_SOCKET})  # noqa: E731
         await until_ready(made, w.process, REGISTER_TIMEOUT_S, "make its socket after a crash", w.log_tail)
 
     await crash_twice_in_a_second(restart, came_up)

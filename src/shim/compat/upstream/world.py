@@ -22,6 +22,7 @@ from shim.bootstrap import Shim
 from shim.compat.driver_world import START_TIMEOUT_S, DevshimSide, DriverUnderTest, settings_for
 from shim.compat.fakekubelet.records import HEALTHY
 from shim.compat.results import Failed
+from shim.facts import KUBELET_SOCKET
 
 from .harness import Capacity, Harness, Pod, running_harness
 from .releases import Release
@@ -41,7 +42,7 @@ class UpstreamKubelet:
         self.binaries = binaries
         self.plugin_dir = root / "device-plugins"
         self.watcher_dir = root / "plugins_registry" if watcher else None
-        self.pod_resources = root / "pod-resources" / "kubelet.sock"
+        self.pod_resources = root / "pod-resources" / KUBELET_SOCKET
         self.logs = root
         self.pods: list[Pod] = []  # admitted so far; a restarted kubelet gets them back
         self.restarts = 0

@@ -10,10 +10,7 @@ from loguru import logger
 
 from shim.core.resource import ResourceService
 from shim.deviceplugin.api import ApiVersion
-
-# The kubelet dials the plugin inside Register and gives up after 10 s
-# (devicemanager/plugin/v1beta1/client.go dial()); allow for that and the options call.
-REGISTER_TIMEOUT_S = 15.0
+from shim.facts import REGISTER_TIMEOUT_S
 
 
 class RegisterFailed(Exception):

@@ -38,10 +38,11 @@ from shim.deviceplugin.endpoint.machine import (
     Step,
 )
 from shim.deviceplugin.endpoint.server import PluginServer, SocketGone
+from shim.facts import KUBELET_SOCKET
 from shim.node import sockets
 from shim.node.handover import Handover
 from shim.ops import metrics
-from shim.settings import KUBELET_SOCKET_NAME, SocketSettings
+from shim.settings import SocketSettings
 
 
 class _NoKubelet(Exception):
@@ -72,7 +73,7 @@ class PluginEndpoint:
         self._machine = Machine(registration, handover is not None)
         self._handover = handover
         self.socket_path = (plugins_registry or plugin_dir) / socket_name
-        self.kubelet_socket = plugin_dir / KUBELET_SOCKET_NAME
+        self.kubelet_socket = plugin_dir / KUBELET_SOCKET
         self._backoff_max_s = backoff_max_s
         self._server = PluginServer(
             resource,
@@ -117,7 +118,7 @@ class PluginEndpoint:
     def check_files(self, name: str | None = None) -> None:
         """React to a directory change (``name`` None: anything may have changed)."""
         asked = self._handover is not None and self._handover.asked(name)
-        relevant = name in (None, KUBELET_SOCKET_NAME, self.socket_path.name)
+        relevant = name in (None, KUBELET_SOCKET, self.socket_path.name)
         if not asked and not relevant:
             return
         ours = sockets.identity(self.socket_path) if relevant else self._machine.socket
