@@ -1,19 +1,21 @@
 """What every version of the kubelet's DRA gRPC services does, given that version's messages.
 
 The version modules (v1.py, v1beta1.py, health_v1.py, health_v1alpha1.py) each import their own
-generated stubs and hand them here: the DRAPlugin messages of v1beta1 and v1 have the same
-fields (v1 adds ``share_id``, for shared devices devshim does not offer), and so do the two
-DRAResourceHealth versions. Which version the kubelet chose shows in the log, /status and
+generated stubs and subclass a servicer here with them, as the device-plugin front end's do:
+the DRAPlugin messages of v1beta1 and v1 have the same fields (v1 adds ``share_id``, for shared
+devices devshim does not offer), and so do the two DRAResourceHealth versions. Which version the kubelet chose shows in the log, /status and
 /metrics (``devshim_dra_service_info``): the first call of each version says so.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Literal
 
+import grpc
 from loguru import logger
 
 from shim.dra.claims import ClaimRef
@@ -22,6 +24,9 @@ from shim.dra.preparer import ClaimPreparer, Outcome
 from shim.ops import metrics
 
 MAX_CLAIMS = 1024  # per call: far beyond a node's pods; more is not a kubelet talking
+_PREPARE, _UNPREPARE = "NodePrepareResources", "NodeUnprepareResources"  # as metrics label them
+Context = grpc.aio.ServicerContext[Any, Any]
+Run = Callable[[list[ClaimRef]], Awaitable[dict[str, Outcome]]]
 
 
 @dataclass
@@ -61,21 +66,31 @@ class DraService:
                 self.status.health_service = service
         metrics.dra_service(self.status.driver, kind, service)
 
-    async def call(self, service: str, method: str, pb: Any, request: Any) -> Any:
-        """NodePrepareResources or NodeUnprepareResources in ``pb``'s messages."""
+    async def prepare(self, service: str, pb: ModuleType, request: Any) -> Any:
+        """NodePrepareResources in ``pb``'s messages."""
+        answers = await self._answer(service, _PREPARE, self.preparer.prepare, request)
+        return pb.NodePrepareResourcesResponse(claims={uid: _prepared(pb, o) for uid, o in answers.items()})
+
+    async def unprepare(self, service: str, pb: ModuleType, request: Any) -> Any:
+        """NodeUnprepareResources in ``pb``'s messages."""
+        answers = await self._answer(service, _UNPREPARE, self.preparer.unprepare, request)
+        return pb.NodeUnprepareResourcesResponse(
+            claims={uid: pb.NodeUnprepareResourceResponse(error=o.error) for uid, o in answers.items()}
+        )
+
+    async def _answer(
+        self,
+        service: str,
+        method: str,
+        run: Callable[[list[ClaimRef]], Awaitable[dict[str, Outcome]]],
+        request: Any,
+    ) -> dict[str, Outcome]:
         self._observe("plugin", service)
         claims = [ClaimRef(c.namespace, c.name, c.uid) for c in request.claims[:MAX_CLAIMS]]
-        if method == "NodePrepareResources":
-            outcomes = await self.preparer.prepare(claims)
-        else:
-            outcomes = await self.preparer.unprepare(claims)
-        answered = {uid: _answer(pb, method, outcome) for uid, outcome in outcomes.items()}
-        for uid in {c.uid for c in request.claims[MAX_CLAIMS:]}:  # named, so not "missing"
-            answered[uid] = _answer(pb, method, Outcome(error=f"more than {MAX_CLAIMS} claims in one call"))
+        outcomes = await run(claims)
         self._count(service, method, outcomes.values())
-        if method == "NodePrepareResources":
-            return pb.NodePrepareResourcesResponse(claims=answered)
-        return pb.NodeUnprepareResourcesResponse(claims=answered)
+        over = Outcome(error=f"more than {MAX_CLAIMS} claims in one call")
+        return outcomes | {c.uid: over for c in request.claims[MAX_CLAIMS:]}  # named, so not "missing"
 
     def _count(self, service: str, method: str, outcomes: Iterable[Outcome]) -> None:
         for outcome in outcomes:
@@ -87,7 +102,7 @@ class DraService:
         self.status.prepared_claims = self.preparer.prepared()
         metrics.dra_prepared(self.status.driver, self.status.prepared_claims)
 
-    async def watch_health(self, service: str, pb: Any) -> AsyncIterator[Any]:
+    async def watch_health(self, service: str, pb: ModuleType) -> AsyncIterator[Any]:
         """NodeWatchResources in ``pb``'s messages: the pool's health, again on every change."""
         self._observe("health", service)
         self.status.health_streams += 1
@@ -110,9 +125,7 @@ class DraService:
             self.status.health_streams -= 1
 
 
-def _answer(pb: Any, method: str, outcome: Outcome) -> Any:
-    if method == "NodeUnprepareResources":
-        return pb.NodeUnprepareResourceResponse(error=outcome.error)
+def _prepared(pb: ModuleType, outcome: Outcome) -> Any:
     return pb.NodePrepareResourceResponse(
         devices=[
             pb.Device(
@@ -125,3 +138,51 @@ def _answer(pb: Any, method: str, outcome: Outcome) -> Any:
         ],
         error=outcome.error,
     )
+
+
+# --- the servicers: each version module subclasses one with its generated base and messages ---
+
+
+class PluginServicer:
+    """DRAPlugin, in the messages (``pb``) of the version module that subclasses it."""
+
+    pb: ModuleType
+    version: str  # what the plugin watcher's supported versions call it ("v1.DRAPlugin")
+
+    def __init__(self, service: DraService) -> None:
+        self._service = service
+
+    async def NodePrepareResources(self, request: Any, context: Context) -> Any:
+        return await self._service.prepare(self.version, self.pb, request)
+
+    async def NodeUnprepareResources(self, request: Any, context: Context) -> Any:
+        return await self._service.unprepare(self.version, self.pb, request)
+
+
+class HealthServicer:
+    """DRAResourceHealth, in the messages (``pb``) of the version module that subclasses it."""
+
+    pb: ModuleType
+    version: str  # "v1.DRAResourceHealth"
+
+    def __init__(self, service: DraService) -> None:
+        self._service = service
+
+    async def NodeWatchResources(self, request: Any, context: Context) -> AsyncIterator[Any]:
+        async for report in self._service.watch_health(self.version, self.pb):
+            yield report
+
+
+@dataclass(frozen=True)
+class Version:
+    """One version of one of the kubelet's DRA services, as its version module declares it."""
+
+    servicer: type[PluginServicer] | type[HealthServicer]
+    add_to_server: Callable[[Any, grpc.aio.Server], None]  # the generated add_*Servicer_to_server
+
+    @property
+    def name(self) -> str:
+        return self.servicer.version
+
+    def add(self, server: grpc.aio.Server, service: DraService) -> None:
+        self.add_to_server(self.servicer(service), server)

@@ -29,7 +29,8 @@ from shim.settings import SocketSettings
 
 # Newest first, as the kubelet reads them (pkg/kubelet/cm/dra/plugin, validateSupportedServices
 # and pickHealthService). Kubelets up to 1.36 dial v1alpha1 health whether or not it is listed.
-SERVICES = (v1.SERVICE, v1beta1.SERVICE, health_v1.SERVICE, health_v1alpha1.SERVICE)
+VERSIONS = (v1.VERSION, v1beta1.VERSION, health_v1.VERSION, health_v1alpha1.VERSION)
+SERVICES = tuple(version.name for version in VERSIONS)
 CHECK_S = 1.0  # how often the sockets are checked to be there (two stat calls)
 
 
@@ -77,7 +78,7 @@ class DraPluginServer:
         for path in (self.registration_path, self.socket_path):
             sockets.clear_stale_socket(path)
         server = grpc.aio.server()
-        for version in (v1, v1beta1, health_v1, health_v1alpha1):
+        for version in VERSIONS:
             version.add(server, self.service)
         add_registration_service(
             server, self.driver, SERVICES, self._on_status,
