@@ -1,12 +1,35 @@
 """devshim's one exception hierarchy, and its one mapping to gRPC status codes.
 
-ShimError
+Each class's ``status`` is its gRPC code. The classes of one front end live in the module that
+raises them (named in brackets), each a ShimError all the same:
+
+ShimError                 (INTERNAL)
 ├── RequestError          the caller asked for something invalid (INVALID_ARGUMENT)
 │   ├── UnknownDevice
 │   └── UnhealthyDevice
+├── DeviceHeld            the device is held through the other API (FAILED_PRECONDITION)
 ├── SourceUnavailable     the device source cannot answer now (UNAVAILABLE)
 ├── SourceTimeout         the device source did not answer in time (DEADLINE_EXCEEDED)
-└── SourceFailed          the device source answered with an error (INTERNAL)
+├── SourceFailed          the device source answered with an error (INTERNAL)
+├── GrantRefused          a grant outside the resource's grant policy (PERMISSION_DENIED)
+├── ClaimRefused          a driver declared a resource it may not serve (INTERNAL)
+├── ListTooLarge          a device list over the kubelet's message limit (RESOURCE_EXHAUSTED)
+├── ListNotEncodable      a device list the kubelet's messages cannot carry (INTERNAL)
+├── SocketGone            [deviceplugin/endpoint/server.py] our socket vanished: serve again
+│                         (UNAVAILABLE; the endpoint cycle's own signal)
+│   DRA:
+├── ClaimProblem          [dra/claims.py] the claim cannot be prepared here: not allocated,
+│                         another node's, a device not served now (FAILED_PRECONDITION)
+├── ApiError              [dra/kube.py] the API server failed a request or is unreachable
+│   │                     (UNAVAILABLE; its HTTP status is ``http_status``)
+│   └── VersionGone       the resource.k8s.io version is no longer served: found again
+└── NameCollision         [dra/slices.py] two device IDs of a pool meet in one DRA device name
+                          (INTERNAL)
+
+``grpc_status`` below is the device plugin API's one boundary. DRA answers a failed claim with an
+error string in the claim's response, as its protocol does, not with a gRPC status: that one
+boundary is ClaimPreparer._each (dra/preparer.py), which answers every ShimError (and OSError)
+as ``str(error)``.
 """
 
 from __future__ import annotations

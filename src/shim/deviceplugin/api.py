@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from shim.core.resource import ResourceService
+from shim.core.api import PluginResource
 from shim.model import Device
 
 
@@ -39,7 +39,7 @@ class ApiVersion(Protocol):
     service_names: tuple[str, ...]
 
     def add_services(
-        self, server: Any, resource: ResourceService, on_stream_end: Callable[[ListRefused | None], None]
+        self, server: Any, resource: PluginResource, on_stream_end: Callable[[ListRefused | None], None]
     ) -> ServedVersion:
         """Host this version's DevicePlugin service for ``resource`` on ``server``.
 
@@ -50,7 +50,7 @@ class ApiVersion(Protocol):
         ...
 
     async def register(
-        self, kubelet_socket: Path, endpoint: str, resource: ResourceService, timeout_s: float
+        self, kubelet_socket: Path, endpoint: str, resource: PluginResource, timeout_s: float
     ) -> None:
         """Send Register to the kubelet; raise on any failure."""
         ...

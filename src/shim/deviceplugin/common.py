@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 import grpc
 from loguru import logger
 
-from shim.core.resource import ResourceService
+from shim.core.api import PluginResource
 from shim.deviceplugin import encoded, service
 from shim.deviceplugin.api import ListRefused
 from shim.errors import ListNotEncodable, ListTooLarge, grpc_status
@@ -109,7 +109,7 @@ class CommonServicer:
     to_options: Callable[[Capabilities], Any]  # the version's DevicePluginOptions from capabilities
 
     def __init__(
-        self, resource: ResourceService, on_stream_end: Callable[[ListRefused | None], None], version: str
+        self, resource: PluginResource, on_stream_end: Callable[[ListRefused | None], None], version: str
     ) -> None:
         self._resource = resource
         self._version = version
@@ -226,7 +226,7 @@ class VersionApi:
     def add_services(
         self,
         server: grpc.aio.Server,
-        resource: ResourceService,
+        resource: PluginResource,
         on_stream_end: Callable[[ListRefused | None], None],
     ) -> CommonServicer:
         servicer = self._servicer(resource, on_stream_end, self.name)
@@ -234,7 +234,7 @@ class VersionApi:
         return servicer
 
     async def register(
-        self, kubelet_socket: Path, endpoint: str, resource: ResourceService, timeout_s: float
+        self, kubelet_socket: Path, endpoint: str, resource: PluginResource, timeout_s: float
     ) -> None:
         """Register on kubelet.sock through this version's Registration service."""
         request = self._pb.RegisterRequest(

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 
 from loguru import logger
 
+from shim.core.api import PluginResource
 from shim.core.release import ReleaseTracker
-from shim.core.resource import ResourceService
 from shim.node.podresources import PodResourcesClient, PodResourcesUnavailable, RateLimited
 from shim.settings import DeallocationSettings
 
@@ -23,7 +23,7 @@ MAX_SLOWDOWN = 16
 
 class DeallocationEmulator:
     def __init__(
-        self, settings: DeallocationSettings, services: Callable[[], Mapping[str, ResourceService]]
+        self, settings: DeallocationSettings, services: Callable[[], Mapping[str, PluginResource]]
     ) -> None:
         self.settings = settings
         self.tracker = ReleaseTracker(settings.grace_s)

@@ -12,6 +12,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
+
+from shim.errors import ShimError
 from shim.facts import is_dns_label, is_dns_subdomain
 
 # What the kubelet names a claim by becomes an API path (namespace, name) and a file name and
@@ -19,8 +22,13 @@ from shim.facts import is_dns_label, is_dns_subdomain
 _UID = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]{0,62}[A-Za-z0-9])?")  # a UUID, and then some
 
 
-class ClaimProblem(ValueError):
-    """The claim cannot be prepared here, and why (the kubelet shows it and retries)."""
+class ClaimProblem(ShimError):
+    """The claim cannot be prepared here, and why (the kubelet shows it and retries): the claim's
+    state (not allocated, reserved for no pod, another node's pool, a device not served now), not
+    a fault of devshim's. DRA answers it as a per-claim error string (shim/dra/preparer.py), not
+    as a gRPC status; ``status`` is what it would be as one."""
+
+    status = grpc.StatusCode.FAILED_PRECONDITION
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
-from shim.core.resource import ResourceService
+from shim.core.api import ClaimResource
 from shim.dra.ownership import PoolOwners
 from shim.model import Health
 
@@ -29,7 +29,7 @@ class DeviceHealth:
 
 
 class PoolHealth:
-    def __init__(self, owners: PoolOwners, services: Callable[[], Mapping[str, ResourceService]]) -> None:
+    def __init__(self, owners: PoolOwners, services: Callable[[], Mapping[str, ClaimResource]]) -> None:
         self.resources = owners.resources
         self._owners = owners
         self._services = services
@@ -49,7 +49,7 @@ class PoolHealth:
     async def reports(self) -> AsyncIterator[list[DeviceHealth]]:
         """The pool's health now, then again on every change and every REPORT_EVERY_S."""
         changed = asyncio.Event()
-        following: dict[str, tuple[ResourceService, asyncio.Task[None]]] = {}
+        following: dict[str, tuple[ClaimResource, asyncio.Task[None]]] = {}
         try:
             while True:
                 for resource, service in self._services().items():
@@ -68,6 +68,6 @@ class PoolHealth:
                 task.cancel()
 
 
-async def _follow(service: ResourceService, changed: asyncio.Event) -> None:
+async def _follow(service: ClaimResource, changed: asyncio.Event) -> None:
     async for _ in service.watch():
         changed.set()

@@ -18,11 +18,13 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import kr8s
 import kr8s.asyncio
 
 from shim.dra.slices import GROUP, VERSIONS
+from shim.errors import ShimError
 
 REQUEST_TIMEOUT_S = 30.0  # every call but the watch, which has its own (WATCH_TIMEOUT_S)
 PAGE = 100  # slices per list page: 100 full slices of 128 devices are a few MB
@@ -30,16 +32,20 @@ WATCH_TIMEOUT_S = 240  # the API server ends a watch after this; the publisher s
 MAX_EVENT_BYTES = 16 * 1024 * 1024  # a slice is at most ~1.5 MB (etcd's request limit)
 
 
-class ApiError(RuntimeError):
-    """The API server refused or failed a request; ``status`` is its HTTP status, 0 if none."""
+class ApiError(ShimError):
+    """The API server refused or failed a request, or could not be reached; ``http_status`` is
+    its HTTP status, 0 if none (``status``, as for every ShimError, is the gRPC code)."""
 
-    def __init__(self, message: str, status: int = 0) -> None:
+    status = grpc.StatusCode.UNAVAILABLE
+
+    def __init__(self, message: str, http_status: int = 0) -> None:
         super().__init__(message)
-        self.status = status
+        self.http_status = http_status
 
 
 class VersionGone(ApiError):
-    """The API server no longer serves this resource.k8s.io version (it was upgraded)."""
+    """The API server no longer serves this resource.k8s.io version (it was upgraded): found
+    again, and tried again (UNAVAILABLE, as every ApiError)."""
 
 
 class ApiServer:
@@ -121,7 +127,7 @@ class ApiServer:
         try:
             await self._call("DELETE", f"/apis/{GROUP}/{version}/resourceslices/{name}", json=body)
         except ApiError as exc:
-            if exc.status != 404:
+            if exc.http_status != 404:
                 raise
 
     async def get_claim(self, version: str, namespace: str, name: str) -> dict[str, Any]:
@@ -231,6 +237,6 @@ class ClaimReader:
             try:
                 return await self._api.get_claim(self._version, namespace, name)
             except ApiError as exc:
-                if exc.status != 404 or fresh:
+                if exc.http_status != 404 or fresh:
                     raise
         raise AssertionError("unreachable: the second round is always fresh")

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from shim.core.resource import ResourceService
+from shim.core.api import ClaimResource
 from shim.dra.cdi import SpecDir
 from shim.dra.checkpoint import Checkpoint
 from shim.dra.claims import ClaimRef
@@ -56,7 +56,7 @@ class DraDrivers:
     def __init__(
         self,
         settings: Settings,
-        services: Callable[[], Mapping[str, ResourceService]],
+        services: Callable[[], Mapping[str, ClaimResource]],
         in_use: Callable[[], Mapping[str, set[str]]],
         in_use_known: asyncio.Event,
     ) -> None:
@@ -137,7 +137,7 @@ class DraDrivers:
         for publisher in self._publishers.values():
             publisher.changed()
 
-    async def follow(self, resource: str, service: ResourceService) -> None:
+    async def follow(self, resource: str, service: ClaimResource) -> None:
         """Publish ``resource``'s devices in its driver's pool, holding each for one API at a
         time (core/holds.py) from now: call it before the device plugin serves them."""
         publisher = self._pool_of.get(resource)

@@ -18,7 +18,7 @@ from typing import Any
 
 from loguru import logger
 
-from shim.core.resource import ResourceService
+from shim.core.api import ClaimResource
 from shim.dra import cdi
 from shim.dra.checkpoint import Checkpoint, Entry, Group, PreparedDevice
 from shim.dra.claims import Allocated, ClaimProblem, ClaimRef, allocated
@@ -43,7 +43,7 @@ class ClaimPreparer:
         driver: str,
         pool: str,
         owners: PoolOwners,
-        services: Callable[[], Mapping[str, ResourceService]],
+        services: Callable[[], Mapping[str, ClaimResource]],
         read_claim: ReadClaim,
         specs: cdi.SpecDir,
         checkpoint: Checkpoint,
@@ -72,9 +72,11 @@ class ClaimPreparer:
                 logger.warning("DRA driver {}: the kubelet named a claim wrongly: {}", self.driver, problem)
                 return Outcome(error=problem)
             async with self._locks.setdefault(ref.uid, asyncio.Lock()):
+                # DRA's one boundary: an error becomes the claim's error string, as DRA's protocol
+                # answers it (a gRPC status, errors.grpc_status, is the device plugin API's answer).
                 try:
                     return Outcome(devices=await step(ref))
-                except (ClaimProblem, ShimError, OSError) as exc:
+                except (ShimError, OSError) as exc:  # ClaimProblem and ApiError are ShimErrors
                     logger.warning("DRA driver {}: claim {}: {}", self.driver, ref, exc)
                     return Outcome(error=str(exc))
 
@@ -157,7 +159,7 @@ class ClaimPreparer:
             answer.append(PreparedDevice((result.request,), self.pool, result.device, ids))
         return tuple(answer)
 
-    def _service(self, resource: str) -> ResourceService:
+    def _service(self, resource: str) -> ClaimResource:
         service = self._services().get(resource)
         if service is None:
             raise ClaimProblem(f"resource {resource} of DRA driver {self.driver} is not served now")

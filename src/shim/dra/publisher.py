@@ -147,7 +147,7 @@ class PoolPublisher:
             try:
                 await self._follow(api, version, owner, since)
             except ApiError as exc:
-                if exc.status != 410:
+                if exc.http_status != 410:
                     raise
                 logger.info("DRA {}: the watch's resourceVersion is gone (410); listing again", self._driver)
                 continue

@@ -19,8 +19,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
+
 from shim.dra.names import collisions, device_name
 from shim.driverprotocol import MAX_ATTRIBUTES_AND_CAPACITIES
+from shim.errors import ShimError
 from shim.model import Device
 
 GROUP = "resource.k8s.io"
@@ -37,8 +40,12 @@ MANAGED_BY = "devshim.dev/managed-by"
 NUMA_NODE = "resource.kubernetes.io/numaNode"
 
 
-class NameCollision(ValueError):
-    """Two device IDs of one pool map to one DRA device name."""
+class NameCollision(ShimError):
+    """Two device IDs of one pool map to one DRA device name: a device list that cannot be
+    published as it is (as ListNotEncodable, INTERNAL). ``Pool.of``'s; the publisher itself takes
+    pools already named (``Pool.named``), a clash decided by shim/dra/ownership.py."""
+
+    status = grpc.StatusCode.INTERNAL
 
 
 @dataclass(frozen=True, slots=True)

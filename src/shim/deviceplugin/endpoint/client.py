@@ -8,7 +8,7 @@ from pathlib import Path
 import grpc
 from loguru import logger
 
-from shim.core.resource import ResourceService
+from shim.core.api import PluginResource
 from shim.deviceplugin.api import ApiVersion
 from shim.facts import REGISTER_TIMEOUT_S
 
@@ -29,7 +29,7 @@ def version_refused(exc: grpc.aio.AioRpcError) -> bool:
 
 
 async def register(
-    apis: Sequence[ApiVersion], kubelet_socket: Path, socket_name: str, resource: ResourceService
+    apis: Sequence[ApiVersion], kubelet_socket: Path, socket_name: str, resource: PluginResource
 ) -> str:
     """Register through the newest of ``apis`` the kubelet speaks; the version it took.
     RegisterFailed for any failure but a version the kubelet lacks."""

@@ -19,7 +19,7 @@ from typing import Any
 from loguru import logger
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
-from shim.core.resource import ResourceService
+from shim.core.api import PluginResource
 from shim.deviceplugin.api import ApiVersion, ListRefused
 from shim.deviceplugin.endpoint import client
 from shim.deviceplugin.endpoint.machine import (
@@ -52,7 +52,7 @@ class _NoKubelet(Exception):
 class PluginEndpoint:
     def __init__(
         self,
-        resource: ResourceService,
+        resource: PluginResource,
         apis: Sequence[ApiVersion],
         *,
         plugin_dir: Path,

@@ -12,8 +12,9 @@ from grpc_health.v1 import _async as health_aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from shim.core.resource import ResourceService
+from shim.core.api import PluginResource
 from shim.deviceplugin.api import ApiVersion, ListRefused, ServedVersion
+from shim.errors import ShimError
 from shim.node import sockets
 from shim.node.pluginregistration import add_registration_service
 from shim.settings import SocketSettings
@@ -26,8 +27,11 @@ from shim.settings import SocketSettings
 UNARY_GRACE_S = 5.0
 
 
-class SocketGone(Exception):
-    """Our socket vanished (a restarting kubelet cleaned the directory): serve again at once."""
+class SocketGone(ShimError):
+    """Our socket vanished (a restarting kubelet cleaned the directory): serve again at once.
+    The endpoint cycle's own signal, never a kubelet's answer (UNAVAILABLE, were it one)."""
+
+    status = grpc.StatusCode.UNAVAILABLE
 
 
 class PluginServer:
@@ -35,7 +39,7 @@ class PluginServer:
 
     def __init__(
         self,
-        resource: ResourceService,
+        resource: PluginResource,
         apis: Sequence[ApiVersion],
         socket_path: Path,
         socket_settings: SocketSettings,

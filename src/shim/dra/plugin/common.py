@@ -3,8 +3,9 @@
 The version modules (v1.py, v1beta1.py, health_v1.py, health_v1alpha1.py) each import their own
 generated stubs and subclass a servicer here with them, as the device-plugin front end's do:
 the DRAPlugin messages of v1beta1 and v1 have the same fields (v1 adds ``share_id``, for shared
-devices devshim does not offer), and so do the two DRAResourceHealth versions. Which version the kubelet chose shows in the log, /status and
-/metrics (``devshim_dra_service_info``): the first call of each version says so.
+devices devshim does not offer), and so do the two DRAResourceHealth versions. Which version the
+kubelet chose shows in the log, /status and /metrics (``devshim_dra_service_info``): the first
+call of each version says so.
 """
 
 from __future__ import annotations
