@@ -62,6 +62,11 @@ ONE_HOME = {
     "one grant per container": (r"grants for \{", {"src/shim/driverprotocol.py"}),
     "the atomic write": (r"\bmkstemp\(|\bos\.fsync\(", {"src/shim/files.py"}),
     "the bounded read": (r"\bO_NONBLOCK\b", {"src/shim/files.py"}),
+    "the outage overlay": (
+        r"replace\(d, health=Health\.UNHEALTHY\) for d in",
+        {"src/shim/driverhost/source.py"},
+    ),
+    "the DRA servicers": (r"def Node(Prepare|Unprepare|Watch)Resources", {"src/shim/dra/plugin/common.py"}),
 }
 
 

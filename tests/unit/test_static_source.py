@@ -64,11 +64,14 @@ async def test_preferred_allocation_keeps_to_the_numa_node_of_must_include() -> 
     assert chosen == ["c", "d"]
 
 
-async def test_a_change_is_watched_as_a_full_new_list() -> None:
-    """watch() yields the list at once, then the whole list again after set_health."""
+async def test_a_change_is_fed_as_a_full_new_list() -> None:
+    """feed() hands the sink the list at once, then the whole list again after set_health."""
     src = source(count=2)
-    watch = src.watch()
-    assert await anext(watch) == (Device("dev0"), Device("dev1"))
+    fed: list[tuple[Device, ...]] = []
+
+    async def sink(devices: tuple[Device, ...]) -> None:
+        fed.append(devices)
+
+    await src.feed(sink)
     await src.set_health("dev1", Health.UNHEALTHY)
-    assert await anext(watch) == (Device("dev0"), Device("dev1", Health.UNHEALTHY))
-    await watch.aclose()
+    assert fed == [(Device("dev0"), Device("dev1")), (Device("dev0"), Device("dev1", Health.UNHEALTHY))]

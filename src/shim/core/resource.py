@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import operator
 from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
-from dataclasses import replace
 
 from loguru import logger
 
@@ -19,7 +18,6 @@ from shim.core.holds import Holds
 from shim.errors import (
     GrantRefused,
     RequestError,
-    SourceFailed,
     SourceTimeout,
     SourceUnavailable,
     UnhealthyDevice,
@@ -63,7 +61,6 @@ class ResourceService:
         self._on_allocated = on_allocated
         self._on_released = on_released
         self._prestart_timeout_s = prestart_timeout_s
-        self.source_retry_s = 1.0
         self._devices: tuple[Device, ...] = ()
         self._by_id: dict[str, Device] = {}
         self._healthy = 0  # of _devices
@@ -73,14 +70,13 @@ class ResourceService:
         self._dra_devices: tuple[Device, ...] = ()
         self._dra_latest: Latest[tuple[Device, ...]] = Latest()
         self._first_list = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
 
     # --- lifecycle -------------------------------------------------------
 
     async def start(self, first_list_timeout_s: float = 30.0) -> None:
-        """Follow the source; return once its first list is in (a kubelet gets a full list at once)."""
-        self._task = asyncio.create_task(self._follow_source(), name=f"source:{self.name}")
+        """Take the source's lists; return once the first is in (a kubelet gets a full list at once)."""
+        await self.source.feed(self._take)
         try:
             async with asyncio.timeout(first_list_timeout_s):
                 await self._first_list.wait()
@@ -90,29 +86,16 @@ class ResourceService:
             ) from None
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._task, *self._background) if t is not None]
+        tasks = list(self._background)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         metrics.resource_stopped(self.name)
         await self.source.close()
 
-    async def _follow_source(self) -> None:
-        while True:
-            try:
-                async for devices in self.source.watch():
-                    await self._publish(devices)
-                raise SourceFailed("the device source ended its watch")
-            except Exception as exc:
-                logger.error(
-                    "{}: device source failed: {}; devices Unhealthy until it recovers", self.name, exc
-                )
-                # Broken is not gone: a device dropped from the list is removed from the
-                # node, so every known device stays listed, as Unhealthy.
-                await self._publish(tuple(replace(d, health=Health.UNHEALTHY) for d in self._devices))
-                await asyncio.sleep(self.source_retry_s)
-
-    async def _publish(self, devices: tuple[Device, ...]) -> None:
+    async def _take(self, devices: tuple[Device, ...]) -> None:
+        """The source's new list (its sink, sources/base.py). Held before the first await, so
+        each view shown is of the newest list, whatever order two calls finish in."""
         old, self._devices = self._devices, devices
         changed = revision.changes(devices, old)
         if changed is not None and all(devices[i].id == old[i].id for i in changed):
@@ -125,10 +108,10 @@ class ResourceService:
             # map and zip run in C: still, 50,000 devices cost 15 ms, so not on every change.
             self._by_id = dict(zip(map(_ID, devices), devices, strict=True))
             self._healthy = list(map(_HEALTH, devices)).count(Health.HEALTHY)
-        await self._show()
-        self._first_list.set()
         metrics.devices(self.name, self._healthy, len(devices) - self._healthy)
         logger.debug("{}: {} devices, {} healthy", self.name, len(devices), self._healthy)
+        self._first_list.set()
+        await self._show()
 
     async def _show(self) -> None:
         """Each API's view of the devices, the holds of the other applied (core/holds.py)."""

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import operator
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from itertools import compress
 from typing import Any
@@ -23,7 +23,6 @@ from shim.driverhost import protocol
 from shim.errors import ShimError, SourceUnavailable
 from shim.groups import DeviceGroups, Group
 from shim.inventory import InventoryStore, SavedResource
-from shim.latest import Latest
 from shim.model import (
     Capabilities,
     ContainerAllocateRequest,
@@ -58,7 +57,6 @@ class DriverSource(DeviceSource):
         self._up_wait_s = up_wait_s
         self._call = call
         self._store = store
-        self._latest: Latest[tuple[Device, ...]] = Latest()
         self._real: tuple[Device, ...] = ()
         # The list last taken as the driver sent it, while ``_real`` is that list's devices: a
         # revision of it is taken at its changes alone (take_devices).
@@ -97,13 +95,6 @@ class DriverSource(DeviceSource):
 
     def capabilities(self) -> Capabilities:
         return self.info.capabilities
-
-    async def list_devices(self) -> tuple[Device, ...]:
-        return self._latest.value or ()
-
-    async def watch(self) -> AsyncGenerator[tuple[Device, ...], None]:
-        async for devices in self._latest.follow():
-            yield devices
 
     def recovering_health(self, device_id: str) -> Health | None:
         if not self._down:
@@ -232,8 +223,10 @@ class DriverSource(DeviceSource):
         await self._publish()
 
     async def _publish(self) -> None:
+        # The outage overlay, its one place: while the driver is down every device it listed is
+        # shown Unhealthy, never dropped (a dropped device is removed from the node).
         shown = tuple(replace(d, health=Health.UNHEALTHY) for d in self._real) if self._down else self._real
-        await self._latest.publish(shown)
+        await self.show(shown)
         self._save_soon()
 
     def _save_soon(self) -> None:

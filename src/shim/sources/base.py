@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from shim.model import (
     Capabilities,
@@ -13,6 +13,9 @@ from shim.model import (
     Health,
     PreferredAllocationRequest,
 )
+
+# Where a source's lists go: the resource (core/resource.py), one call per list, in order.
+DeviceSink = Callable[[tuple[Device, ...]], Awaitable[None]]
 
 
 class DeviceSource(ABC):
@@ -27,13 +30,25 @@ class DeviceSource(ABC):
     @abstractmethod
     def capabilities(self) -> Capabilities: ...
 
-    @abstractmethod
+    _shown: tuple[Device, ...] | None = None  # the list as the kubelet must see it now
+    _sink: DeviceSink | None = None
+
     async def list_devices(self) -> tuple[Device, ...]:
         """The current full device list."""
+        return self._shown or ()
 
-    @abstractmethod
-    def watch(self) -> AsyncGenerator[tuple[Device, ...], None]:
-        """Yield the current full list at once, then a full new list on every change."""
+    async def feed(self, sink: DeviceSink) -> None:
+        """From now on every list goes straight to ``sink``: the one held now at once, if any,
+        then each new one as the source makes it (``show``). One hop: no mailbox between."""
+        self._sink = sink
+        if self._shown is not None:
+            await sink(self._shown)
+
+    async def show(self, devices: tuple[Device, ...]) -> None:
+        """The source's list changed: hand it on (a source calls this, nobody else)."""
+        self._shown = devices
+        if self._sink is not None:
+            await self._sink(devices)
 
     @abstractmethod
     async def allocate(self, requests: Sequence[ContainerAllocateRequest]) -> Sequence[ContainerGrant]:

@@ -6,10 +6,9 @@ use to change devices under a running shim (``set_health``, ``set_devices``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from shim import grants
-from shim.latest import Latest
 from shim.model import (
     Capabilities,
     ContainerAllocateRequest,
@@ -35,7 +34,7 @@ class StaticSource(DeviceSource):
         # The template never changes for this source (a changed config builds a new source).
         self._grants = grants.ByDevices(lambda ids: grants.expand(template, ids))
         self._capabilities = capabilities or Capabilities(preferred_allocation=True)
-        self._latest: Latest[tuple[Device, ...]] = Latest()
+        self._shown = self._devices
 
     @classmethod
     def from_settings(cls, settings: StaticSourceSettings) -> StaticSource:
@@ -52,19 +51,10 @@ class StaticSource(DeviceSource):
     def capabilities(self) -> Capabilities:
         return self._capabilities
 
-    async def list_devices(self) -> tuple[Device, ...]:
-        return self._devices
-
-    async def watch(self) -> AsyncGenerator[tuple[Device, ...], None]:
-        if self._latest.value is None:
-            await self._latest.publish(self._devices)
-        async for devices in self._latest.follow():
-            yield devices
-
     async def set_devices(self, devices: Iterable[Device]) -> None:
         """Replace the whole list (a device left out is gone from the node)."""
         self._devices = tuple(devices)
-        await self._latest.publish(self._devices)
+        await self.show(self._devices)
 
     async def set_health(self, device_id: str, health: Health) -> None:
         if device_id not in {d.id for d in self._devices}:
