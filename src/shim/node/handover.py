@@ -68,6 +68,7 @@ class Handover:
         self.instance = instance
         self.timeout_s = timeout_s
         self.request = socket_dir / f"{prefix}-{instance}{SUFFIX}"
+        self._renamed = 0  # how often the kubelet made us move to a fresh socket name
         # This resource's files of any instance (ids are hex), matched whole, never globbed: the
         # prefix of example.com/gpu is also the start of example.com/gpu-x's files, and a name
         # is not a pattern. A "*" there once made every other resource's socket a peer.
@@ -78,7 +79,15 @@ class Handover:
 
     @property
     def socket_name(self) -> str:
-        return f"{self.prefix}-{self.instance}.sock"
+        # A rename appends hex digits: still this resource's pattern, and never another
+        # instance's name (instance ids are of one fixed length).
+        renamed = f"{self._renamed:x}" if self._renamed else ""
+        return f"{self.prefix}-{self.instance}{renamed}.sock"
+
+    def rename(self) -> str:
+        """A fresh socket name for this instance, when the kubelet holds the old path as taken."""
+        self._renamed += 1
+        return self.socket_name
 
     def _mine(self, pattern: re.Pattern[str]) -> list[Path]:
         """Files of this resource, of any instance, in the socket directory."""

@@ -44,6 +44,12 @@ from shim.node.handover import Handover
 from shim.ops import metrics
 from shim.settings import SocketSettings
 
+# kubelet 1.37's device manager can keep a socket path taken for good: a Register at the path
+# that arrives before the old stream's end is handled drops the old client (handler.go
+# deregisterClient, by path), so its end never disconnects it, and manager.go PluginConnected
+# refuses that path from then on with this message. Only another path registers again.
+STALE_PATH = "device plugin already connected"
+
 
 class _NoKubelet(Exception):
     """kubelet.sock is not there yet: retried, woken when it appears."""
@@ -72,13 +78,13 @@ class PluginEndpoint:
         registration = Registration.WATCHER if self.watcher_mode else Registration.CLASSIC
         self._machine = Machine(registration, handover is not None)
         self._handover = handover
-        self.socket_path = (plugins_registry or plugin_dir) / socket_name
+        self._socket_name, self._renames = socket_name, 0  # as configured; moves away from it
         self.kubelet_socket = plugin_dir / KUBELET_SOCKET
         self._backoff_max_s = backoff_max_s
         self._server = PluginServer(
             resource,
             self.apis,
-            self.socket_path,
+            (plugins_registry or plugin_dir) / socket_name,
             socket or SocketSettings(),
             on_stream_end=lambda refused: self._act(self._machine.stream_ended(refused)),
             on_watcher_status=(
@@ -90,6 +96,10 @@ class PluginEndpoint:
         self._wake = asyncio.Event()  # the machine moved on: the cycle looks at next_step again
         self._kubelet_seen = asyncio.Event()
         self._told_waiting = False
+
+    @property
+    def socket_path(self) -> Path:
+        return self._server.socket_path
 
     # What status shows (shim/status.py).
 
@@ -240,6 +250,9 @@ class PluginEndpoint:
             )
         except client.RegisterFailed as failed:
             self._act(self._machine.register_failed(failed.version, failed.error))
+            if STALE_PATH in failed.error:
+                await self._move()
+                raise SocketGone from None  # serve again at once, at the fresh path
             raise
         self._act(self._machine.register_answered(kubelet, version))
         logger.info(
@@ -248,6 +261,22 @@ class PluginEndpoint:
             version,
             round((time.monotonic() - started) * 1000),
         )
+
+    async def _move(self) -> None:
+        """Serve under a fresh socket name: the kubelet refuses the old path for good."""
+        old = self.socket_path
+        await self._server.close()
+        sockets.remove_own_socket(old, self._machine.socket)
+        if self._handover is not None:
+            name = self._handover.rename()
+        else:
+            self._renames += 1
+            name = f"{self._socket_name.removesuffix('.sock')}-r{self._renames}.sock"
+        self._server.socket_path = old.parent / name
+        logger.warning(
+            "{}: the kubelet holds {} as already connected, and would refuse it for good; serving "
+            "on {} instead", self.resource.name, old.name, name,
+        )  # fmt: skip
 
     async def _unless_woken(self, registering: Coroutine[Any, Any, str]) -> str:
         """The Register's outcome, unless the machine moves on first (our socket deleted, a
