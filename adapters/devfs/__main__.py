@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from shim.sdk import run
-from shim.sdk.config import ConfigError
+from shim.sdk import run_configured
 
 from .config import load_config
 from .driver import DevfsDriver
@@ -21,12 +19,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", type=Path, required=True, help="YAML or JSON configuration file")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = parser.parse_args(argv)
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        print(f"devshim-devfs: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    run(DevfsDriver(config), log_level=args.log_level)
+    run_configured("devshim-devfs", lambda: DevfsDriver(load_config(args.config)), log_level=args.log_level)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from shim.sdk.config import (
     check_extended_resource_name,
     format_validation_error,
     read_config_file,
+    refuse_duplicates,
 )
 from shim.sdk.grants import MountSettings
 
@@ -73,10 +74,7 @@ class DevfsConfig(_Strict):
 
     @model_validator(mode="after")
     def _unique_resources(self) -> Self:
-        names = [g.resource for g in self.groups]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"resource(s) configured twice: {', '.join(dupes)}")
+        refuse_duplicates((g.resource for g in self.groups), "resource(s)")
         return self
 
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from shim.sdk import run
+from shim.sdk import run_configured
 
 from .config import ConfigError, load_config
 from .driver import SimDriver
@@ -22,12 +21,8 @@ def main(argv: list[str] | None = None) -> None:
     source.add_argument("--config-json", help="the configuration as an inline JSON string")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = parser.parse_args(argv)
-    try:
-        config = load_config(args.config, args.config_json)
-    except ConfigError as exc:
-        print(f"devshim-sim: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    run(SimDriver(config), log_level=args.log_level)
+    make = lambda: SimDriver(load_config(args.config, args.config_json))  # noqa: E731
+    run_configured("devshim-sim", make, (ConfigError,), log_level=args.log_level)
 
 
 if __name__ == "__main__":

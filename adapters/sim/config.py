@@ -20,6 +20,7 @@ from shim.sdk.config import (
     check_extended_resource_name,
     format_validation_error,
     read_config_file,
+    refuse_duplicates,
 )
 from shim.sdk.config import ConfigError as _FileError
 from shim.sdk.grants import GrantSettings
@@ -128,10 +129,7 @@ class SimConfig(_Strict):
 
     @model_validator(mode="after")
     def _unique_names(self) -> Self:
-        names = [r.name for r in self.resources]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"resource(s) configured twice: {', '.join(dupes)}")
+        refuse_duplicates((r.name for r in self.resources), "resource(s)")
         return self
 
 

@@ -52,7 +52,7 @@ from shim.sdk.driver import Driver
 from shim.sdk.errors import DriverError, UnknownDevice
 from shim.sdk.generated.devshim.driver import v1 as types
 from shim.sdk.server import serve
-from shim.sdk.stdio import run
+from shim.sdk.stdio import run, run_configured
 
 __all__ = [
     "DEVSHIM_VERSION",
@@ -63,6 +63,7 @@ __all__ = [
     "ErrorCode",
     "UnknownDevice",
     "run",
+    "run_configured",
     "serve",
     "types",
 ]

@@ -12,6 +12,9 @@ DRA's rules for attributes and capacity (``attributes_from_json`` and ``capacity
 ValueError naming what breaks them; ``MAX_ATTRIBUTE_VALUE_LENGTH``).
 """
 
+from collections import Counter
+from collections.abc import Iterable
+
 from shim.configfile import ConfigError, format_validation_error, read_config_file
 from shim.driverprotocol import MAX_ATTRIBUTE_VALUE_LENGTH, attributes_from_json, capacity_from_json
 from shim.model import MAX_NUMA_NODE
@@ -26,4 +29,13 @@ __all__ = [
     "check_extended_resource_name",
     "format_validation_error",
     "read_config_file",
+    "refuse_duplicates",
 ]
+
+
+def refuse_duplicates(names: Iterable[str], what: str) -> None:
+    """ValueError naming every name given more than once (in a model validator, pydantic
+    reports it at the field): ``what`` says what they name, e.g. "resource(s)"."""
+    twice = sorted(name for name, times in Counter(names).items() if times > 1)
+    if twice:
+        raise ValueError(f"{what} configured twice: {', '.join(twice)}")

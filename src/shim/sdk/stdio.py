@@ -14,6 +14,7 @@ import asyncio
 import os
 import stat
 import sys
+from collections.abc import Callable
 
 from loguru import logger
 
@@ -30,6 +31,28 @@ def run(driver: Driver, *, log_level: str = "INFO") -> None:
     logger.remove()
     logger.add(sys.stderr, level=log_level, format="{level}: {message}")
     asyncio.run(_serve_stdio(driver))
+
+
+def run_configured(
+    name: str,
+    make: Callable[[], Driver],
+    refused: tuple[type[Exception], ...] | None = None,
+    *,
+    log_level: str = "INFO",
+) -> None:
+    """``run`` the driver ``make`` builds from its configuration. A configuration it refuses (one
+    of ``refused``) is one line on stderr, ``name: why``, and exit status 2, before anything is
+    served: devshim shows that line as the driver's failure. By default ``ConfigError``."""
+    if refused is None:
+        from shim.configfile import ConfigError  # pydantic: only a driver with a config loads it
+
+        refused = (ConfigError,)
+    try:
+        driver = make()
+    except refused as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    run(driver, log_level=log_level)
 
 
 async def _serve_stdio(driver: Driver) -> None:

@@ -32,6 +32,7 @@ from shim.compat.upstream import releases as upstream
 
 from . import apiserver, certs, containerd, kubelet
 from .controlplane import ControlPlane
+from .daemon import Started
 from .node import Node, NodeError, Pod, free_port, pod_manifest
 from .scheduler import Scheduler
 
@@ -64,7 +65,7 @@ def connected_releases() -> list[upstream.Release]:
     return [r for r in upstream.releases() if all(r.carries(p) for p in programs)]
 
 
-class ConnectedNode:
+class ConnectedNode(Started):
     """Release 1.`minor`'s control plane, kube-scheduler and connected Node, inside `folder`
     (the node's own folder; the control plane's in control-plane/, the scheduler's in
     scheduler/). Binaries are built, or taken from the judge's cache, on start."""
@@ -88,13 +89,6 @@ class ConnectedNode:
         return kubelet.NODE_NAME
 
     # -- lifecycle ---------------------------------------------------------------------------
-
-    def __enter__(self) -> ConnectedNode:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     def start(self) -> None:
         """Everything started and ready (the Node registered); on failure all is stopped."""

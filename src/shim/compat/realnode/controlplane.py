@@ -14,7 +14,6 @@ docs/real-node.md, "A control plane".
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
 import time
 import urllib.error
@@ -26,12 +25,10 @@ from typing import Any
 from shim.compat.upstream import releases as upstream
 
 from . import apiserver, certs, images
+from .daemon import Started, spawn, terminate
 from .node import NodeError, _tail, free_port
 
 START_TIMEOUT_S = 120.0
-# kube-apiserver does not exit on SIGTERM while a client holds a watch open (seen: still up after
-# 15 s, devshim watching its slices); its state is etcd's, so killing it then loses nothing.
-STOP_GRACE_S = 5.0
 _VERSION = re.compile(r"v(\d+)(?:(alpha|beta)(\d+))?")
 # How a daemon is started: argv, its log file; a Node passes its PrivateHost.spawn.
 Spawn = Callable[[Sequence[str], Path], "subprocess.Popen[bytes]"]
@@ -54,26 +51,7 @@ def release(minor: int) -> upstream.Release:
     raise upstream.JudgeUnavailable(f"no judges/k8s-1.{minor} module carries kube-apiserver (there: {known})")
 
 
-def _spawn(argv: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-
-
-def _terminate(process: subprocess.Popen[bytes] | None) -> None:
-    if process is None:
-        return
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-    process.wait()
-
-
-class ControlPlane:
+class ControlPlane(Started):
     """etcd and kube-apiserver 1.`minor` in `folder` (binaries built or taken from the cache)."""
 
     def __init__(
@@ -81,7 +59,7 @@ class ControlPlane:
         minor: int,
         folder: Path,
         *,
-        spawn: Spawn = _spawn,
+        spawn: Spawn = spawn,
         log: bool = False,
         resource_versions: Sequence[str] = (),
     ) -> None:
@@ -118,13 +96,6 @@ class ControlPlane:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def __enter__(self) -> ControlPlane:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
     def start(self) -> None:
         """Certificates (kept if the folder has them), etcd, then kube-apiserver, each ready; on
         any failure whatever started is stopped again."""
@@ -151,10 +122,10 @@ class ControlPlane:
     def stop(self) -> None:
         """Stop kube-apiserver, then etcd; both have exited when this returns."""
         try:
-            _terminate(self._apiserver)
+            terminate(self._apiserver)
         finally:
             self._apiserver = None
-            _terminate(self._etcd)
+            terminate(self._etcd)
             self._etcd = None
 
     def restart(self) -> None:
@@ -165,7 +136,7 @@ class ControlPlane:
         """Stop this kube-apiserver and start release 1.`minor`'s on the same etcd and port."""
         target = release(minor)
         upstream.build(target, program=upstream.APISERVER_PROGRAM, log=self._log)
-        _terminate(self._apiserver)
+        terminate(self._apiserver)
         self._apiserver = None
         self.minor, self.release = minor, target
         self._start_apiserver()

@@ -13,7 +13,6 @@ needs no feature gate for DRA; an older release would need one.
 from __future__ import annotations
 
 import json
-import signal
 import ssl
 import subprocess
 import time
@@ -25,8 +24,9 @@ from typing import Any
 from shim.compat.tails import log_tail
 from shim.compat.upstream import releases as upstream
 
+from .daemon import Started, spawn, terminate
+
 START_TIMEOUT_S = 120.0
-STOP_GRACE_S = 5.0
 HTTP_TIMEOUT_S = 5.0
 
 
@@ -63,7 +63,7 @@ def command(binary: Path, config_file: Path, kubeconfig: Path, port: int) -> lis
     ]
 
 
-class Scheduler:
+class Scheduler(Started):
     """kube-scheduler 1.`minor` (its binary: `binary`) for the API server of `kubeconfig`, its
     configuration and log in `folder`."""
 
@@ -77,24 +77,13 @@ class Scheduler:
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None and self._process.poll() is None else None
 
-    def __enter__(self) -> Scheduler:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
     def start(self) -> None:
         """Start it and wait until /readyz answers ok (its informers synced)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         config_file = self.folder / "kube-scheduler.json"
         config_file.write_text(json.dumps(config(self.kubeconfig), indent=2))
         began = time.monotonic()
-        with self.log.open("ab") as out:
-            self._process = subprocess.Popen(
-                command(self.binary, config_file, self.kubeconfig, self.port),
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+        self._process = spawn(command(self.binary, config_file, self.kubeconfig, self.port), self.log)
         deadline = time.monotonic() + START_TIMEOUT_S
         try:
             while not self.ready():
@@ -126,15 +115,7 @@ class Scheduler:
     def stop(self) -> None:
         """SIGTERM, SIGKILL after STOP_GRACE_S; it has exited when this returns."""
         process, self._process = self._process, None
-        if process is None:
-            return
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        process.wait()
+        terminate(process)
 
     def _tail(self) -> str:
         return log_tail(self.log, 2000)

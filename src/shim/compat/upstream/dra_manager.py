@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -29,16 +28,11 @@ from typing import Any
 
 from shim.compat.plugin_process import stop_plugin
 from shim.compat.results import Failed
-from shim.compat.tails import log_tail
 
 from . import releases
+from .judge_process import REPLY_LIMIT, JudgeProcess
 from .releases import Release
 
-# The manager bounds each call to a plugin at 45 s (its client call timeout); a request waits
-# a little longer, so the manager's own error comes back rather than a timeout here.
-CALL_TIMEOUT_S = 60.0
-REPLY_LIMIT = 16 * 1024 * 1024
-LOG_TAIL = 1500
 # klog's verbosity for the log: 4 has each registration with the service the kubelet chose.
 VERBOSITY = 4
 # The manager's checkpoint in its state dir (pkg/kubelet/cm/dra: draManagerStateFileName).
@@ -211,53 +205,12 @@ class Health:
         }
 
 
-class DraManager:
-    """Requests to one dramanager process; every call waits at most CALL_TIMEOUT_S."""
+class DraManager(JudgeProcess):
+    """Requests to one DRA manager process (judges/dra)."""
 
-    def __init__(self, release: Release, process: asyncio.subprocess.Process, log: Path) -> None:
-        self.release = release
-        self._process = process
-        self._log = log
-        self._ids = itertools.count(1)
-        self._lock = asyncio.Lock()
-
-    @property
-    def pid(self) -> int:
-        return self._process.pid
-
-    async def call(self, op: str, **args: Any) -> Any:
-        request = {"id": next(self._ids), "op": op, **args}
-        stdin, stdout = self._process.stdin, self._process.stdout
-        assert stdin is not None and stdout is not None
-        async with self._lock:
-            try:
-                async with asyncio.timeout(CALL_TIMEOUT_S):
-                    stdin.write(json.dumps(request).encode() + b"\n")
-                    await stdin.drain()
-                    line = await stdout.readline()
-            except TimeoutError:
-                raise DraManagerError(
-                    f"the {self.release.name} DRA manager did not answer {op} within {CALL_TIMEOUT_S:g} s"
-                    f"{self.log_tail()}"
-                ) from None
-            except (ConnectionError, ValueError) as err:
-                raise DraManagerError(f"the {self.release.name} dramanager: {err}{self.log_tail()}") from None
-        if not line:
-            await self._process.wait()
-            raise DraManagerError(
-                f"the {self.release.name} dramanager exited ({self._process.returncode}) during {op}"
-                f"{self.log_tail()}"
-            )
-        reply = json.loads(line)
-        if reply.get("id") != request["id"]:
-            raise DraManagerError(f"the {self.release.name} dramanager answered {reply!r} to {op}")
-        if not reply.get("ok"):
-            raise DraManagerError(f"{self.release.name} {op}: {reply.get('error', 'failed')}")
-        return reply.get("result")
-
-    def log_tail(self) -> str:
-        text = log_tail(self._log, LOG_TAIL).strip()
-        return f"; its log ends: {text}" if text else ""
+    program = "dramanager"
+    manager = "DRA manager"
+    error = DraManagerError
 
     async def version(self) -> str:
         """The k8s.io/kubernetes release the program links ("v1.37.2")."""

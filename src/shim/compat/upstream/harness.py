@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -22,18 +21,13 @@ from typing import Any
 from shim.compat.plugin_process import in_namespace, stop_plugin
 from shim.compat.results import Failed
 
+from .judge_process import REPLY_LIMIT, JudgeProcess
 from .releases import Release
 
-# The kubelet gives Allocate and PreStartContainer no deadline of their own; a plugin that
-# hangs hangs the call, so the judge bounds each request.
-CALL_TIMEOUT_S = 60.0
-# One reply line at most (a list of thousands of devices fits easily).
-REPLY_LIMIT = 16 * 1024 * 1024
 CHECKPOINT = "kubelet_internal_checkpoint"
 # The machine the manager is told it runs on (cadvisor's topology): NUMA nodes 0-3, enough for
 # the test drivers' devices; topology hints are made over these.
 NUMA_NODES = 4
-LOG_TAIL = 1500
 
 
 class HarnessError(Failed):
@@ -76,51 +70,10 @@ class Capacity:
     removed: Sequence[str]
 
 
-class Harness:
-    """Requests to one harness process; every call waits at most CALL_TIMEOUT_S."""
+class Harness(JudgeProcess):
+    """Requests to one device-manager harness process (judges/harness)."""
 
-    def __init__(self, release: Release, process: asyncio.subprocess.Process, log: Path) -> None:
-        self.release = release
-        self._process = process
-        self._log = log
-        self._ids = itertools.count(1)
-        self._lock = asyncio.Lock()
-
-    async def call(self, op: str, **args: Any) -> Any:
-        request = {"id": next(self._ids), "op": op, **args}
-        stdin, stdout = self._process.stdin, self._process.stdout
-        assert stdin is not None and stdout is not None
-        async with self._lock:
-            try:
-                async with asyncio.timeout(CALL_TIMEOUT_S):
-                    stdin.write(json.dumps(request).encode() + b"\n")
-                    await stdin.drain()
-                    line = await stdout.readline()
-            except TimeoutError:
-                raise HarnessError(
-                    f"the {self.release.name} device manager did not answer {op} within {CALL_TIMEOUT_S:g} s"
-                ) from None
-            except (ConnectionError, ValueError) as err:
-                raise HarnessError(f"the {self.release.name} harness: {err}{self.log_tail()}") from None
-        if not line:
-            await self._process.wait()
-            raise HarnessError(
-                f"the {self.release.name} harness exited ({self._process.returncode}) during {op}"
-                f"{self.log_tail()}"
-            )
-        reply = json.loads(line)
-        if reply.get("id") != request["id"]:
-            raise HarnessError(f"the {self.release.name} harness answered {reply!r} to {op}")
-        if not reply.get("ok"):
-            raise HarnessError(f"{self.release.name} {op}: {reply.get('error', 'failed')}")
-        return reply.get("result")
-
-    def log_tail(self) -> str:
-        try:
-            text = self._log.read_text(errors="replace").strip()
-        except OSError:
-            return ""
-        return f"; its log ends: {text[-LOG_TAIL:]}" if text else ""
+    error = HarnessError
 
     async def start(
         self,
