@@ -70,6 +70,24 @@ def _toml(value: object) -> str:
     return json.dumps(value)
 
 
+def _daemon(folder: Path, version: int, unused_snapshotters: Sequence[str]) -> list[str]:
+    """What both formats say of the daemon: its folders and sockets, and the snapshotters it
+    must not load (only overlayfs is used)."""
+    unused = [f"io.containerd.snapshotter.v1.{name}" for name in unused_snapshotters]
+    return [
+        f"version = {version}",
+        f"root = {_toml(str(folder / 'root'))}",
+        f"state = {_toml(str(folder / 'state'))}",
+        f"disabled_plugins = {_toml(unused)}",
+        "[grpc]",
+        f"  address = {_toml(str(socket(folder)))}",
+        "[ttrpc]",
+        f"  address = {_toml(str(folder / 'containerd.sock.ttrpc'))}",
+        '[plugins."io.containerd.internal.v1.opt"]',
+        f"  path = {_toml(str(folder / 'opt'))}",
+    ]
+
+
 def config(folder: Path, runtime: Runtime = SYSTEM, cdi_dirs: Sequence[Path] = ()) -> str:
     """containerd's configuration for `runtime`: format 3 for containerd 2.x, whose CRI plugin
     reads CDI specs from `cdi_dirs` (only); format 2 (which 1.6 and 1.7 read) for the machine's."""
@@ -77,17 +95,7 @@ def config(folder: Path, runtime: Runtime = SYSTEM, cdi_dirs: Sequence[Path] = (
         return _config_v3(folder, runtime, cdi_dirs)
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     lines = [
-        "version = 2",
-        f"root = {_toml(str(folder / 'root'))}",
-        f"state = {_toml(str(folder / 'state'))}",
-        'disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",'
-        ' "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]',
-        "[grpc]",
-        f"  address = {_toml(str(socket(folder)))}",
-        "[ttrpc]",
-        f"  address = {_toml(str(folder / 'containerd.sock.ttrpc'))}",
-        '[plugins."io.containerd.internal.v1.opt"]',
-        f"  path = {_toml(str(folder / 'opt'))}",
+        *_daemon(folder, 2, ("aufs", "btrfs", "zfs", "devmapper")),
         f"[{cri}]",
         f"  sandbox_image = {_toml(PAUSE_IMAGE)}",
         "  restrict_oom_score_adj = true",
@@ -115,16 +123,7 @@ def _config_v3(folder: Path, runtime: Runtime, cdi_dirs: Sequence[Path]) -> str:
     images, runtimes = 'plugins."io.containerd.cri.v1.images"', 'plugins."io.containerd.cri.v1.runtime"'
     snapshotters = ("blockfile", "btrfs", "devmapper", "erofs", "zfs")  # only overlayfs is used
     lines = [
-        "version = 3",
-        f"root = {_toml(str(folder / 'root'))}",
-        f"state = {_toml(str(folder / 'state'))}",
-        f"disabled_plugins = {_toml([f'io.containerd.snapshotter.v1.{name}' for name in snapshotters])}",
-        "[grpc]",
-        f"  address = {_toml(str(socket(folder)))}",
-        "[ttrpc]",
-        f"  address = {_toml(str(folder / 'containerd.sock.ttrpc'))}",
-        '[plugins."io.containerd.internal.v1.opt"]',
-        f"  path = {_toml(str(folder / 'opt'))}",
+        *_daemon(folder, 3, snapshotters),
         '[plugins."io.containerd.grpc.v1.cri"]',
         '  stream_server_address = "127.0.0.1"',
         '  stream_server_port = "0"',
