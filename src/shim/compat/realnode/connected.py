@@ -90,15 +90,8 @@ class ConnectedNode(Started):
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Everything started and ready (the Node registered); on failure all is stopped."""
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
-
     def _start(self) -> None:
+        """Everything started and ready (the Node registered)."""
         kubelet_binary = upstream.build(self.release, program=upstream.KUBELET_PROGRAM, log=self._log)
         scheduler_binary = upstream.build(self.release, program=upstream.SCHEDULER_PROGRAM, log=self._log)
         runtime = containerd.with_cdi(log=self._log)

@@ -96,16 +96,8 @@ class ControlPlane(Started):
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Certificates (kept if the folder has them), etcd, then kube-apiserver, each ready; on
-        any failure whatever started is stopped again."""
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
-
     def _start(self) -> None:
+        """Certificates (kept if the folder has them), etcd, then kube-apiserver, each ready."""
         etcd_binary = upstream.build_etcd(self.etcd, log=self._log)
         self.folder.mkdir(parents=True, exist_ok=True)
         self._make_certificates()

@@ -36,13 +36,22 @@ def terminate(process: subprocess.Popen[bytes] | None) -> None:
 
 
 class Started:
-    """``with`` starts it, and stops it however the block ends."""
+    """``start`` brings it up whole or not at all (on a failure what did start is stopped
+    again); ``with`` starts it, and stops it however the block ends. ``stop`` may be called
+    whatever has started."""
 
-    def start(self) -> None:
+    def _start(self) -> None:
         raise NotImplementedError
 
     def stop(self) -> None:
         raise NotImplementedError
+
+    def start(self) -> None:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
 
     def __enter__(self) -> Self:
         self.start()

@@ -77,7 +77,7 @@ class Scheduler(Started):
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None and self._process.poll() is None else None
 
-    def start(self) -> None:
+    def _start(self) -> None:
         """Start it and wait until /readyz answers ok (its informers synced)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         config_file = self.folder / "kube-scheduler.json"
@@ -85,20 +85,12 @@ class Scheduler(Started):
         began = time.monotonic()
         self._process = spawn(command(self.binary, config_file, self.kubeconfig, self.port), self.log)
         deadline = time.monotonic() + START_TIMEOUT_S
-        try:
-            while not self.ready():
-                if self._process.poll() is not None:
-                    raise SchedulerError(
-                        f"kube-scheduler exited ({self._process.returncode}):\n{self._tail()}"
-                    )
-                if time.monotonic() > deadline:
-                    raise SchedulerError(
-                        f"kube-scheduler not ready within {START_TIMEOUT_S:g} s\n{self._tail()}"
-                    )
-                time.sleep(0.1)
-        except BaseException:
-            self.stop()
-            raise
+        while not self.ready():
+            if self._process.poll() is not None:
+                raise SchedulerError(f"kube-scheduler exited ({self._process.returncode}):\n{self._tail()}")
+            if time.monotonic() > deadline:
+                raise SchedulerError(f"kube-scheduler not ready within {START_TIMEOUT_S:g} s\n{self._tail()}")
+            time.sleep(0.1)
         self.started_in_s = time.monotonic() - began
 
     def ready(self) -> bool:
