@@ -168,8 +168,8 @@ class Shim:
             name,
             source,
             prestart_timeout_s=self.settings.prestart_timeout_s,
-            on_allocated=self.deallocation.allocated if tracked else None,
-            on_released=self.deallocation.released if tracked else None,
+            on_allocated=self.deallocation.tracker.allocated if tracked else None,
+            on_released=self.deallocation.tracker.released if tracked else None,
             policy=self.policies(policy or GrantPolicy(name)),
             driver=driver,
         )

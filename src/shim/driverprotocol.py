@@ -80,12 +80,6 @@ def check_protocol_version(theirs: object) -> None:
         raise ProtocolVersionRefused(f"protocol version {theirs} is of another major", malformed=False)
 
 
-def grant_count_problem(grants: int, containers: int) -> str | None:
-    """allocate answers one grant per container, in order: devshim pairs them by position, so a
-    list of another length would misassign them. Checked where the answer crosses the pipe."""
-    return None if grants == containers else f"{grants} grants for {containers} containers"
-
-
 def _attribute_from_json(name: str, value: Any) -> Attribute:
     where = f"attribute {name!r}"
     if not isinstance(value, dict) or len(value) != 1:

@@ -59,7 +59,7 @@ ONE_HOME = {
     "the extended resource name rule": (r"[\'\"]requests\.", {"src/shim/names.py", JUDGE_NAMES}),
     "semver": (r"\(0\|\[1-9\]\[0-9\]\*\)", {"src/shim/facts.py"}),
     "the protocol's major check": (r'split\("\."\)\[0\]', {"src/shim/driverprotocol.py"}),
-    "one grant per container": (r"grants for \{", {"src/shim/driverprotocol.py"}),
+    "one grant per container": (r"grants for \{", {"src/shim/driverhost/protocol.py"}),
     "the atomic write": (r"\bmkstemp\(|\bos\.fsync\(", {"src/shim/files.py"}),
     "the bounded read": (r"\bO_NONBLOCK\b", {"src/shim/files.py"}),
     "the outage overlay": (

@@ -181,8 +181,8 @@ class ResourceService:
             raise
 
     async def _allocate(self, requests: Sequence[ContainerAllocateRequest]) -> list[ContainerGrant]:
-        # One grant per request, in order: the source's contract (sources/base.py), held at the
-        # driver pipe (driverprotocol.grant_count_problem); the kubelet pairs them by position.
+        # One grant per request, in order: the source's contract (sources/base.py), held where a
+        # driver's answer crosses the pipe (driverhost/protocol.py); the kubelet pairs by position.
         grants = list(await self.source.allocate(requests))
         for grant in grants:
             try:

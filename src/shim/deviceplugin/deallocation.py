@@ -35,12 +35,6 @@ class DeallocationEmulator:
         self.in_use: dict[str, set[str]] = {}
         self.first_list = asyncio.Event()
 
-    def allocated(self, resource: str, device_ids: list[str]) -> None:
-        self.tracker.allocated(resource, device_ids)
-
-    def released(self, resource: str, device_ids: list[str]) -> None:
-        self.tracker.released(resource, device_ids)
-
     async def run(self) -> None:
         slowdown = 1
         try:

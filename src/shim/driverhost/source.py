@@ -226,7 +226,9 @@ class DriverSource(DeviceSource):
         # The outage overlay, its one place: while the driver is down every device it listed is
         # shown Unhealthy, never dropped (a dropped device is removed from the node).
         shown = tuple(replace(d, health=Health.UNHEALTHY) for d in self._real) if self._down else self._real
-        await self.show(shown)
+        self._shown = shown
+        if self._sink is not None:
+            await self._sink(shown)
         self._save_soon()
 
     def _save_soon(self) -> None:

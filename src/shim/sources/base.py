@@ -39,16 +39,11 @@ class DeviceSource(ABC):
 
     async def feed(self, sink: DeviceSink) -> None:
         """From now on every list goes straight to ``sink``: the one held now at once, if any,
-        then each new one as the source makes it (``show``). One hop: no mailbox between."""
+        then each new one as the source makes it (it sets ``_shown`` and awaits ``_sink``
+        itself). One hop: no mailbox and no task between the source and its resource."""
         self._sink = sink
         if self._shown is not None:
             await sink(self._shown)
-
-    async def show(self, devices: tuple[Device, ...]) -> None:
-        """The source's list changed: hand it on (a source calls this, nobody else)."""
-        self._shown = devices
-        if self._sink is not None:
-            await self._sink(devices)
 
     @abstractmethod
     async def allocate(self, requests: Sequence[ContainerAllocateRequest]) -> Sequence[ContainerGrant]:

@@ -53,8 +53,9 @@ class StaticSource(DeviceSource):
 
     async def set_devices(self, devices: Iterable[Device]) -> None:
         """Replace the whole list (a device left out is gone from the node)."""
-        self._devices = tuple(devices)
-        await self.show(self._devices)
+        self._devices = self._shown = tuple(devices)
+        if self._sink is not None:
+            await self._sink(self._devices)
 
     async def set_health(self, device_id: str, health: Health) -> None:
         if device_id not in {d.id for d in self._devices}:
