@@ -3,7 +3,9 @@
 Runs devshim in this process (a sim driver as its subprocess, the fake kubelet as its kubelet),
 then traces Python calls while one request travels: an Allocate to the driver and back (the
 kubelet's call until its answer), and a driver's list to ListAndWatch (the sim told to flip a
-device's health until the kubelet's stream shows it). A room is a file under src/shim/ whose
+device's health until the kubelet's stream shows it); and a NodePrepareResources to its CDI file
+(the kubelet's DRA call on devshim's DRAPlugin v1 servicer, with a static resource in a DRA
+pool and the claim as the API server would return it). A room is a file under src/shim/ whose
 code ran, generated stubs and the fake kubelet (the kubelet's side) left out. Background work
 that happens to run meanwhile would count too: the script waits for a quiet devshim first.
 
@@ -61,6 +63,65 @@ async def traced(step: Callable[[], Awaitable[Any]]) -> list[str]:
     return list(rooms)
 
 
+async def prepare_walk(root: Path) -> list[str]:
+    """NodePrepareResources until its answer, the CDI spec written."""
+    from shim.core.resource import ResourceService
+    from shim.dra.cdi import SpecDir
+    from shim.dra.checkpoint import Checkpoint
+    from shim.dra.claims import ClaimRef
+    from shim.dra.health import PoolHealth
+    from shim.dra.ownership import PoolOwners
+    from shim.dra.plugin import v1
+    from shim.dra.plugin.common import DraService, PluginStatus
+    from shim.dra.preparer import ClaimPreparer
+    from shim.generated.dra.v1 import api_pb2 as pb
+    from shim.grants import GrantSettings
+    from shim.model import Device
+    from shim.policy import GrantPolicy, GrantPolicySettings
+    from shim.sources import StaticSource
+
+    driver, pool = "gpu.example.com", "node-1"
+    grant = GrantSettings(envs={"WALK": "{ids}"})
+    source = StaticSource([Device(f"gpu-{n}") for n in range(4)], grant)
+    service = ResourceService(GPU, source, policy=GrantPolicy(GPU, GrantPolicySettings(envs=["WALK"])))
+    await service.start()
+    await service.serve_dra({}, ())
+    services = lambda: {GPU: service}  # noqa: E731
+    owners = PoolOwners((GPU,), services, lambda resource: ())
+    claim = {
+        "metadata": {"uid": "u-1", "name": "c", "namespace": "default"},
+        "status": {
+            "allocation": {"devices": {"results": [
+                {"request": "r", "driver": driver, "pool": pool, "device": "gpu-0"},
+            ]}},
+            "reservedFor": [{"resource": "pods", "name": "p", "uid": "pod-1"}],
+        },
+    }  # fmt: skip
+
+    async def read_claim(ref: ClaimRef) -> dict[str, Any]:
+        return claim
+
+    specs, state = root / "cdi", root / "state"
+    specs.mkdir()
+    preparer = ClaimPreparer(
+        driver, pool, owners, services, read_claim, SpecDir(specs), Checkpoint(state, driver)
+    )
+    status = PluginStatus(driver, "dra.sock", "reg.sock")
+    servicer = v1.Servicer(DraService(preparer, PoolHealth(owners, services), status))
+    request = pb.NodePrepareResourcesRequest(claims=[pb.Claim(namespace="default", name="c", uid="u-1")])
+    owners()  # the publisher has decided who owns each name before any claim arrives
+    await asyncio.sleep(0.5)
+    answers: list[Any] = []
+
+    async def prepare() -> None:
+        answers.append(await servicer.NodePrepareResources(request, None))
+
+    rooms = await traced(prepare)
+    assert list(specs.iterdir()), f"no CDI spec was written: {answers}"
+    await service.stop()
+    return rooms
+
+
 async def main() -> None:
     logger.remove()
     with tempfile.TemporaryDirectory(prefix="walk-") as folder:
@@ -92,9 +153,11 @@ async def main() -> None:
                 )
 
             listed = await traced(flip)
+        prepared = await prepare_walk(root)
     for name, rooms in (
         ("Allocate to the driver and back", allocate),
         ("a driver's list to ListAndWatch", listed),
+        ("NodePrepareResources to its CDI file", prepared),
     ):
         print(f"{name}: {len(rooms)} rooms")
         for room in rooms:
