@@ -51,3 +51,24 @@ async def test_a_path_held_as_already_connected_is_left_for_a_fresh_one(plugin_d
         session = kubelet.plugin(GPU)
         assert session.endpoint == moved.name
         await session.wait_for_list(lambda devices: len(devices) == 2)
+
+
+async def test_a_kubelet_refusing_every_path_gets_moves_paced_not_a_loop(plugin_dir: Path) -> None:
+    """Hostile or broken: every Register is "already connected". devshim keeps serving, moves at
+    most once per backoff step (0.05 s doubling, to the settings' 0.5 s), and never spins."""
+
+    async def always(request: RegisterRequest, received_at: float) -> None:
+        raise RegistrationRejected(f"device plugin already connected: {plugin_dir / request.endpoint}")
+
+    async with (
+        FakeKubelet(plugin_dir, on_register=always) as kubelet,
+        running_shim(plugin_dir, {GPU: {"count": 2}}) as (shim, _),
+    ):
+        await until(lambda: len(kubelet.registrations) >= 6, "six refused registrations", WAIT_S)
+        times = [r.received_at for r in kubelet.registrations]
+        # The fifth move waits 0.4 s (0.05 * 2**3) before it serves: sleeps are floors, however busy.
+        assert times[5] - times[4] >= 0.4, times
+        endpoint = shim.served[GPU].endpoint
+        assert not endpoint.registered and "already connected" in endpoint.last_error
+        assert len({r.endpoint for r in kubelet.registrations}) == len(kubelet.registrations)
+        assert [p.name for p in plugin_dir.glob("devshim-*.sock")] == [endpoint.socket_path.name]

@@ -79,6 +79,7 @@ class PluginEndpoint:
         self._machine = Machine(registration, handover is not None)
         self._handover = handover
         self._socket_name, self._renames = socket_name, 0  # as configured; moves away from it
+        self._moves_unregistered = 0  # moves since the last registration taken: paced by backoff
         self.kubelet_socket = plugin_dir / KUBELET_SOCKET
         self._backoff_max_s = backoff_max_s
         self._server = PluginServer(
@@ -255,6 +256,7 @@ class PluginEndpoint:
                 raise SocketGone from None  # serve again at once, at the fresh path
             raise
         self._act(self._machine.register_answered(kubelet, version))
+        self._moves_unregistered = 0
         logger.info(
             "{}: registered with the kubelet as {} ({} ms)",
             self.resource.name,
@@ -263,7 +265,12 @@ class PluginEndpoint:
         )
 
     async def _move(self) -> None:
-        """Serve under a fresh socket name: the kubelet refuses the old path for good."""
+        """Serve under a fresh socket name: the kubelet refuses the old path for good. The first
+        move is at once; a kubelet refusing every path gets them paced by the register backoff,
+        never a busy loop of servers."""
+        if self._moves_unregistered:
+            await asyncio.sleep(min(self._backoff_max_s, 0.05 * 2 ** (self._moves_unregistered - 1)))
+        self._moves_unregistered += 1
         old = self.socket_path
         await self._server.close()
         sockets.remove_own_socket(old, self._machine.socket)
