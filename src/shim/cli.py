@@ -52,8 +52,7 @@ def driver_envs(specs: list[str], drivers: set[str]) -> dict[str, dict[str, str]
         key, has_value, value = assignment.partition("=")
         if not sep or not key:
             raise typer.BadParameter(f"{spec!r}: expected NAME=KEY=VALUE or NAME=KEY, e.g. sim=PATH=/usr/bin")
-        if name not in drivers:
-            raise typer.BadParameter(f"{spec!r}: no --driver is named {name!r}")
+        _known_driver(spec, name, drivers)
         if not has_value and key not in os.environ:
             raise typer.BadParameter(f"{spec!r}: {key} is not set in devshim's environment")
         envs.setdefault(name, {})[key] = value if has_value else os.environ[key]
@@ -71,18 +70,10 @@ def driver_declarations(
     ``policy`` and ``user``."""
     declared: dict[str, dict[str, Any]] = {}
     for spec in users:
-        name, sep, user = spec.partition("=")
-        if not sep or not user:
-            raise typer.BadParameter(f"{spec!r}: expected NAME=USER, e.g. sim=nobody or legacy=root")
-        if name not in drivers:
-            raise typer.BadParameter(f"{spec!r}: no --driver is named {name!r}")
+        name, user = _driver_setting(spec, drivers, "NAME=USER, e.g. sim=nobody or legacy=root")
         declared.setdefault(name, {})["user"] = user
     for spec in resources:
-        name, sep, resource = spec.partition("=")
-        if not sep or not resource:
-            raise typer.BadParameter(f"{spec!r}: expected NAME=RESOURCE, e.g. sim=example.com/gpu")
-        if name not in drivers:
-            raise typer.BadParameter(f"{spec!r}: no --driver is named {name!r}")
+        name, resource = _driver_setting(spec, drivers, "NAME=RESOURCE, e.g. sim=example.com/gpu")
         declared.setdefault(name, {}).setdefault("resources", []).append(resource)
     for spec in allows:
         name, sep, allowed = spec.partition("=")
@@ -92,11 +83,25 @@ def driver_declarations(
                 f"{spec!r}: expected NAME=SETTING:VALUE with SETTING one of {', '.join(ALLOWLISTS)}, "
                 "e.g. sim=envs:SIM_DEVICES"
             )
-        if name not in drivers:
-            raise typer.BadParameter(f"{spec!r}: no --driver is named {name!r}")
+        _known_driver(spec, name, drivers)
         policy = declared.setdefault(name, {}).setdefault("policy", {})
         policy.setdefault(setting, []).append(value)
     return declared
+
+
+def _driver_setting(spec: str, drivers: set[str], expected: str) -> tuple[str, str]:
+    """``NAME=VALUE`` for a --driver NAME, VALUE not empty, as (NAME, VALUE)."""
+    name, sep, value = spec.partition("=")
+    if not sep or not value:
+        raise typer.BadParameter(f"{spec!r}: expected {expected}")
+    _known_driver(spec, name, drivers)
+    return name, value
+
+
+def _known_driver(spec: str, name: str, drivers: set[str]) -> None:
+    # After the spec's own form is checked: a malformed spec is told its form first.
+    if name not in drivers:
+        raise typer.BadParameter(f"{spec!r}: no --driver is named {name!r}")
 
 
 def parse_resource(spec: str) -> dict[str, object]:
@@ -105,6 +110,15 @@ def parse_resource(spec: str) -> dict[str, object]:
     if not sep or not (count.isascii() and count.isdigit()):
         raise typer.BadParameter(f"{spec!r}: expected NAME=COUNT, e.g. example.com/foo=4")
     return {"name": name, "static": {"count": int(count)}}
+
+
+def _config_option(help: str) -> Any:
+    """-c/--config FILE, devshim's settings file: each command says what it reads it for."""
+    return typer.Option("--config", "-c", metavar="FILE", help=help)
+
+
+# The same flag, in the same words, wherever a command can show devshim's log.
+_Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Show devshim's log as well.")]
 
 
 def _settings_or_exit(load: Callable[[], Settings]) -> Settings:
@@ -118,12 +132,7 @@ def _settings_or_exit(load: Callable[[], Settings]) -> Settings:
 
 @app.command(short_help="Serve the configured resources to the kubelet.")
 def run(
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            "--config", "-c", metavar="FILE", help="YAML settings file (see docs/configuration.md)."
-        ),
-    ] = None,
+    config: Annotated[Path | None, _config_option("YAML settings file (see docs/configuration.md).")] = None,
     device_plugins_dir: Annotated[
         Path | None,
         typer.Option(
@@ -281,10 +290,7 @@ def _driver_config(path: Path) -> str | None:
 @app.command(short_help="Show what a running devshim is doing.")
 def status(
     config: Annotated[
-        Path | None,
-        typer.Option(
-            "--config", "-c", metavar="FILE", help="The running devshim's settings file (for its address)."
-        ),
+        Path | None, _config_option("The running devshim's settings file (for its address).")
     ] = None,
     address: Annotated[
         str | None,
@@ -314,7 +320,7 @@ def status(
 
 @app.command(short_help="Watch the whole path against a built-in fake kubelet.")
 def demo(
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show devshim's log as well.")] = False,
+    verbose: _Verbose = False,
 ) -> None:
     """Show register, list, health flip, allocate and pre-start against a built-in fake kubelet
     and the simulated driver, explaining each term as it first appears; needs no kubelet and
@@ -401,12 +407,9 @@ def compat(
     cell_timeout: Annotated[float, typer.Option(metavar="SECONDS", help="Seconds one cell may take.")] = 90.0,
     config: Annotated[
         Path | None,
-        typer.Option(
-            "--config",
-            "-c",
-            metavar="FILE",
-            help="devshim's settings: the driver runs as `devshim run` would run its drivers[] entry "
-            "(its env, grant policy, timeouts); without --driver, its command too.",
+        _config_option(
+            "devshim's settings: the driver runs as `devshim run` would run its drivers[] entry "
+            "(its env, grant policy, timeouts); without --driver, its command too."
         ),
     ] = None,
     driver_name: Annotated[
@@ -478,7 +481,7 @@ def compat(
             "{cdi}, {node} and {kubeconfig} in COMMAND name the cell's (docs/compat.md).",
         ),
     ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show devshim's log as well.")] = False,
+    verbose: _Verbose = False,
 ) -> None:
     """Run the compatibility matrix against a driver (behind devshim) or a device plugin, with the
     built-in fake kubelet in a temp directory; exit 0 only if every cell that applies passed."""

@@ -7,6 +7,7 @@ v1beta2 stubs; everything shared with v1beta1 is in common.py.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from shim.deviceplugin import common
@@ -31,18 +32,22 @@ class DevicePluginServicer(common.CommonServicer, pb_grpc.DevicePluginServicer):
     to_options = staticmethod(options_from_model)
 
     async def Deallocate(self, request: pb.DeallocateRequest, context: common.Context) -> Any:
-        try:
-            await self._resource.deallocate_now(tuple(request.devices_ids))
-        except Exception as exc:
-            await common.abort(context, exc)
+        await self._on_devices(self._resource.deallocate_now, request.devices_ids, context)
         return pb.DeallocateResponse()
 
     async def PostStopContainer(self, request: pb.PostStopContainerRequest, context: common.Context) -> Any:
+        await self._on_devices(self._resource.post_stop, request.devices_ids, context)
+        return pb.PostStopContainerResponse()
+
+    @staticmethod
+    async def _on_devices(
+        call: Callable[[tuple[str, ...]], Awaitable[None]], device_ids: Iterable[str], context: common.Context
+    ) -> None:
+        # Both RPCs hand their device IDs to the resource; any error aborts with its gRPC status.
         try:
-            await self._resource.post_stop(tuple(request.devices_ids))
+            await call(tuple(device_ids))
         except Exception as exc:
             await common.abort(context, exc)
-        return pb.PostStopContainerResponse()
 
 
 API = common.VersionApi(NAME, pb, pb_grpc, DevicePluginServicer, options_from_model)

@@ -22,21 +22,8 @@ DRA_PLUGIN_TYPE = "DRAPlugin"
 
 
 class RegistrationServicer(pb_grpc.RegistrationServicer):
-    def __init__(
-        self,
-        name: str,
-        versions: tuple[str, ...],
-        on_status: Callable[[bool, str], None],
-        *,
-        plugin_type: str = DEVICE_PLUGIN_TYPE,
-        endpoint: str = "",
-    ) -> None:
-        # An empty endpoint tells the kubelet the plugin's service is on this same socket (a
-        # device plugin's, in plugins_registry, out of reach of the device-plugins cleanup).
-        self._info = pb.PluginInfo(
-            type=plugin_type, name=name, endpoint=endpoint, supported_versions=versions
-        )
-        self._resource = name
+    def __init__(self, info: pb.PluginInfo, on_status: Callable[[bool, str], None]) -> None:
+        self._info = info
         self._on_status = on_status
 
     async def GetInfo(
@@ -50,7 +37,7 @@ class RegistrationServicer(pb_grpc.RegistrationServicer):
         logger.log(
             "INFO" if request.plugin_registered else "ERROR",
             "{}: the kubelet's plugin watcher {}",
-            self._resource,
+            self._info.name,
             "registered it" if request.plugin_registered else f"refused it: {request.error}",
         )
         self._on_status(request.plugin_registered, request.error)
@@ -68,7 +55,10 @@ def add_registration_service(
 ) -> str:
     """``name``: the resource (a device plugin) or the DRA driver; ``endpoint``: the plugin's
     own socket, where it is not this one."""
+    # An empty endpoint tells the kubelet the plugin's service is on this same socket (a
+    # device plugin's, in plugins_registry, out of reach of the device-plugins cleanup).
+    info = pb.PluginInfo(type=plugin_type, name=name, endpoint=endpoint, supported_versions=versions)
     pb_grpc.add_RegistrationServicer_to_server(  # type: ignore[no-untyped-call]
-        RegistrationServicer(name, versions, on_status, plugin_type=plugin_type, endpoint=endpoint), server
+        RegistrationServicer(info, on_status), server
     )
     return SERVICE_NAME

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Callable
 from typing import NamedTuple
 
 from shim.errors import GrantRefused
@@ -199,22 +200,22 @@ class GrantPolicy:
         self._must_declare(self._envs.fullmatch(name) is not None, "envs", name)
 
     def _device_path(self, path: str) -> None:
-        _absolute(path)
-        written = normal(path)
-        if (rule := self.floor.device_path_rule(written)) is not None:
-            raise _normalised(path, written, self._floor(rule))
-        try:
-            self._must_declare(self._devices.cover(written), "device_nodes", written)
-        except _Refusal as refusal:
-            raise _normalised(path, written, refusal) from None
+        self._host_path(path, self.floor.device_path_rule, self._devices, "device_nodes")
 
     def _mount_path(self, path: str) -> None:
+        self._host_path(path, self.floor.mount_rule, self._mounts, "mounts")
+
+    def _host_path(
+        self, path: str, floor_rule: Callable[[str], Rule | None], globs: Globs, setting: str
+    ) -> None:
+        """A host path as written: absolute, clear of the floor and declared in ``setting``, both
+        judged on its normal form."""
         _absolute(path)
         written = normal(path)
-        if (rule := self.floor.mount_rule(written)) is not None:
+        if (rule := floor_rule(written)) is not None:
             raise _normalised(path, written, self._floor(rule))
         try:
-            self._must_declare(self._mounts.cover(written), "mounts", written)
+            self._must_declare(globs.cover(written), setting, written)
         except _Refusal as refusal:
             raise _normalised(path, written, refusal) from None
 

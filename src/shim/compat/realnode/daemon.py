@@ -1,5 +1,6 @@
 """What the real node's daemons (etcd, kube-apiserver, kube-scheduler) share: how each is
-started in its own session with its output in a log, stopped, and used with ``with``."""
+started in its own session with its output in a log, stopped, and used with ``with`` (``Started``,
+which the node and the connected node follow too)."""
 
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ from shim.facts import KUBELET_SOCKET
 from shim.node import sockets
 
 from . import containerd, images, kubelet
+from .daemon import Started
 from .host import NodeUnavailable, PrivateHost
 
 # The paths the kubelet and containerd hard-code, replaced inside the node's namespace.
@@ -87,7 +88,7 @@ def _tail(path: Path) -> str:
     return log_tail(path, LOG_TAIL)
 
 
-class Node:
+class Node(Started):
     """containerd and the kubelet of release 1.`minor` (its binary: `kubelet_binary`) in `folder`;
     the kubelet connected to an API server by `kubeconfig`, containerd the machine's or `runtime`."""
 
@@ -125,18 +126,7 @@ class Node:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def __enter__(self) -> Node:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    def start(self) -> None:
+    def _start(self) -> None:
         began = time.monotonic()
         if os.geteuid() != 0:
             raise NodeUnavailable("the node runs containers and a kubelet: it needs root")

@@ -18,7 +18,6 @@ reads ResourceClaims from a real API server through a kubeconfig (shim.compat.re
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -26,11 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shim.compat.plugin_process import stop_plugin
 from shim.compat.results import Failed
 
 from . import releases
-from .judge_process import REPLY_LIMIT, JudgeProcess
+from .judge_process import JudgePod, JudgeProcess, running_judge
 from .releases import Release
 
 # klog's verbosity for the log: 4 has each registration with the service the kubelet chose.
@@ -87,8 +85,8 @@ class Container:
 
 
 @dataclass(frozen=True)
-class Pod:
-    """What the DRA manager reads of a pod."""
+class Pod(JudgePod):
+    """What the DRA manager reads of a pod: its resource claims, and its containers' claims."""
 
     uid: str
     name: str
@@ -98,14 +96,7 @@ class Pod:
     init_containers: Sequence[Container] = ()
 
     def wire(self) -> dict[str, Any]:
-        return {
-            "uid": self.uid,
-            "name": self.name,
-            "namespace": self.namespace,
-            "resource_claims": [c.wire() for c in self.resource_claims],
-            "init_containers": [c.wire() for c in self.init_containers],
-            "containers": [c.wire() for c in self.containers],
-        }
+        return {**super().wire(), "resource_claims": [c.wire() for c in self.resource_claims]}
 
 
 @dataclass(frozen=True)
@@ -285,27 +276,13 @@ class DraManager(JudgeProcess):
         manager and plugin manager on the same state dir with the same active pods."""
         await self.call("restart")
 
-    async def stop(self) -> None:
-        await self.call("stop")
-
 
 @asynccontextmanager
 async def running_dra_manager(release: Release, binary: Path, log: Path) -> AsyncIterator[DraManager]:
     """A dramanager process of `release` (its klog to `log`), stopped (stop, then its process
     group ended) on the way out."""
-    with log.open("ab") as err:
-        process = await asyncio.create_subprocess_exec(
-            str(binary), f"-v={VERBOSITY}", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=err, limit=REPLY_LIMIT, start_new_session=True,
-        )  # fmt: skip
-    manager = DraManager(release, process, log)
-    try:
+    async with running_judge(DraManager, release, [str(binary), f"-v={VERBOSITY}"], log) as manager:
         yield manager
-    finally:
-        if process.returncode is None:
-            with contextlib.suppress(Failed):
-                await manager.stop()
-        await stop_plugin(process)
 
 
 def checkpoint(state_dir: Path) -> list[dict[str, Any]]:

@@ -9,8 +9,6 @@ plugins outside the namespace meet it through the same socket inodes.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -18,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shim.compat.plugin_process import in_namespace, stop_plugin
+from shim.compat.plugin_process import in_namespace
 from shim.compat.results import Failed
 
-from .judge_process import REPLY_LIMIT, JudgeProcess
+from .judge_process import JudgePod, JudgeProcess, running_judge
 from .releases import Release
 
 CHECKPOINT = "kubelet_internal_checkpoint"
@@ -44,21 +42,14 @@ class Container:
 
 
 @dataclass(frozen=True)
-class Pod:
+class Pod(JudgePod):
+    """What the device manager reads of a pod: its containers' requests."""
+
     uid: str
     name: str
     containers: Sequence[Container]
     namespace: str = "default"
     init_containers: Sequence[Container] = ()
-
-    def wire(self) -> dict[str, Any]:
-        return {
-            "uid": self.uid,
-            "name": self.name,
-            "namespace": self.namespace,
-            "containers": [c.wire() for c in self.containers],
-            "init_containers": [c.wire() for c in self.init_containers],
-        }
 
 
 @dataclass(frozen=True)
@@ -131,9 +122,6 @@ class Harness(JudgeProcess):
         """The pod is no longer active (it ended): its devices are free at the next update."""
         await self.call("remove_pod", pod_uid=uid)
 
-    async def stop(self) -> None:
-        await self.call("stop")
-
 
 @asynccontextmanager
 async def running_harness(
@@ -141,20 +129,11 @@ async def running_harness(
 ) -> AsyncIterator[Harness]:
     """A harness process of `release` whose /var/lib/kubelet/device-plugins is `plugin_dir`;
     stopped (Stop, then its process group ended) on the way out."""
-    async with in_namespace(plugin_dir, [str(binary)]) as argv:
-        with log.open("ab") as err:
-            process = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
-                limit=REPLY_LIMIT, start_new_session=True,
-            )  # fmt: skip
-        harness = Harness(release, process, log)
-        try:
-            yield harness
-        finally:
-            if process.returncode is None:
-                with contextlib.suppress(Failed):
-                    await harness.stop()
-            await stop_plugin(process)
+    async with (
+        in_namespace(plugin_dir, [str(binary)]) as argv,
+        running_judge(Harness, release, argv, log) as harness,
+    ):
+        yield harness
 
 
 def checkpoint(plugin_dir: Path) -> dict[str, Any]:

@@ -7,11 +7,15 @@ protocol: ``{"id", "op", ...}`` answered by ``{"id", "ok", "result" | "error"}``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
+from shim.compat.plugin_process import stop_plugin
 from shim.compat.results import Failed
 from shim.compat.tails import log_tail
 
@@ -23,6 +27,31 @@ CALL_TIMEOUT_S = 60.0
 # One reply line at most (a list of thousands of devices fits easily).
 REPLY_LIMIT = 16 * 1024 * 1024
 LOG_TAIL = 1500
+
+
+class Wired(Protocol):
+    def wire(self) -> dict[str, Any]: ...
+
+
+class JudgePod:
+    """What both judges take of any pod (protocol.go's Pod in judges/harness and judges/dra): who
+    it is and its containers. Each judge's Pod, a dataclass, declares these fields with its own
+    Container and adds to `wire` what its manager reads besides."""
+
+    uid: str
+    name: str
+    namespace: str
+    containers: Sequence[Wired]
+    init_containers: Sequence[Wired]
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "uid": self.uid,
+            "name": self.name,
+            "namespace": self.namespace,
+            "containers": [c.wire() for c in self.containers],
+            "init_containers": [c.wire() for c in self.init_containers],
+        }
 
 
 class JudgeProcess:
@@ -74,3 +103,28 @@ class JudgeProcess:
     def log_tail(self) -> str:
         text = log_tail(self._log, LOG_TAIL).strip()
         return f"; its log ends: {text}" if text else ""
+
+    async def stop(self) -> None:
+        await self.call("stop")
+
+
+J = TypeVar("J", bound=JudgeProcess)
+
+
+@asynccontextmanager
+async def running_judge(kind: type[J], release: Release, argv: Sequence[str], log: Path) -> AsyncIterator[J]:
+    """`argv`, a judge program of `release` (its klog to `log`), as a `kind`; stopped (stop, then
+    its process group ended) on the way out."""
+    with log.open("ab") as err:
+        process = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
+            limit=REPLY_LIMIT, start_new_session=True,
+        )  # fmt: skip
+    judge = kind(release, process, log)
+    try:
+        yield judge
+    finally:
+        if process.returncode is None:
+            with contextlib.suppress(Failed):
+                await judge.stop()
+        await stop_plugin(process)

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,15 +154,25 @@ def _source_hash(*folders: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def _modules(pattern: str, require: re.Pattern[str], line: str) -> Iterator[tuple[re.Match[str], Path]]:
+    """Each module folder under judges/ that `pattern` names, with `require`'s match in its go.mod;
+    a go.mod without one is an error that names the `line` it lacks."""
+    for gomod in JUDGES.glob(f"{pattern}/go.mod"):
+        match = require.search(gomod.read_text(encoding="utf-8"))
+        if match is None:
+            raise RuntimeError(f"{gomod}: no '{line}' line")
+        yield match, gomod.parent
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    """A "v3.6.4" version as numbers, so that v3.10 sorts after v3.9."""
+    return tuple(int(n) for n in version[1:].split("."))
+
+
 def releases() -> list[Release]:
     """Every release with a module under judges/, oldest first."""
-    found = []
-    for gomod in JUDGES.glob("k8s-1.*/go.mod"):
-        match = _REQUIRE.search(gomod.read_text(encoding="utf-8"))
-        if match is None:
-            raise RuntimeError(f"{gomod}: no 'require k8s.io/kubernetes v1.N.P' line")
-        found.append(Release(int(match.group(2)), match.group(1), gomod.parent))
-    return sorted(found)
+    found = _modules("k8s-1.*", _REQUIRE, "require k8s.io/kubernetes v1.N.P")
+    return sorted(Release(int(match.group(2)), match.group(1), folder) for match, folder in found)
 
 
 def choose(names: list[str]) -> list[Release]:
@@ -187,7 +198,7 @@ def etcds() -> list[Etcd]:
         if "server" not in versions:
             raise RuntimeError(f"{gomod}: no 'require go.etcd.io/etcd/server/v3 v3.N.P' line")
         found.append(Etcd(versions["server"], gomod.parent))
-    return sorted(found, key=lambda e: tuple(int(n) for n in e.version[1:].split(".")))
+    return sorted(found, key=lambda e: _version_key(e.version))
 
 
 def etcd_for(release: Release) -> Etcd:
@@ -201,13 +212,10 @@ def etcd_for(release: Release) -> Etcd:
 
 def containerds() -> list[Containerd]:
     """Every containerd module under judges/ (containerd-2.N), oldest first."""
-    found = []
-    for gomod in JUDGES.glob("containerd-*/go.mod"):
-        match = _CONTAINERD_REQUIRE.search(gomod.read_text(encoding="utf-8"))
-        if match is None:
-            raise RuntimeError(f"{gomod}: no 'require {_CONTAINERD_MODULE} v2.N.P' line")
-        found.append(Containerd(match.group(1), gomod.parent))
-    return sorted(found, key=lambda c: tuple(int(n) for n in c.version[1:].split(".")))
+    found = _modules("containerd-*", _CONTAINERD_REQUIRE, f"require {_CONTAINERD_MODULE} v2.N.P")
+    return sorted(
+        (Containerd(match.group(1), folder) for match, folder in found), key=lambda c: _version_key(c.version)
+    )
 
 
 def cache_dir() -> Path:
