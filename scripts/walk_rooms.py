@@ -65,8 +65,8 @@ async def traced(step: Callable[[], Awaitable[Any]]) -> list[str]:
 
 async def prepare_walk(root: Path) -> list[str]:
     """NodePrepareResources until its answer, the CDI spec written."""
+    from shim.cdi import SpecDir
     from shim.core.resource import ResourceService
-    from shim.dra.cdi import SpecDir
     from shim.dra.checkpoint import Checkpoint
     from shim.dra.claims import ClaimRef
     from shim.dra.health import PoolHealth

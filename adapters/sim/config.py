@@ -71,6 +71,11 @@ class Delays(_Strict):
     prestart_s: Delay = 0.0
 
 
+class CdiSpecConfig(_Strict):
+    kind: str  # "vendor/class"
+    edits: GrantSettings  # envs, mounts and device nodes, for each device
+
+
 class ResourceConfig(_Published):
     """Either ``count`` devices named ``<id_prefix><n>``, or an explicit ``devices`` list.
     ``attributes`` and ``capacity`` here are every device's, under a device's own."""
@@ -88,6 +93,10 @@ class ResourceConfig(_Published):
     deallocate: bool = False
     post_stop: bool = False
     delays: Delays = Delays()
+    # Protocol 1.2: a CDI spec the simulator ships, one device per device ID named by the ID,
+    # with these edits expanded for that one device as a grant is ({ids} in env values, {id} in
+    # device-node paths): grants naming "<cdi_spec.kind>=<id>" then resolve.
+    cdi_spec: CdiSpecConfig | None = None
 
     @field_validator("name")
     @classmethod

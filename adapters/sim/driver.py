@@ -34,6 +34,9 @@ class SimDriver(Driver):
     def resources(self) -> list[types.Resource]:
         return [r.message() for r in self._resources.values()]
 
+    def cdi_specs(self) -> list[types.CdiSpec]:
+        return [spec for r in self._resources.values() if (spec := r.cdi_spec()) is not None]
+
     async def list_devices(self, resource: str) -> list[types.Device]:
         return self._resources[resource].device_messages()
 

@@ -90,6 +90,25 @@ class SimResource:
             grant = self._declared[device_id] = grant_message(expand(self.config.grant, [device_id]))
         return grant
 
+    def cdi_spec(self) -> types.CdiSpec | None:
+        """The CDI spec this resource ships, if configured: one device per device ID."""
+        spec = self.config.cdi_spec
+        if spec is None:
+            return None
+        devices = []
+        for device_id in self.devices:
+            edits = expand(spec.edits, [device_id])
+            written = grant_message(edits)
+            devices.append(
+                types.CdiSpecDevice(
+                    name=device_id,
+                    edits=types.CdiEdits(
+                        envs=written.envs, mounts=written.mounts, device_nodes=written.device_nodes
+                    ),
+                )
+            )
+        return types.CdiSpec(kind=spec.kind, devices=devices)
+
     def check(self, ids: Iterable[str]) -> None:
         for device_id in ids:
             if device_id not in self.devices:

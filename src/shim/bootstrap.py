@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import secrets
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -13,11 +14,13 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 
 from shim import __version__
+from shim.cdi import ShippedSpecs
 from shim.core.resource import ResourceService
 from shim.deviceplugin.api import ApiVersion
 from shim.deviceplugin.deallocation import DeallocationEmulator
 from shim.deviceplugin.endpoint import PluginEndpoint
-from shim.errors import ClaimRefused
+from shim.errors import ClaimRefused, SpecsRefused
+from shim.model import CdiSpec
 from shim.names import check_extended_resource_name
 from shim.node.dirwatch import DirWatcher
 from shim.node.handover import Handover
@@ -430,3 +433,22 @@ class _DriverResources:
 
     def options_changed(self, name: str) -> None:
         self.shim.options_changed(name)
+
+    async def ship_cdi_specs(self, specs: Sequence[CdiSpec]) -> None:
+        folder = self.shim.settings.cdi_dir
+        if folder is None:
+            if specs:
+                kinds = ", ".join(s.kind for s in specs)
+                raise SpecsRefused(
+                    f"the driver ships CDI specs ({kinds}) but cdi_dir is not set: set it to a CDI "
+                    "folder of the container runtime (e.g. /var/run/cdi, mounted read-write)"
+                )
+            return
+        for spec in specs:
+            policy = self.shim.policies(self.driver.spec_policy(spec.kind))
+            for device in spec.devices:  # granting kind=name grants these edits
+                policy.check(dataclasses.replace(device.edits, cdi_devices=(f"{spec.kind}={device.name}",)))
+        shipped = ShippedSpecs(folder, self.driver.name)
+        written = await asyncio.to_thread(shipped.replace, specs)  # file I/O: off the loop
+        if written:
+            logger.info("driver {!r}: CDI specs written: {}", self.driver.name, ", ".join(map(str, written)))

@@ -448,6 +448,15 @@ def compat(
             "mount=HOST_PATH, annotation=KEY or cdi=NAME (repeatable).",
         ),
     ] = None,
+    cdi_dir: Annotated[
+        list[Path] | None,
+        typer.Option(
+            metavar="DIR",
+            help="A CDI spec folder on the node (e.g. /etc/cdi) holding specs the driver's CDI names "
+            "resolve in, besides those it ships (repeatable); a name no spec resolves fails the "
+            "allocate row.",
+        ),
+    ] = None,
     health_watch: Annotated[
         float,
         typer.Option(
@@ -512,6 +521,7 @@ def compat(
         suggest_policy=suggest_policy,
         expect=expect or (),
         health_watch_s=health_watch,
+        cdi_dirs=cdi_dir or (),
         dra=dra,
         dra_plugin=dra_plugin,
     )

@@ -14,9 +14,16 @@ from shim.facts import SEMVER, is_dns_subdomain
 from shim.model import Attribute, AttributeKind
 
 # Semver; the majors of devshim and a driver must be equal (docs/driver-protocol.md, "Lifecycle").
-# 1.1 added device attributes and capacity (DRA); a 1.0 driver leaves them out.
-PROTOCOL_VERSION = "1.1.0"
+# 1.1 added device attributes and capacity (DRA); 1.2 the CDI specs a driver ships in
+# initialize. An older driver leaves them out.
+PROTOCOL_VERSION = "1.2.0"
 PROTOCOL_MAJOR = PROTOCOL_VERSION.split(".")[0]
+
+# --- protocol 1.2: the CDI specs a driver ships (devshim's bounds: a node's few device kinds, and
+# the partitions of its devices) ------------------------------------------------------------------
+
+MAX_CDI_SPECS = 16
+MAX_CDI_SPEC_DEVICES = 4096
 
 # --- protocol 1.1: what DRA publishes per device (resource.k8s.io's limits, every version) ----
 

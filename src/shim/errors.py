@@ -110,6 +110,12 @@ class ClaimRefused(ShimError):
         self.holder = holder
 
 
+class SpecsRefused(ShimError):
+    """A driver ships CDI specs devshim may not write (no ``cdi_dir`` configured): its start fails."""
+
+    status = grpc.StatusCode.FAILED_PRECONDITION
+
+
 class ListTooLarge(ShimError):
     """A device list the kubelet could not receive (over its gRPC message limit): not sent."""
 

@@ -64,3 +64,35 @@ _BUILD = r"[0-9A-Za-z-]+"
 SEMVER = re.compile(
     rf"{_NUMERIC}\.{_NUMERIC}\.{_NUMERIC}(-{_PRERELEASE}(\.{_PRERELEASE})*)?(\+{_BUILD}(\.{_BUILD})*)?"
 )
+
+# --- CDI names (tags.cncf.io/container-device-interface pkg/parser) ----------------------------
+
+# A qualified CDI device name is "vendor/class=name". Vendor and class: a letter first, a letter or
+# digit last, letters, digits, "_", "-" and "." between (validateVendorOrClassName). A device name:
+# a letter or digit first and last, and ":" allowed too (ValidateDeviceName). ASCII only.
+CDI_VENDOR_OR_CLASS = re.compile(r"[A-Za-z]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+CDI_DEVICE_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.:]*[A-Za-z0-9])?")
+
+
+def cdi_kind_problem(kind: str) -> str | None:
+    """Why ``kind`` is not a CDI kind "vendor/class", or None."""
+    vendor, slash, device_class = kind.partition("/")
+    if not slash:
+        return f"{kind!r} is not a CDI kind 'vendor/class'"
+    for part, what in ((vendor, "vendor"), (device_class, "class")):
+        if not CDI_VENDOR_OR_CLASS.fullmatch(part):
+            return (
+                f"{kind!r}: the {what} {part!r} must start with a letter, end with a letter or digit, "
+                "and hold only letters, digits, '_', '-' and '.'"
+            )
+    return None
+
+
+def cdi_device_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a device of a CDI spec, or None."""
+    if not CDI_DEVICE_NAME.fullmatch(name):
+        return (
+            f"{name!r}: a CDI device name must start and end with a letter or digit, "
+            "and hold only letters, digits, '_', '-', '.' and ':'"
+        )
+    return None

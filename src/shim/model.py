@@ -99,6 +99,24 @@ class ContainerGrant:
 
 
 @dataclass(frozen=True, slots=True)
+class CdiSpecDevice:
+    """One device of a CDI spec a driver ships: its name and the edits granting it amounts to
+    (envs, mounts and device nodes; nothing else has a place in a spec devshim writes)."""
+
+    name: str
+    edits: ContainerGrant
+
+
+@dataclass(frozen=True, slots=True)
+class CdiSpec:
+    """A CDI spec a driver ships (protocol 1.2): devshim writes it for the container runtime, so
+    the CDI names the driver grants, ``kind=name``, resolve on the node."""
+
+    kind: str
+    devices: tuple[CdiSpecDevice, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class PreferredAllocationRequest:
     available: tuple[str, ...]
     must_include: tuple[str, ...]

@@ -16,7 +16,7 @@ import json
 import os
 import pwd
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self, Union, get_args, get_origin
 
@@ -215,22 +215,22 @@ class RestartPolicy(StrictModel):
 
 def user_id(value: str | int) -> int:
     """A user name or numeric id as a uid; a name must be in this node's user database."""
-    if isinstance(value, int) or (value.isascii() and value.isdigit()):
-        return _numeric_id(int(value), "user")
-    try:
-        return pwd.getpwnam(value).pw_uid
-    except KeyError:
-        raise ValueError(f"there is no user named {value!r} on this node") from None
+    return _id(value, "user", lambda name: pwd.getpwnam(name).pw_uid)
 
 
 def group_id(value: str | int) -> int:
     """A group name or numeric id as a gid; a name must be in this node's group database."""
+    return _id(value, "group", lambda name: grp.getgrnam(name).gr_gid)
+
+
+def _id(value: str | int, what: str, by_name: Callable[[str], int]) -> int:
+    # user_id and group_id differ only in the database a name is looked up in (KeyError: not there).
     if isinstance(value, int) or (value.isascii() and value.isdigit()):
-        return _numeric_id(int(value), "group")
+        return _numeric_id(int(value), what)
     try:
-        return grp.getgrnam(value).gr_gid
+        return by_name(value)
     except KeyError:
-        raise ValueError(f"there is no group named {value!r} on this node") from None
+        raise ValueError(f"there is no {what} named {value!r} on this node") from None
 
 
 def account(user: str | int) -> pwd.struct_passwd | None:
@@ -340,6 +340,13 @@ class DriverSettings(StrictModel):
             return GrantPolicy(resource, self.resource_policies[resource], where)
         return GrantPolicy(resource, self.policy, f"drivers[{self.name}].policy")
 
+    def spec_policy(self, kind: str) -> GrantPolicy:
+        """The policy a CDI spec the driver ships is held to: its own (``policy``), the spec's
+        devices judged as the grants they amount to."""
+        return GrantPolicy(
+            f"driver {self.name}'s CDI spec {kind}", self.policy, f"drivers[{self.name}].policy"
+        )
+
 
 def _octal_mode(value: object) -> object:
     """A mode written as a string is octal ("0660", "0o660"); unquoted YAML 0660 is octal already."""
@@ -400,7 +407,7 @@ class DraDriverSettings(StrictModel):
     def _dra_driver_name(cls, value: str) -> str:
         if (problem := driver_name_problem(value)) is not None:
             raise ValueError(problem)
-        if not value[0].isalpha():  # it names the CDI vendor of the claims' devices (dra/cdi.py)
+        if not value[0].isalpha():  # it names the CDI vendor of the claims' devices (shim/cdi.py)
             raise ValueError(f"{value!r}: a DRA driver devshim serves starts with a letter")
         return value
 
@@ -484,6 +491,11 @@ class Settings(BaseModel):
     # The plugin sockets' permissions (and group), set before the kubelet can see them.
     socket: SocketSettings = SocketSettings()
     dra: DraSettings = DraSettings()
+    # Where the CDI specs drivers ship are written (protocol 1.2), for the container runtime to
+    # resolve the CDI names their grants give: one of its CDI spec dirs (containerd's and CRI-O's
+    # defaults are /etc/cdi and /var/run/cdi), which the pod must mount. Unset: no driver may
+    # ship one (its start fails, naming this setting), and nothing is written.
+    cdi_dir: Path | None = None
     # The most devices devshim holds over every driver and static resource: two drivers at their
     # bound. At it devshim peaked at 181 MB re-sending lists, under the DaemonSet's 256 MiB
     # (268 MB) with room for its drivers; at 150,000 it reached the limit (docs/benchmarks.md,

@@ -32,7 +32,7 @@ GRANT: dict[str, Any] = {
 }
 # What those grants need declared, as compat suggests it.
 NEEDED = {
-    "envs": ["LAMP_DEVICES"],
+    "envs": ["LAMP_CDI", "LAMP_DEVICES"],
     "device_nodes": ["/dev/null"],
     "mounts": ["/usr/share"],
     "cdi_kinds": [LAMP],
@@ -52,7 +52,10 @@ FLOOR_HEADER = "Its grants also held what the floor refuses, which only `unsafe:
 def lamp(**grant: Any) -> list[str]:
     """The simulator serving two lamp devices, each granting GRANT (and ``grant``'s envs)."""
     envs = {**GRANT["envs"], **grant.get("envs", {})}
-    config = {"resources": [{"name": LAMP, "count": 2, "grant": {**GRANT, "envs": envs}}]}
+    # The CDI names it grants resolve in the spec it ships (protocol 1.2), whose edits the
+    # declaration must allow as well.
+    spec = {"kind": LAMP, "edits": {"envs": {"LAMP_CDI": "{ids}"}}}
+    config = {"resources": [{"name": LAMP, "count": 2, "grant": {**GRANT, "envs": envs}, "cdi_spec": spec}]}
     return [sys.executable, "-m", "devshim_adapters.sim", "--config-json", json.dumps(config)]
 
 
@@ -120,11 +123,11 @@ def test_compat_learns_the_declaration_and_the_same_run_passes_with_it(tmp_path:
 
 
 def test_a_grant_outside_the_declaration_fails_the_row_and_the_suggestion_is_printed(tmp_path: Path) -> None:
-    """--config declares the env alone: Allocate is refused at the device node, the row fails
-    naming the setting that would allow it, and compat prints what the grants needed, under the
-    config's own driver name."""
+    """--config declares the envs and the CDI kind alone: Allocate is refused at the device node,
+    the row fails naming the setting that would allow it, and compat prints what the grants
+    needed, under the config's own driver name."""
     command = lamp()
-    config = write(tmp_path, declared(command, {"envs": ["LAMP_DEVICES"]}))
+    config = write(tmp_path, declared(command, {"envs": ["LAMP_CDI", "LAMP_DEVICES"], "cdi_kinds": [LAMP]}))
     cell = run_cell(tmp_path, "allocate", "--config", str(config))
     assert (cell.code, cell.status) == (1, "fail")
     assert (

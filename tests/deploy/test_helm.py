@@ -562,6 +562,29 @@ def test_dra_drivers_with_a_kubeconfig_of_their_own_need_no_dra_enabled() -> Non
     assert mount_for(moved, Path("/etc/cdi/devshim-x.json"))[0]["mountPath"] == "/etc/cdi"
 
 
+def test_the_cdi_folder_for_shipped_specs_is_mounted_only_where_config_sets_it() -> None:
+    """config.cdi_dir (protocol 1.2: drivers ship CDI specs) is mounted read-write from the host;
+    unset, no CDI folder is (least privilege); the same folder as DRA's is mounted once."""
+    assert "shipped-cdi" not in volumes(one(render(), "DaemonSet"))
+    shipping = one(render("--set", "config.cdi_dir=/etc/cdi"), "DaemonSet")
+    assert volumes(shipping)["shipped-cdi"]["hostPath"] == {"path": "/etc/cdi", "type": "DirectoryOrCreate"}
+    assert mount_for(shipping, Path("/etc/cdi/devshim-driver-x@a.com+b.json"))[0]["mountPath"] == "/etc/cdi"
+    both = one(
+        render(
+            "--set",
+            "config.cdi_dir=/var/run/cdi",
+            "--set",
+            "dra.enabled=true",
+            "--set",
+            "config.dra.drivers[0].name=gpu.example.com",
+            "--set",
+            "config.dra.drivers[0].resources[0]=example.com/gpu",
+        ),  # fmt: skip
+        "DaemonSet",
+    )
+    assert "cdi" in volumes(both) and "shipped-cdi" not in volumes(both)
+
+
 def _doc_blocks(language: str) -> list[str]:
     return re.findall(rf"^```{language}\n(.*?)^```", DOCS.read_text(encoding="utf-8"), re.S | re.M)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shim.dra import cdi
+from shim import cdi
 from shim.dra.checkpoint import Checkpoint, Entry, Group, PreparedDevice
 from shim.dra.claims import Allocated, ClaimProblem, ClaimRef, allocated
 from shim.model import ContainerGrant, DeviceNode, Mount

@@ -55,7 +55,12 @@ HOST_CHECKS = {
     "InitializeResult.protocol_version": "checked against devshim's major (a wrong one is refused)",
 }
 # Values the host would refuse: these fields get one it accepts.
-ACCEPTED = {"InitializeResult.protocol_version": PROTOCOL_VERSION, "Attribute.version": "1.2.3-rc.1"}
+ACCEPTED = {
+    "InitializeResult.protocol_version": PROTOCOL_VERSION,
+    "Attribute.version": "1.2.3-rc.1",
+    "CdiSpec.kind": "example.com/fpga",  # CDI's name rules
+    "CdiSpecDevice.name": "fpga-0",
+}
 # Maps whose keys and values the host checks: these get entries it accepts.
 ACCEPTED_MAPS = {"Device.capacity": {"memory": "80Gi", "cores": "1500m"}}
 
@@ -212,6 +217,9 @@ class Full(Driver):
 
     def resources(self) -> list[types.Resource]:
         return list(INIT.resources)
+
+    def cdi_specs(self) -> list[types.CdiSpec]:
+        return list(INIT.cdi_specs)
 
     async def list_devices(self, resource: str) -> list[types.Device]:
         return list(message(types.ListDevicesResult).devices)

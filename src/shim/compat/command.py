@@ -98,6 +98,7 @@ class Request:
     suggest_policy: bool = False  # print the declaration the driver's grants needed, in any case
     expect: Sequence[str] = ()  # what every Allocate answer must contain
     health_watch_s: float = 0.0  # how long the health_watch row waits
+    cdi_dirs: Sequence[Path] = ()  # CDI spec folders the granted names may resolve in
     dra: bool = False  # the DRA judge: --config's DRA pool under real DRA managers and API servers
     dra_plugin: str | None = None  # with --dra: a DRA kubelet plugin's command, judged without devshim
 
@@ -137,8 +138,8 @@ def run(request: Request) -> int:
         code = _report(request, results, rows, columns, "scenario", what)
         _suggest(request, driver)
         return code
-    if request.selection.kubelets or request.selection.registrations:
-        raise UsageError("--kubelet and --registration apply to --driver only")
+    if request.selection.kubelets or request.selection.registrations or request.cdi_dirs:
+        raise UsageError("--kubelet, --registration and --cdi-dir apply to --driver only")
     results, rows, columns, what = _plugin(request)
     return _report(request, results, rows, columns, "check", what)
 
@@ -206,6 +207,8 @@ def repeat_command(request: Request, result: Result) -> str:
     argv += ["--health-watch", f"{request.health_watch_s:g}"] if request.health_watch_s else []
     for expected in request.expect:
         argv += ["--expect", expected]
+    for folder in request.cdi_dirs:
+        argv += ["--cdi-dir", str(folder)]
     argv += ["--scenario", result.row]
     parts = result.column.split("/")
     if request.dra:
@@ -328,6 +331,7 @@ def driver_under_test(request: Request, argv: list[str]) -> DriverUnderTest:
         health_hook=request.health_hook,
         expect=request.expect,
         health_watch_s=request.health_watch_s,
+        cdi_dirs=request.cdi_dirs,
     )
 
 
@@ -342,6 +346,7 @@ def _dra(request: Request) -> int:
         ("--plugin", request.plugin), ("--socket", request.socket), ("--judge", sel.judges),
         ("--profile", sel.profiles), ("--kubelet", sel.kubelets), ("--registration", sel.registrations),
         ("--quick", sel.quick), ("--expect", request.expect), ("--prebuild", request.prebuild),
+        ("--health-watch", request.health_watch_s), ("--cdi-dir", request.cdi_dirs),
     ) if given]  # fmt: skip
     if others:
         raise UsageError(f"{', '.join(others)} do not apply to --dra (docs/compat.md, DRA)")
@@ -549,7 +554,7 @@ def _dra_plugin(request: Request) -> int:
         ("--judge", sel.judges), ("--profile", sel.profiles), ("--kubelet", sel.kubelets),
         ("--registration", sel.registrations), ("--quick", sel.quick), ("--expect", request.expect),
         ("--prebuild", request.prebuild), ("--relaxed", request.relaxed),
-        ("--health-watch", request.health_watch_s),
+        ("--health-watch", request.health_watch_s), ("--cdi-dir", request.cdi_dirs),
     ) if given]  # fmt: skip
     if others:
         raise UsageError(f"--dra-plugin runs the plugin from its command; {', '.join(others)} do not apply")

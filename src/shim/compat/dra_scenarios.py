@@ -96,6 +96,7 @@ class DraCell:
             "device_plugins_dir": str(self.folder / "dp"),
             "plugins_registry_dir": str(self.folder / "registry"),
             "state_dir": str(self.folder / "state"),
+            "cdi_dir": str(self.folder / "cdi"),  # specs the driver ships, beside the claims'
             "dra": dra,
         }
         path = self.folder / "devshim.yaml"

@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable
 
 from shim.compat.fakekubelet.records import HEALTHY, UNHEALTHY, ContainerSpec, DeviceState, Grant
 
-from .driver_world import START_TIMEOUT_S, DriverWorld, ids, restart_kubelet
+from .cdi_resolve import advice, unresolved
+from .driver_world import CDI_FOLDER, START_TIMEOUT_S, DriverWorld, ids, restart_kubelet
 from .modes import Kubelet
 from .results import Failed, Skip, expect
 
@@ -135,8 +136,9 @@ async def health_watch(w: DriverWorld) -> str:
 
 async def allocate(w: DriverWorld) -> str:
     """Allocate of one Healthy device answers one container response, for every resource, with
-    the grant `devshim run` would pass (its grant policy applies) and everything --expect names;
-    the pass shows each resource's grant."""
+    the grant `devshim run` would pass (its grant policy applies) and everything --expect names,
+    each CDI name it gives resolving in a CDI spec (cdi_resolve.py); the pass shows each
+    resource's grant."""
     seen = []
     for resource in w.resources:
         session = w.session(resource)
@@ -144,6 +146,9 @@ async def allocate(w: DriverWorld) -> str:
         if healthy:
             grant = await session.allocate(healthy[:1])
             shown = describe_grant(grant)
+            folders = [w.root / CDI_FOLDER, *w.driver.cdi_dirs]
+            for name in unresolved(grant.cdi_devices, folders):
+                raise Failed(f"{resource}: {advice(name, folders)}")
             for expected in w.driver.expect:
                 wanted_resource, item = expectation(expected)
                 if wanted_resource in ("", resource) and item not in grant_items(grant):

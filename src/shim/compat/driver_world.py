@@ -32,6 +32,7 @@ from .modes import Kubelet, Mode
 from .results import Failed
 
 DRIVER_NAME = "my-driver"
+CDI_FOLDER = "cdi"  # in the cell's folder: the specs the driver ships, as devshim writes them
 # How long a driver may take from its start to every resource's first list reaching the kubelet.
 START_TIMEOUT_S = 30.0
 # The deallocate emulation's grace (devshim's default is 30 s); short so cells stay quick.
@@ -57,6 +58,9 @@ class DriverUnderTest:
     expect: Sequence[str] = ()
     # How long the health_watch row waits for a health change the driver makes on its own.
     health_watch_s: float = 0.0
+    # CDI spec folders on the node (--cdi-dir): where the vendor installs the specs the CDI names
+    # it grants resolve in, besides those it ships (written to the cell's own folder).
+    cdi_dirs: Sequence[Path] = ()
     # What its grants needed, noted as devshim judges them: the declaration compat suggests.
     suggestion: Suggestion = field(default_factory=Suggestion, compare=False)
 
@@ -292,6 +296,7 @@ def settings_for(
         device_plugins_dir=root / "device-plugins",
         plugins_registry_dir=root / "plugins_registry",
         state_dir=root / "state",
+        cdi_dir=root / CDI_FOLDER,
         register_backoff_max_s=0.5,
         api_versions=["v1beta1", "v1beta2"],
         registration=registration,

@@ -11,8 +11,8 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from shim.cdi import SpecDir
 from shim.core.api import ClaimResource
-from shim.dra.cdi import SpecDir
 from shim.dra.checkpoint import Checkpoint
 from shim.dra.claims import ClaimRef
 from shim.dra.health import PoolHealth

@@ -18,8 +18,9 @@ from typing import Any
 
 from loguru import logger
 
+from shim import cdi
+from shim.cdi import has_edits
 from shim.core.api import ClaimResource
-from shim.dra import cdi
 from shim.dra.checkpoint import Checkpoint, Entry, Group, PreparedDevice
 from shim.dra.claims import Allocated, ClaimProblem, ClaimRef, allocated
 from shim.dra.ownership import PoolOwners
@@ -110,7 +111,7 @@ class ClaimPreparer:
             cdi_devices = [
                 cdi.CdiDevice(cdi.device_name(ref.uid, i), grant)
                 for i, grant in enumerate(grants)
-                if cdi.has_edits(grant)
+                if has_edits(grant)
             ]
             if cdi_devices:
                 self._specs.write(self.driver, ref.uid, cdi_devices)
@@ -155,7 +156,7 @@ class ClaimPreparer:
             i = index[names[result.device][0]]
             grant = grants[i]
             ours = (cdi.CdiDevice(cdi.device_name(ref.uid, i), grant).qualified(self.driver),)
-            ids = (ours if cdi.has_edits(grant) else ()) + grant.cdi_devices
+            ids = (ours if has_edits(grant) else ()) + grant.cdi_devices
             answer.append(PreparedDevice((result.request,), self.pool, result.device, ids))
         return tuple(answer)
 

@@ -32,7 +32,7 @@ from shim.driverhost.source import DriverSource
 from shim.driverhost.stderr import DriverLog
 from shim.errors import ClaimRefused, ShimError, SourceUnavailable
 from shim.inventory import InventoryStore
-from shim.model import Capabilities
+from shim.model import Capabilities, CdiSpec
 from shim.names import check_extended_resource_name
 from shim.ops import metrics
 from shim.settings import DriverSettings, Settings, static_device_count
@@ -80,6 +80,11 @@ class ResourceRegistry(Protocol):
     def options_changed(self, name: str) -> None:
         """``name``'s capabilities changed: the kubelet must be told (it caches options per
         registration)."""
+
+    async def ship_cdi_specs(self, specs: Sequence[CdiSpec]) -> None:
+        """Write the CDI specs the driver ships for the runtime, replacing its last ones, or
+        raise GrantRefused (a device's edits or kind outside the driver's grant policy) or
+        OSError: the driver's start then fails with that reason."""
 
 
 @dataclass
@@ -194,9 +199,11 @@ class DriverHost:
             result = await run.request(
                 "initialize", self._initialize_params(), self.settings.timeouts.initialize_s
             )
-            resources = protocol.initialize_result_from_json(result)
+            initialized = protocol.initialize_result_from_json(result)
+            # Before any resource is served: a grant naming a shipped device resolves at once.
+            await self._registry.ship_cdi_specs(initialized.cdi_specs)
             self._ready.set()  # list_devices goes through call(), like every later request
-            await self._reconcile(resources)
+            await self._reconcile(initialized.resources)
         except Exception as exc:
             self._ready.clear()
             reason = run.failed.result() if run.failed.done() else str(exc)

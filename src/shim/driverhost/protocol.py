@@ -16,18 +16,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from shim import driverprotocol, revision
+from shim.cdi import has_edits
 from shim.driverhost.stderr import escaped
 from shim.driverprotocol import (
     MAX_ATTRIBUTES_AND_CAPACITIES,
+    MAX_CDI_SPEC_DEVICES,
+    MAX_CDI_SPECS,
     PROTOCOL_VERSION,
     attributes_from_json,
     capacity_from_json,
 )
 from shim.errors import RequestError, ShimError, SourceFailed, SourceTimeout, SourceUnavailable
+from shim.facts import cdi_device_name_problem, cdi_kind_problem
 from shim.jsonrpc import ConnectionClosed, ErrorCode, RemoteError
 from shim.model import (
     MAX_NUMA_NODE,
     Capabilities,
+    CdiSpec,
+    CdiSpecDevice,
     ContainerAllocateRequest,
     ContainerGrant,
     Device,
@@ -50,6 +56,14 @@ class CapabilityAbsent(SourceFailed):
 class ResourceInfo:
     name: str
     capabilities: Capabilities
+
+
+@dataclass(frozen=True, slots=True)
+class Initialized:
+    """What a driver's ``initialize`` answered: the resources it declares, the CDI specs it ships."""
+
+    resources: list[ResourceInfo]
+    cdi_specs: tuple[CdiSpec, ...]
 
 
 @functools.cache
@@ -222,10 +236,57 @@ def initialize_params(devshim_version: str, in_use: Iterable[tuple[str, Sequence
     }
 
 
-def initialize_result_from_json(result: Any) -> list[ResourceInfo]:
-    """The resources a driver declares, once its protocol version is known to be ours."""
+def initialize_result_from_json(result: Any) -> Initialized:
+    """The resources a driver declares and the specs it ships, once its protocol version is
+    known to be ours."""
     check_protocol_version(field(result, "protocol_version"))
-    return resources_from_json(result)
+    return Initialized(resources_from_json(result), cdi_specs_from_json(field(result, "cdi_specs")))
+
+
+def cdi_specs_from_json(specs: Any) -> tuple[CdiSpec, ...]:
+    """Protocol 1.2: the CDI specs a driver ships, each a kind and its devices' edits."""
+    if specs is None:
+        return ()
+    if not isinstance(specs, list) or len(specs) > MAX_CDI_SPECS:
+        raise DriverProtocolError(f"cdi_specs must be a list of at most {MAX_CDI_SPECS} specs")
+    parsed = tuple(_cdi_spec(s) for s in specs)
+    kinds = [s.kind for s in parsed]
+    if len(set(kinds)) != len(kinds):
+        raise DriverProtocolError("cdi_specs: a kind appears twice (one spec a kind)")
+    return parsed
+
+
+def _cdi_spec(obj: Any) -> CdiSpec:
+    kind = field(obj, "kind")
+    problem = cdi_kind_problem(kind) if isinstance(kind, str) else f"a kind must be a string, got {kind!r}"
+    if problem is not None:
+        raise DriverProtocolError(f"cdi_specs: {problem}")
+    devices = field(obj, "devices")
+    if not isinstance(devices, list) or not 0 < len(devices) <= MAX_CDI_SPEC_DEVICES:
+        raise DriverProtocolError(f"cdi_specs[{kind}]: devices must be a list of 1 to {MAX_CDI_SPEC_DEVICES}")
+    parsed = tuple(_cdi_spec_device(kind, d) for d in devices)
+    if len({d.name for d in parsed}) != len(parsed):
+        raise DriverProtocolError(f"cdi_specs[{kind}]: a device name appears twice")
+    return CdiSpec(kind, parsed)
+
+
+def _cdi_spec_device(kind: str, obj: Any) -> CdiSpecDevice:
+    name = field(obj, "name")
+    problem = (
+        cdi_device_name_problem(name) if isinstance(name, str) else f"a name must be a string, got {name!r}"
+    )
+    if problem is not None:
+        raise DriverProtocolError(f"cdi_specs[{kind}]: {problem}")
+    written = field(obj, "edits") or {}
+    if not isinstance(written, dict):
+        raise DriverProtocolError(f"cdi_specs[{kind}] device {name!r}: edits must be an object")
+    # A spec has no place for annotations or other CDI names: the schema's CdiEdits has neither.
+    edits = grant_from_json({k: v for k, v in written.items() if k not in ("annotations", "cdi_devices")})
+    if not has_edits(edits):
+        raise DriverProtocolError(
+            f"cdi_specs[{kind}] device {name!r}: no edits (CDI refuses a device without any)"
+        )
+    return CdiSpecDevice(name, edits)
 
 
 def list_devices_params(resource: str) -> dict[str, Any]:

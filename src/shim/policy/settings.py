@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from shim.configfile import StrictModel
+from shim.facts import CDI_VENDOR_OR_CLASS, cdi_device_name_problem, cdi_kind_problem
 
 from .floor import FloorRule
 
@@ -45,15 +46,10 @@ def _path_glob(value: str) -> str:
     return value
 
 
-# A CDI kind's vendor and class each: what a grant may name, and a declaration allow.
-_CDI_PART = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]*")
-
-
 def cdi_kind(name: str) -> str | None:
     """The kind "vendor/class" of a CDI device name "vendor/class=device"; None if it is none."""
     kind, equals, device = name.partition("=")
-    vendor, _, device_class = kind.partition("/")
-    if equals and device and _CDI_PART.fullmatch(vendor) and _CDI_PART.fullmatch(device_class):
+    if equals and cdi_kind_problem(kind) is None and cdi_device_name_problem(device) is None:
         return kind
     return None
 
@@ -64,7 +60,9 @@ def _cdi_kind(value: str) -> str:
         return value
     vendor, slash, device_class = value.partition("/")
     if not (
-        slash and _CDI_PART.fullmatch(vendor) and (device_class == "*" or _CDI_PART.fullmatch(device_class))
+        slash
+        and CDI_VENDOR_OR_CLASS.fullmatch(vendor)
+        and (device_class == "*" or CDI_VENDOR_OR_CLASS.fullmatch(device_class))
     ):
         raise ValueError(f"{value!r} is not a CDI kind 'vendor/class' (or 'vendor/*')")
     return value

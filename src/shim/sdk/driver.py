@@ -44,6 +44,13 @@ class Driver(abc.ABC):
     async def list_devices(self, resource: str) -> list[types.Device]:
         """The full device list of ``resource``."""
 
+    def cdi_specs(self) -> list[types.CdiSpec]:
+        """The CDI specs this driver ships (protocol 1.2): devshim writes them into the node's CDI
+        folder at every initialize, so the CDI names its grants give (``kind=name``) resolve in
+        the container runtime. Each device's ``edits`` (envs, mounts, device nodes) are held to
+        the driver's grant policy, its kind to the policy's ``cdi_kinds``. None by default."""
+        return []
+
     async def allocate(self, resource: str, containers: list[list[str]]) -> list[types.Grant]:
         """One grant per container request, in order."""
         raise NotImplementedByResource(resource, "allocate")

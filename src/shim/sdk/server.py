@@ -96,7 +96,12 @@ class _Dispatcher:
             logger.warning("{}", problem)
         info = types.DriverInfo(name=self._driver.display_name, version=self._driver.version)
         return message_json(
-            types.InitializeResult(protocol_version=PROTOCOL_VERSION, driver=info, resources=resources)
+            types.InitializeResult(
+                protocol_version=PROTOCOL_VERSION,
+                driver=info,
+                resources=resources,
+                cdi_specs=self._driver.cdi_specs(),
+            )
         )
 
     async def _list_devices(self, params: Any) -> dict[str, Any]:

@@ -9,6 +9,9 @@ __all__ = (
     "AllocateResult",
     "Allocation",
     "Attribute",
+    "CdiEdits",
+    "CdiSpec",
+    "CdiSpecDevice",
     "ContainerRequest",
     "Device",
     "DeviceNode",
@@ -127,6 +130,66 @@ class Attribute(betterproto2.Message):
 
 
 default_message_pool.register_message("devshim.driver.v1", "Attribute", Attribute)
+
+
+@dataclass(eq=False, repr=False)
+class CdiEdits(betterproto2.Message):
+    """
+    What a container granted a CDI device gets: a Grant's envs, mounts and
+    device nodes (a spec has no place for annotations or other CDI names).
+    """
+
+    envs: "dict[str, str]" = betterproto2.field(
+        1,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+
+    mounts: "list[Mount]" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    device_nodes: "list[DeviceNode]" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("devshim.driver.v1", "CdiEdits", CdiEdits)
+
+
+@dataclass(eq=False, repr=False)
+class CdiSpec(betterproto2.Message):
+    """
+    A CDI spec a driver ships: a kind and its devices, each with the edits a
+    container granting "kind=name" gets. Held to the driver's grant policy.
+    """
+
+    kind: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    "vendor/class", CDI's rules: e.g. "example.com/fpga". Its kind must be in
+    the driver's policy cdi_kinds.
+    """
+
+    devices: "list[CdiSpecDevice]" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    1 to 4,096, names unique within the spec.
+    """
+
+
+default_message_pool.register_message("devshim.driver.v1", "CdiSpec", CdiSpec)
+
+
+@dataclass(eq=False, repr=False)
+class CdiSpecDevice(betterproto2.Message):
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    CDI's device name rule: letters, digits, "_", "-", "." and ":", a letter
+    or digit first and last ("fpga-0").
+    """
+
+    edits: "CdiEdits | None" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    At least one edit.
+    """
+
+
+default_message_pool.register_message("devshim.driver.v1", "CdiSpecDevice", CdiSpecDevice)
 
 
 @dataclass(eq=False, repr=False)
@@ -305,7 +368,7 @@ class InitializeParams(betterproto2.Message):
 
     protocol_version: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
     """
-    The protocol version devshim speaks, semver ("1.1.0").
+    The protocol version devshim speaks, semver ("1.2.0").
     """
 
     devshim_version: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
@@ -329,6 +392,13 @@ class InitializeResult(betterproto2.Message):
     driver: "DriverInfo | None" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, optional=True)
 
     resources: "list[Resource]" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    cdi_specs: "list[CdiSpec]" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Protocol 1.2: CDI specs for devshim to write into the node's CDI folder
+    (settings cdi_dir), so the CDI names this driver grants resolve; each
+    initialize replaces the last set. At most 16, one per kind.
+    """
 
 
 default_message_pool.register_message("devshim.driver.v1", "InitializeResult", InitializeResult)

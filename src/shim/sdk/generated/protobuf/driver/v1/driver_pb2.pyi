@@ -161,14 +161,49 @@ class InitializeParams(_message.Message):
     def __init__(self, protocol_version: _Optional[str] = ..., devshim_version: _Optional[str] = ..., allocations: _Optional[_Iterable[_Union[Allocation, _Mapping]]] = ...) -> None: ...
 
 class InitializeResult(_message.Message):
-    __slots__ = ("protocol_version", "driver", "resources")
+    __slots__ = ("protocol_version", "driver", "resources", "cdi_specs")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     DRIVER_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    CDI_SPECS_FIELD_NUMBER: _ClassVar[int]
     protocol_version: str
     driver: DriverInfo
     resources: _containers.RepeatedCompositeFieldContainer[Resource]
-    def __init__(self, protocol_version: _Optional[str] = ..., driver: _Optional[_Union[DriverInfo, _Mapping]] = ..., resources: _Optional[_Iterable[_Union[Resource, _Mapping]]] = ...) -> None: ...
+    cdi_specs: _containers.RepeatedCompositeFieldContainer[CdiSpec]
+    def __init__(self, protocol_version: _Optional[str] = ..., driver: _Optional[_Union[DriverInfo, _Mapping]] = ..., resources: _Optional[_Iterable[_Union[Resource, _Mapping]]] = ..., cdi_specs: _Optional[_Iterable[_Union[CdiSpec, _Mapping]]] = ...) -> None: ...
+
+class CdiSpec(_message.Message):
+    __slots__ = ("kind", "devices")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    devices: _containers.RepeatedCompositeFieldContainer[CdiSpecDevice]
+    def __init__(self, kind: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[CdiSpecDevice, _Mapping]]] = ...) -> None: ...
+
+class CdiSpecDevice(_message.Message):
+    __slots__ = ("name", "edits")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EDITS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    edits: CdiEdits
+    def __init__(self, name: _Optional[str] = ..., edits: _Optional[_Union[CdiEdits, _Mapping]] = ...) -> None: ...
+
+class CdiEdits(_message.Message):
+    __slots__ = ("envs", "mounts", "device_nodes")
+    class EnvsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ENVS_FIELD_NUMBER: _ClassVar[int]
+    MOUNTS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_NODES_FIELD_NUMBER: _ClassVar[int]
+    envs: _containers.ScalarMap[str, str]
+    mounts: _containers.RepeatedCompositeFieldContainer[Mount]
+    device_nodes: _containers.RepeatedCompositeFieldContainer[DeviceNode]
+    def __init__(self, envs: _Optional[_Mapping[str, str]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ..., device_nodes: _Optional[_Iterable[_Union[DeviceNode, _Mapping]]] = ...) -> None: ...
 
 class ListDevicesParams(_message.Message):
     __slots__ = ("resource",)
