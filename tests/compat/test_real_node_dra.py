@@ -10,6 +10,9 @@ claim through devshim's DRA socket (registered by its plugin watcher); container
 CDI ID devshim answered from devshim's spec and runc starts the container, which reports its env
 and device node. Deleting the pod, the kubelet unprepares and devshim's spec goes.
 
+A pod on the device-plugin path gets a CDI device the same way, from the spec devshim's driver
+ships (protocol 1.2).
+
 Needs root, runc, Go (the kubelet, kube-apiserver, kube-scheduler, etcd and containerd are
 built into the judge's cache: minutes cold) and openssl; the two end-to-end tests run with
 --full-matrix (docs/real-node.md, "A connected node (DRA)", has their cost). The pure parts
@@ -39,6 +42,7 @@ from tests.support.toolchains import unavailable
 from tests.support.unix import short_temp_dir
 
 GPU = "example.com/gpu"
+FPGA = "example.com/fpga"
 PYTHON_SIM = ["-m", "devshim_adapters.sim"]
 ZERO = "1:5"  # /dev/zero's major and minor, in hex as stat prints them
 RESOURCE = "/apis/resource.k8s.io/v1"
@@ -227,6 +231,45 @@ def test_a_pod_asking_for_the_extended_resource_gets_a_dra_device(cluster: Conne
         cluster.delete_pod("legacy")
         cluster.wait_for_pod("legacy", lambda p: p is None, "deleted by the kubelet once stopped")
         wait_until(lambda: not spec.exists(), "the kubelet unprepared the scheduler's claim")
+
+
+@pytest.mark.full_matrix
+def test_a_device_plugin_pod_gets_the_cdi_device_its_driver_ships(cluster: ConnectedNode) -> None:
+    """The device-plugin path with CDI (issue 44, item 1): the sim as a driver whose grant is a
+    CDI name alone and who ships that name's spec (protocol 1.2); devshim writes the spec into
+    the node's CDI folder, the scheduler places a pod asking for `example.com/fpga: 1`, the real
+    kubelet's Allocate hands containerd the CDI name (no env, no device node of its own), and
+    containerd 2.x resolves it from devshim's file: the container sees the spec's env and node."""
+    node = cluster.node
+    config = node.folder / "fpga.json"
+    config.write_text(json.dumps({"resources": [{
+        "name": FPGA,
+        "count": 1,
+        "id_prefix": "fpga-",
+        "grant": {"cdi_devices": [f"{FPGA}={{id}}"]},
+        "cdi_spec": {"kind": FPGA, "edits": {
+            "envs": {"FPGA": "{ids}"},
+            "device_nodes": [{"container_path": "/dev/fpga", "host_path": "/dev/zero"}],
+        }},
+    }]}))  # fmt: skip
+    driver = {
+        "name": "fpga",
+        "user": "root",
+        "command": [sys.executable, *PYTHON_SIM, "--config", str(config)],
+        "resources": [FPGA],
+        "policy": {"envs": ["FPGA"], "device_nodes": ["/dev/zero"], "cdi_kinds": [FPGA]},
+    }
+    with Devshim(node, {"drivers": [driver], "cdi_dir": str(node.cdi_dir)}):
+        shipped = node.cdi_dir / "devshim-driver-fpga@example.com+fpga.json"
+        wait_until(lambda: shipped.is_file(), "devshim wrote the spec the driver ships")
+        script = reporting("echo FPGA=$FPGA", "echo NODE=`stat -c %t:%T /dev/fpga`")
+        cluster.create_pod(api_pod("fpga", script, limits={FPGA: 1}))
+        pod = cluster.wait_for_pod(
+            "fpga", lambda p: bool(p and p["status"].get("phase") == "Running"), "running"
+        )
+        assert pod is not None and pod["spec"]["nodeName"] == NODE_NAME
+        seen = _report(cluster, "fpga")
+        assert seen["FPGA"] == "fpga-0" and seen["NODE"] == ZERO
 
 
 # -- the pure parts, in every run ------------------------------------------------------------------

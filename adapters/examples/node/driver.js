@@ -253,7 +253,6 @@ const methods = {
       containers: requests.map((ids) => ({
         envs: { EXAMPLE_NODE_DEVICES: ids.join(",") },
         device_nodes: ids.map((id) => ({ container_path: `/dev/node/${id}`, host_path: "/dev/null", permissions: "rw" })),
-        cdi_devices: ids.map((id) => `${RESOURCE}=${id}`),
       })),
     };
   },
