@@ -145,6 +145,8 @@ def test_driver_replaces_the_command_of_the_configs_driver(tmp_path: Path) -> No
     [
         (["--dra"], "--dra judges --driver COMMAND, or the driver and DRA pool of --config FILE"),
         (["--dra", "--plugin", "x"], "--plugin do not apply to --dra"),
+        (["--dra", "--driver", "x", "--health-watch", "5"], "--health-watch do not apply to --dra"),
+        (["--dra", "--driver", "x", "--cdi-dir", "/etc/cdi"], "--cdi-dir do not apply to --dra"),
         (["--dra", "--driver", "{missing}"], "the driver did not start"),
         (
             ["--dra-pair", NEWEST, "--driver", "x"],
@@ -157,6 +159,8 @@ def test_driver_replaces_the_command_of_the_configs_driver(tmp_path: Path) -> No
     ids=[
         "nothing",
         "plugin",
+        "health-watch",
+        "cdi-dir",
         "driver-missing",
         "pair-without-dra",
         "unsupported-pair",
