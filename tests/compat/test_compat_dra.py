@@ -6,6 +6,7 @@ agree."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -206,3 +207,30 @@ def test_docs_compat_md_describes_every_row_and_its_judge() -> None:
     rows = [line.split("|")[1:4] for line in table.strip().splitlines()[1:]]
     assert [name.strip().strip("`") for name, _, _ in rows] == list(SCENARIOS)
     assert all(seen.strip() and judge.strip() for _, seen, judge in rows)
+
+
+def test_a_cdi_name_the_driver_grants_resolves_under_the_dra_manager_when_it_ships_the_spec(
+    tmp_path: Path,
+) -> None:
+    """The new driver author's case on the DRA path (issue 44, item 1): a grant of a CDI name
+    alone fails the prepare row (the DRA manager's CDI library cannot resolve it); the same
+    driver shipping the name's spec (protocol 1.2) passes, devshim writing it into the cell's
+    CDI folder."""
+    build(choose_pairs([NEWEST])[0][0])
+
+    def fpga(ships: bool) -> str:
+        resource: dict[str, Any] = {"name": "example.com/fpga", "count": 1, "id_prefix": "fpga-"}
+        resource["grant"] = {"cdi_devices": ["example.com/fpga={id}"]}
+        if ships:
+            resource["cdi_spec"] = {"kind": "example.com/fpga", "edits": {"envs": {"FPGA": "{ids}"}}}
+        path = tmp_path / f"fpga-{ships}.json"
+        path.write_text(json.dumps({"resources": [resource]}))
+        return f"{sys.executable} -m devshim_adapters.sim --config {path}"
+
+    for ships, code in ((False, 1), (True, 0)):
+        run = compat(tmp_path, "--dra", "--driver", fpga(ships), "--driver-user", "root",
+                     "--dra-pair", NEWEST, "--scenario", "prepare")  # fmt: skip
+        assert run.code == code, run.stdout
+        if not ships:
+            (reason,) = run.by_status("fail").values()
+            assert "example.com/fpga=fpga-0" in reason, reason
