@@ -272,6 +272,86 @@ def test_a_device_plugin_pod_gets_the_cdi_device_its_driver_ships(cluster: Conne
         assert seen["FPGA"] == "fpga-0" and seen["NODE"] == ZERO
 
 
+def _health_in_status(pod: dict[str, Any] | None, name: str) -> dict[str, str]:
+    """The pod's first container's allocatedResourcesStatus entry ``name``: resource ID -> health."""
+    statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or [{}]
+    for entry in statuses[0].get("allocatedResourcesStatus") or []:
+        if entry["name"] == name:
+            return {r["resourceID"]: r["health"] for r in entry.get("resources") or []}
+    return {}
+
+
+def _flip_until_seen(cluster: ConnectedNode, control: Path, pod: str, name: str, device: str) -> None:
+    """The sim marks ``device`` Unhealthy, then Healthy again; each time the pod's status must
+    show it under ``name`` (ResourceHealthStatus, beta and on since 1.36)."""
+    for health in ("Unhealthy", "Healthy"):
+        with control.open("a") as commands:
+            commands.write(f"health {GPU} {device} {health}\n")
+
+        def shows(p: dict[str, Any] | None, want: str = health) -> bool:
+            return want in _health_in_status(p, name).values()
+
+        cluster.wait_for_pod(pod, shows, f"its status shows {name} {health}")
+
+
+@pytest.mark.full_matrix
+def test_a_device_plugin_devices_health_reaches_the_pods_status(cluster: ConnectedNode) -> None:
+    """Issue 44, item 2, the device-plugin path: the kubelet (ResourceHealthStatus) puts the
+    health devshim lists for a pod's device into status.containerStatuses[].allocatedResourcesStatus:
+    the driver marks it Unhealthy, the pod's status says so, and back."""
+    node = cluster.node
+    control = node.folder / "sim.ctl"
+    control.touch()
+    config = node.folder / "health.json"
+    config.write_text(json.dumps({"control_file": str(control), "resources": [{
+        "name": GPU, "count": 1, "id_prefix": "gpu-", "grant": {"envs": {"SIM_DEVICES": "{ids}"}},
+    }]}))  # fmt: skip
+    driver = {
+        "name": "sim",
+        "user": "root",
+        "command": [sys.executable, *PYTHON_SIM, "--config", str(config)],
+        "resources": [GPU],
+        "policy": {"envs": ["SIM_DEVICES"]},
+    }
+    with Devshim(node, {"drivers": [driver]}):
+        cluster.create_pod(api_pod("watched", "exec sleep infinity", limits={GPU: 1}))
+        pod = cluster.wait_for_pod(
+            "watched", lambda p: _health_in_status(p, GPU) == {"gpu-0": "Healthy"}, "Healthy"
+        )
+        assert pod is not None and pod["status"]["phase"] == "Running"
+        _flip_until_seen(cluster, control, "watched", GPU, "gpu-0")
+
+
+@pytest.mark.full_matrix
+def test_a_dra_devices_health_reaches_the_pods_status(cluster: ConnectedNode) -> None:
+    """Issue 44, item 2, DRA: devshim reports the pool's health through DRAResourceHealth; the
+    kubelet puts it into the pod's status under claim:<name>/<request>, keyed by the device's
+    CDI ID: the driver marks the allocated device Unhealthy, the pod's status says so, and back."""
+    settings = _devshim_settings(cluster)
+    control = cluster.node.folder / "sim.ctl"
+    control.touch()
+    config = Path(settings["drivers"][0]["command"][-1])
+    config.write_text(json.dumps({**json.loads(config.read_text()), "control_file": str(control)}))
+    with Devshim(cluster.node, settings) as devshim:
+        pool = Published(cluster.plane, "v1", NODE_NAME)
+        wait_until(lambda: (found := pool.pool()) is not None and len(found) == 2, "devshim published 2 GPUs")
+        wait_until(lambda: _dra_status(devshim).get("kubelet", {}).get("registered"),
+                   "the kubelet's plugin watcher registered devshim's DRA plugin")  # fmt: skip
+        _device_class(cluster)
+        _claim(cluster, "watched-gpu", count=1)
+        cluster.create_pod(api_pod("watched", "exec sleep infinity", claims={"gpu": "watched-gpu"}))
+        name = "claim:gpu/gpu"  # the pod's claim, its request
+        pod = cluster.wait_for_pod(
+            "watched", lambda p: "Healthy" in _health_in_status(p, name).values(), "Healthy"
+        )
+        assert pod is not None and pod["status"]["phase"] == "Running"
+        claim = cluster.request("GET", f"{CLAIMS}/watched-gpu")
+        [result] = claim["status"]["allocation"]["devices"]["results"]
+        [resource_id] = _health_in_status(pod, name)
+        assert resource_id.startswith(f"{GPU_DRIVER}/claim="), resource_id  # the device's CDI ID
+        _flip_until_seen(cluster, control, "watched", name, result["device"])
+
+
 # -- the pure parts, in every run ------------------------------------------------------------------
 
 _CDI_RUNTIME = containerd.Runtime("/c/containerd", "/c/shim", "/c/ctr", "v2.4.2", cdi=True)

@@ -5,6 +5,7 @@ starts with no claims, as with a corrupt checkpoint (docs/reliability.md, "Attac
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -77,7 +78,7 @@ def test_a_checkpoint_that_is_not_a_plain_file_devshim_wrote_is_set_aside_and_de
     error names the file and why, the thing is kept aside, and the next change writes a plain file."""
     make, why = replacement
     state = tmp_path / "state"
-    Checkpoint(state, DRIVER).put("c-0001", ENTRY)
+    asyncio.run(Checkpoint(state, DRIVER).put("c-0001", ENTRY))
     path = state / "dra" / f"{DRIVER}.json"
     valid = tmp_path / "valid.json"
     path.rename(valid)
@@ -90,7 +91,7 @@ def test_a_checkpoint_that_is_not_a_plain_file_devshim_wrote_is_set_aside_and_de
     assert errors[0].startswith("ERROR") and str(path) in errors[0] and why in errors[0]
     assert f"moved to {path.with_suffix('.unreadable')}" in errors[0]
     assert os.path.lexists(path.with_suffix(".unreadable")) and not os.path.lexists(path)
-    checkpoint.put("c-0002", ENTRY)
+    asyncio.run(checkpoint.put("c-0002", ENTRY))
     assert stat.S_ISREG(os.lstat(path).st_mode)
     assert dict(Checkpoint(state, DRIVER)) == {"c-0002": ENTRY}
 

@@ -4,9 +4,11 @@ judge (tests/compat/test_dra_manager.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -151,14 +153,14 @@ ENTRY = Entry(
 )
 
 
-def test_the_checkpoint_survives_a_restart(tmp_path: Path) -> None:
+async def test_the_checkpoint_survives_a_restart(tmp_path: Path) -> None:
     first = Checkpoint(tmp_path, "gpu.example.com")
-    first.put("c-0001", ENTRY)
-    first.put("c-0002", Entry("team-b", "half", ENTRY.groups, None))
+    await first.put("c-0001", ENTRY)
+    await first.put("c-0002", Entry("team-b", "half", ENTRY.groups, None))
     again = Checkpoint(tmp_path, "gpu.example.com")
     assert dict(again) == {"c-0001": ENTRY, "c-0002": Entry("team-b", "half", ENTRY.groups, None)}
     assert again.get("c-0002") is not None and not again.get("c-0002").prepared  # type: ignore[union-attr]
-    again.drop("c-0001")
+    await again.drop("c-0001")
     assert [uid for uid, _ in Checkpoint(tmp_path, "gpu.example.com")] == ["c-0002"]
     assert stat.S_IMODE(again.path.stat().st_mode) == 0o600
 
@@ -166,14 +168,14 @@ def test_the_checkpoint_survives_a_restart(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "text", ["{", '{"format": 2, "driver": "gpu.example.com", "claims": {}}', '{"format": 1}', "[]"]
 )
-def test_an_unreadable_checkpoint_is_kept_aside_and_said(tmp_path: Path, text: str) -> None:
+async def test_an_unreadable_checkpoint_is_kept_aside_and_said(tmp_path: Path, text: str) -> None:
     path = tmp_path / "dra" / "gpu.example.com.json"
     path.parent.mkdir()
     path.write_text(text)
     checkpoint = Checkpoint(tmp_path, "gpu.example.com")
     assert list(checkpoint) == []
     assert path.with_suffix(".unreadable").read_text() == text
-    checkpoint.put("c-0001", ENTRY)
+    await checkpoint.put("c-0001", ENTRY)
     assert os.path.exists(path)
 
 
@@ -193,3 +195,37 @@ def test_what_the_kubelet_names_a_claim_by_is_checked_before_any_use(ref: ClaimR
     """The namespace and name become an API path, the uid a file name and a CDI device name."""
     problem = ref.problem()
     assert problem is None if said is None else said in str(problem)
+
+
+class _Counted(Checkpoint):
+    """The checkpoint, noting each file write and the thread it ran on."""
+
+    def __init__(self, state_dir: Path, driver: str) -> None:
+        super().__init__(state_dir, driver)
+        self.writes: list[int] = []
+
+    def _write(self, body: bytes) -> None:
+        self.writes.append(threading.get_ident())
+        super()._write(body)
+
+
+async def test_changes_made_at_once_all_reach_the_file_written_off_the_loop_and_fewer_times(
+    tmp_path: Path,
+) -> None:
+    """Many claims prepared together: each change is in the file once its put returns, the
+    synced write runs on a thread (the loop serves meanwhile), writes run one at a time and
+    changes made during one are written together by the next, so the file never goes back."""
+    checkpoint = _Counted(tmp_path, "gpu.example.com")
+    uids = [f"c-{n:04}" for n in range(40)]
+
+    async def churn(uid: str, keep: bool) -> None:
+        await checkpoint.put(uid, Entry("ns", uid, ENTRY.groups, None))
+        assert dict(Checkpoint(tmp_path, "gpu.example.com"))[uid].name == uid  # durable on return
+        await checkpoint.put(uid, ENTRY)
+        if not keep:
+            await checkpoint.drop(uid)
+
+    await asyncio.gather(*(churn(uid, keep=n % 2 == 0) for n, uid in enumerate(uids)))
+    assert dict(Checkpoint(tmp_path, "gpu.example.com")) == {uid: ENTRY for uid in uids[::2]}
+    assert threading.get_ident() not in checkpoint.writes
+    assert len(checkpoint.writes) < 100  # 100 changes, written in fewer saves

@@ -10,6 +10,7 @@ what it may have allocated, and prepares again on a repeated prepare.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import os
@@ -63,6 +64,9 @@ class Checkpoint:
         self.path = state_dir / "dra" / f"{driver}.json"
         self.driver = driver
         self._claims: dict[str, Entry] = self._load()
+        self._changes = 0  # changes made to _claims, and how many of them the file holds
+        self._written = 0
+        self._saving = asyncio.Lock()
 
     def __iter__(self) -> Iterator[tuple[str, Entry]]:
         return iter(list(self._claims.items()))
@@ -70,19 +74,34 @@ class Checkpoint:
     def get(self, uid: str) -> Entry | None:
         return self._claims.get(uid)
 
-    def put(self, uid: str, entry: Entry) -> None:
+    async def put(self, uid: str, entry: Entry) -> None:
+        """Once the file holds ``entry``; OSError if it cannot be written."""
         self._claims[uid] = entry
-        self._save()
+        await self._saved()
 
-    def drop(self, uid: str) -> None:
+    async def drop(self, uid: str) -> None:
         if self._claims.pop(uid, None) is not None:
-            self._save()
+            await self._saved()
 
-    def _save(self) -> None:
+    async def _saved(self) -> None:
+        """Until the file holds every change made so far. The write (synced: milliseconds) runs
+        on a thread, so the loop serves other calls meanwhile; saves run one at a time, each of
+        the claims as they are when it starts, so the file never goes back to an older state,
+        and changes made while one runs are all written by the next."""
+        self._changes += 1
+        wanted = self._changes
+        async with self._saving:
+            if self._written >= wanted:
+                return  # a save that started after this change has written it
+            taken = self._changes
+            claims = {uid: _to_json(entry) for uid, entry in self._claims.items()}
+            body = json.dumps({"format": FORMAT, "driver": self.driver, "claims": claims}, indent=1).encode()
+            await asyncio.to_thread(self._write, body)
+            self._written = taken
+
+    def _write(self, body: bytes) -> None:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        claims = {uid: _to_json(entry) for uid, entry in self._claims.items()}
-        body = {"format": FORMAT, "driver": self.driver, "claims": claims}
-        write_atomically(self.path, json.dumps(body, indent=1).encode(), mode=0o600)
+        write_atomically(self.path, body, mode=0o600)
 
     def _load(self) -> dict[str, Entry]:
         try:

@@ -28,6 +28,10 @@ from shim.errors import ShimError
 from shim.model import ContainerGrant
 
 ReadClaim = Callable[[ClaimRef], Awaitable[Any]]
+# Claims prepared or unprepared at once, per DRA driver: a node starting many pods sends many
+# calls together, and each reads its claim from the API server, calls the driver and writes two
+# synced files; the rest wait their turn rather than all share the loop and the driver at once.
+CLAIMS_AT_ONCE = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,7 @@ class ClaimPreparer:
         self._specs = specs
         self._checkpoint = checkpoint
         self._locks: dict[str, asyncio.Lock] = {}
+        self._slots = asyncio.Semaphore(CLAIMS_AT_ONCE)
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, Outcome]:
         """Each claim by uid: prepared (or found prepared: the same answer again) or failed."""
@@ -72,7 +77,7 @@ class ClaimPreparer:
             if (problem := ref.problem()) is not None:
                 logger.warning("DRA driver {}: the kubelet named a claim wrongly: {}", self.driver, problem)
                 return Outcome(error=problem)
-            async with self._locks.setdefault(ref.uid, asyncio.Lock()):
+            async with self._locks.setdefault(ref.uid, asyncio.Lock()), self._slots:
                 # DRA's one boundary: an error becomes the claim's error string, as DRA's protocol
                 # answers it (a gRPC status, errors.grpc_status, is the device plugin API's answer).
                 try:
@@ -103,7 +108,7 @@ class ClaimPreparer:
         groups = self._groups(ref, results, names)
         if entry is not None:  # a preparation cut short (devshim stopped): undo it first
             await self._undo(entry.groups)
-        self._checkpoint.put(ref.uid, Entry(ref.namespace, ref.name, groups, None))
+        await self._checkpoint.put(ref.uid, Entry(ref.namespace, ref.name, groups, None))
         grants: list[ContainerGrant] = []
         try:
             for group in groups:
@@ -113,15 +118,15 @@ class ClaimPreparer:
                 for i, grant in enumerate(grants)
                 if has_edits(grant)
             ]
-            if cdi_devices:
-                self._specs.write(self.driver, ref.uid, cdi_devices)
+            if cdi_devices:  # a synced write: on a thread, the loop serves meanwhile
+                await asyncio.to_thread(self._specs.write, self.driver, ref.uid, cdi_devices)
         except BaseException:
             await self._undo(groups[: len(grants)])
-            self._specs.remove(self.driver, ref.uid)
-            self._checkpoint.drop(ref.uid)
+            self._specs.remove(self.driver, ref.uid)  # an unlink: no sync to wait for
+            await self._checkpoint.drop(ref.uid)
             raise
         devices = self._answer(ref, results, names, groups, grants)
-        self._checkpoint.put(ref.uid, Entry(ref.namespace, ref.name, groups, devices))
+        await self._checkpoint.put(ref.uid, Entry(ref.namespace, ref.name, groups, devices))
         logger.info(
             "DRA driver {}: claim {} prepared: {}", self.driver, ref, ", ".join(d.device for d in devices)
         )
@@ -194,7 +199,7 @@ class ClaimPreparer:
         for group in entry.groups:
             await self._service(group.resource).unprepare(group.device_ids)
         self._specs.remove(self.driver, ref.uid)
-        self._checkpoint.drop(ref.uid)
+        await self._checkpoint.drop(ref.uid)
         logger.info("DRA driver {}: claim {} unprepared", self.driver, ref)
         return ()
 
