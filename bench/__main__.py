@@ -3,8 +3,8 @@
 Usage: python -m bench [--quick] [--rows allocate,health,...] [--json FILE] [--claims N]
 Rows (docs/benchmarks.md): allocate, declared, preferred, goclient (a Go client, built on
 first use), health, listsize, reregister, failover, memory, footprint, startup, concurrency,
-opsflood, listflood, bound, dra and dra_prepare (a real kube-apiserver, built on first use). Default settings
-take about 6 minutes on 2 cores; --quick about two.
+opsflood, listflood, bound, dra, dra_prepare and dra_flood (a real kube-apiserver, built on first
+use). Default settings take about 6 minutes on 2 cores; --quick about two.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from bench import (
     bound,
     concurrency,
     dra,
+    dra_flood,
     dra_prepare,
     failover,
     flood,
@@ -60,6 +61,7 @@ ROWS: dict[str, Row] = {
     "bound": bound.bound,
     "dra": dra.dra_publish,
     "dra_prepare": dra_prepare.dra_prepare,
+    "dra_flood": dra_flood.dra_flood,
 }
 
 

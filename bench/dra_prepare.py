@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -51,6 +50,7 @@ from bench.common import (
     number,
     ratio,
     running,
+    sim_driver,
     start_devshim,
     stats_ms,
     workdir,
@@ -96,8 +96,8 @@ async def dra_prepare(quick: bool, claims: int | None = None) -> Result:
     count = claims or (50 if quick else 200)
     warmup = 5 if quick else 20
     with workdir() as folder, ControlPlane(37, folder / "cp") as plane:
-        made = [_make_claim(plane, f"bench-{i}") for i in range(warmup + count)]
-        async with _serving(folder, plane) as s:
+        made = [make_claim(plane, f"bench-{i}") for i in range(warmup + count)]
+        async with serving(folder, plane) as s:
             version = (await s.api.served_versions("resourceclaims"))[0]
             for claim in made[:warmup]:
                 await s.one(claim, version, first=True, files=False)
@@ -108,7 +108,7 @@ async def dra_prepare(quick: bool, claims: int | None = None) -> Result:
     return _result(samples, cpu, count)
 
 
-class _Setup:
+class Setup:
     """The two sockets, the API client, devshim's and the driver's PIDs; the samples per arm."""
 
     def __init__(
@@ -118,6 +118,7 @@ class _Setup:
         self._unprepare = dra.unary_unary(f"/{SERVICE}/NodeUnprepareResources", None, None)
         self._allocate = dp.unary_unary("/v1beta1.DevicePlugin/Allocate", None, None)
         self._prestart = dp.unary_unary("/v1beta1.DevicePlugin/PreStartContainer", None, None)
+        self.dra, self.dp = dra, dp
         self.api, self.pids, self.files = api, pids, files
         self.samples: dict[str, list[float]] = {}
         self.cpu: dict[str, dict[str, int]] = {}
@@ -177,18 +178,29 @@ class _Setup:
 
 
 @contextlib.asynccontextmanager
-async def _serving(folder: Path, plane: ControlPlane) -> AsyncIterator[_Setup]:
-    """devshim serving the sim as the DRA driver and as a device-plugin resource to a fake kubelet."""
+async def serving(
+    folder: Path,
+    plane: ControlPlane,
+    sim: list[dict[str, Any]] | None = None,
+    dial: str = RESOURCE,
+    both_apis: bool = True,
+) -> AsyncIterator[Setup]:
+    """devshim serving the sim as the DRA driver and as device-plugin resources to a fake kubelet.
+
+    ``sim``: the sim's resources (default [SIM]), the first the DRA driver's pool; ``dial``: the
+    device-plugin resource whose socket Setup.dp is connected to; ``both_apis``: the pool's
+    resource served through the device plugin API too (the DRA driver's ``device_plugin``)."""
+    sim = sim or [SIM]
     plugin_dir, port = folder / "dp", free_port()
-    config = _config(folder, plane)
+    config = _config(folder, plane, sim, both_apis)
     async with (
         FakeKubelet(plugin_dir) as kubelet,
         running(await start_devshim(plugin_dir, config=config, http_port=port)) as proc,
     ):
-        session = await kubelet.wait_for_plugin(RESOURCE, timeout=60)
+        session = await kubelet.wait_for_plugin(dial, timeout=60)
         await session.wait_for_list()
         sock = folder / "plugins" / DRIVER / "dra.sock"
-        await _until_published(port, sock)
+        await _until_published(port, sock, len(sim[0]["devices"]))
         driver_pid = children(proc.pid)
         if len(driver_pid) != 1:
             raise RuntimeError(f"devshim's children: {driver_pid}, not the sim alone")
@@ -199,21 +211,20 @@ async def _serving(folder: Path, plane: ControlPlane) -> AsyncIterator[_Setup]:
             grpc.aio.insecure_channel(f"unix:{plugin_dir / session.endpoint}") as dp,
         ):
             pids = {"devshim": proc.pid, "driver": driver_pid[0], **plane.pids, "bench": os.getpid()}
-            yield _Setup(dra, dp, api, pids, folder / "files")
+            yield Setup(dra, dp, api, pids, folder / "files")
 
 
-def _config(folder: Path, plane: ControlPlane) -> Path:
-    (folder / "sim.yaml").write_text(yaml.safe_dump({"resources": [SIM]}))
-    sim = [sys.executable, "-m", "devshim_adapters.sim", "--config", str(folder / "sim.yaml")]
+def _config(folder: Path, plane: ControlPlane, sim: list[dict[str, Any]], both_apis: bool) -> Path:
+    """The sim serving ``sim`` (its resources, their grants declared), the first the DRA pool."""
     settings: dict[str, Any] = {
         "plugins_registry_dir": str(folder / "registry"),
-        "drivers": [{"name": "sim", "user": "root", "command": sim}],
+        "drivers": [{"name": "sim", **sim_driver(folder, sim)}],
         "dra": {
             "node_name": NODE,
             "kubeconfig": str(plane.admin_kubeconfig),
             "plugins_dir": str(folder / "plugins"),
             "cdi_dir": str(folder / "cdi"),
-            "drivers": [{"name": DRIVER, "resources": [RESOURCE]}],
+            "drivers": [{"name": DRIVER, "resources": [sim[0]["name"]], "device_plugin": both_apis}],
         },
     }
     path = folder / "devshim.yaml"
@@ -221,7 +232,7 @@ def _config(folder: Path, plane: ControlPlane) -> Path:
     return path
 
 
-async def _until_published(port: int, sock: Path, timeout: float = 120) -> None:
+async def _until_published(port: int, sock: Path, devices: int, timeout: float = 120) -> None:
     """devshim's /status: the pool written once and the DRA socket served (so nothing of the
     start-up overlaps the timed calls)."""
     async with asyncio.timeout(timeout):
@@ -229,7 +240,7 @@ async def _until_published(port: int, sock: Path, timeout: float = 120) -> None:
             with contextlib.suppress(OSError, KeyError, TypeError, ValueError):
                 body = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/status")
                 status = orjson.loads(body)["dra"][DRIVER]
-                if status["devices"] == len(SIM["devices"]) and status["writes"] >= 1 and sock.exists():
+                if status["devices"] == devices and status["writes"] >= 1 and sock.exists():
                     return
             await asyncio.sleep(0.05)
 
@@ -239,9 +250,10 @@ def _get(url: str) -> bytes:
         return bytes(response.read())
 
 
-def _make_claim(plane: ControlPlane, name: str) -> Claim:
-    """A v1 ResourceClaim of one device (gpu-0 of this node's pool), allocated and reserved for a
-    pod as the scheduler leaves it (tests/support/dra.py make_claim, in short)."""
+def make_claim(plane: ControlPlane, name: str, device: str = DEVICE) -> Claim:
+    """A v1 ResourceClaim of one device (``device``, by default gpu-0, of this node's pool),
+    allocated and reserved for a pod as the scheduler leaves it (tests/support/dra.py make_claim,
+    in short)."""
     path = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
     body = {
         "apiVersion": "resource.k8s.io/v1",
@@ -252,7 +264,7 @@ def _make_claim(plane: ControlPlane, name: str) -> Claim:
     claim = plane.request("POST", path, body)
     claim["status"] = {
         "allocation": {
-            "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": DEVICE}]}
+            "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device}]}
         },
         "reservedFor": [{"resource": "pods", "name": f"{name}-pod", "uid": f"{name}-pod-uid"}],
     }

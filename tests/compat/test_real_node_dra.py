@@ -272,6 +272,10 @@ def test_a_device_plugin_pod_gets_the_cdi_device_its_driver_ships(cluster: Conne
         assert seen["FPGA"] == "fpga-0" and seen["NODE"] == ZERO
 
 
+def _running(pod: dict[str, Any] | None) -> bool:
+    return bool(pod and pod["status"].get("phase") == "Running")
+
+
 def _health_in_status(pod: dict[str, Any] | None, name: str) -> dict[str, str]:
     """The pod's first container's allocatedResourcesStatus entry ``name``: resource ID -> health."""
     statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or [{}]
@@ -315,17 +319,18 @@ def test_a_device_plugin_devices_health_reaches_the_pods_status(cluster: Connect
     }
     with Devshim(node, {"drivers": [driver]}):
         cluster.create_pod(api_pod("watched", "exec sleep infinity", limits={GPU: 1}))
-        pod = cluster.wait_for_pod(
-            "watched", lambda p: _health_in_status(p, GPU) == {"gpu-0": "Healthy"}, "Healthy"
-        )
-        assert pod is not None and pod["status"]["phase"] == "Running"
+
+        def running_healthy(p: dict[str, Any] | None) -> bool:
+            return _running(p) and _health_in_status(p, GPU) == {"gpu-0": "Healthy"}
+
+        cluster.wait_for_pod("watched", running_healthy, "running, its device Healthy")
         _flip_until_seen(cluster, control, "watched", GPU, "gpu-0")
 
 
 @pytest.mark.full_matrix
 def test_a_dra_devices_health_reaches_the_pods_status(cluster: ConnectedNode) -> None:
     """Issue 44, item 2, DRA: devshim reports the pool's health through DRAResourceHealth; the
-    kubelet puts it into the pod's status under claim:<name>/<request>, keyed by the device's
+    kubelet puts it into the pod's status under claim:<the pod's name for it>, keyed by the device's
     CDI ID: the driver marks the allocated device Unhealthy, the pod's status says so, and back."""
     settings = _devshim_settings(cluster)
     control = cluster.node.folder / "sim.ctl"
@@ -340,11 +345,10 @@ def test_a_dra_devices_health_reaches_the_pods_status(cluster: ConnectedNode) ->
         _device_class(cluster)
         _claim(cluster, "watched-gpu", count=1)
         cluster.create_pod(api_pod("watched", "exec sleep infinity", claims={"gpu": "watched-gpu"}))
-        name = "claim:gpu/gpu"  # the pod's claim, its request
+        name = "claim:gpu"  # the pod's claim (claim:<name>/<request> where the container names one)
         pod = cluster.wait_for_pod(
-            "watched", lambda p: "Healthy" in _health_in_status(p, name).values(), "Healthy"
+            "watched", lambda p: _running(p) and "Healthy" in _health_in_status(p, name).values(), "Healthy"
         )
-        assert pod is not None and pod["status"]["phase"] == "Running"
         claim = cluster.request("GET", f"{CLAIMS}/watched-gpu")
         [result] = claim["status"]["allocation"]["devices"]["results"]
         [resource_id] = _health_in_status(pod, name)
