@@ -320,6 +320,35 @@ def with_component(tmp_path: Path, target: str, component: str) -> Path:
     return overlay
 
 
+def test_cdi_specs_component_mounts_the_nodes_cdi_folder_and_merges_with_dra(tmp_path: Path) -> None:
+    """components/cdi-specs: the folder devshim writes the specs drivers ship into (cdi_dir),
+    read-write at the host's /var/run/cdi; with components/dra too, one volume, not two."""
+    daemonset = one(render(with_component(tmp_path, "overlays/sim-demo", "cdi-specs")), "DaemonSet")
+    validate_strictly(daemonset, kubernetes_validate.latest_version())
+    pod = daemonset["spec"]["template"]["spec"]
+    assert {v["name"]: v for v in pod["volumes"]}["cdi"]["hostPath"] == {
+        "path": "/var/run/cdi",
+        "type": "DirectoryOrCreate",
+    }
+    mount = {m["name"]: m for m in devshim_container(daemonset)["volumeMounts"]}["cdi"]
+    assert mount["mountPath"] == "/var/run/cdi" and not mount.get("readOnly")
+    both = tmp_path / "both"
+    both.mkdir()
+    (both / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": [os.path.relpath(DEPLOY / "overlays/sim-demo", both)],
+                "components": [
+                    os.path.relpath(DEPLOY / "components" / c, both) for c in ("dra", "cdi-specs")
+                ],
+            }
+        ),
+        encoding="utf-8",
+    )
+    merged = one(render(both), "DaemonSet")["spec"]["template"]["spec"]
+    assert [v["name"] for v in merged["volumes"]].count("cdi") == 1
+
+
 def test_podmonitor_component_scrapes_the_ops_port(tmp_path: Path) -> None:
     """components/podmonitor added to an overlay. PodMonitor is a CRD (Prometheus Operator):
     kubernetes-validate ships only the built-in kinds' schemas, so it cannot be validated
