@@ -20,11 +20,12 @@ node's container path is not its host path or a device name starts with a digit.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from shim.files import write_atomically
 from shim.model import CdiSpec, CdiSpecDevice, ContainerGrant
@@ -80,7 +81,9 @@ def _edits(grant: ContainerGrant) -> dict[str, Any]:
 def write_spec(path: Path, spec: CdiSpec) -> None:
     """``spec`` at ``path``, whole (a rename), readable by the runtime; OSError if it cannot be."""
     path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    write_atomically(path, json.dumps(spec_json(spec), indent=1).encode(), mode=0o644)
+    # orjson (C): the standard library's indented encoder is pure Python, and holds the GIL
+    # against the event loop even on a thread.
+    write_atomically(path, orjson.dumps(spec_json(spec), option=orjson.OPT_INDENT_2), mode=0o644)
 
 
 def resolves(name: str, specs: Sequence[CdiSpec]) -> bool:
