@@ -167,10 +167,12 @@ async def start_devshim(
     *resources: str,
     config: Path | None = None,
     http_port: int = 0,
+    deallocation: bool = False,
 ) -> asyncio.subprocess.Process:
     """``devshim run`` with its state and its log (stderr, drivers' included) beside
     ``plugin_dir`` (devshim_log), its ops endpoint on ``http_port`` (0: any free port, never 9477).
-    Deallocate emulation is off: no driver here declares deallocate, and no PodResources."""
+    Deallocate emulation is off unless ``deallocation`` (then the config names the PodResources
+    socket): most rows' drivers declare no deallocate, and no kubelet serves PodResources."""
     args = [sys.executable, "-m", "shim", "run", "--device-plugins-dir", str(plugin_dir)]
     args += ["--state-dir", str(plugin_dir.parent / f"state-{plugin_dir.name}"), "--log-level", "WARNING"]
     for resource in resources:
@@ -181,8 +183,9 @@ async def start_devshim(
         **os.environ,
         "DEVSHIM_HTTP__PORT": str(http_port),
         "DEVSHIM_HTTP__HOST": "127.0.0.1",
-        "DEVSHIM_DEALLOCATION__ENABLED": "false",
     }
+    if not deallocation:
+        env["DEVSHIM_DEALLOCATION__ENABLED"] = "false"
     with devshim_log(plugin_dir).open("ab") as stderr:
         return await asyncio.create_subprocess_exec(*args, env=env, cwd=ROOT, stderr=stderr)
 

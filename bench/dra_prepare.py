@@ -1,4 +1,4 @@
-"""Row dra_prepare: NodePrepareResources of a one-device claim beside v1beta1 Allocate of that device.
+"""Row dra_prepare: NodePrepareResources of a one-device claim beside v1beta1 Allocate of another device.
 
 A real kube-apiserver and etcd (release 1.37, shim.compat.realnode.ControlPlane; built on first use,
 minutes) and one `devshim run` with the sim serving 4 GPUs (per-call grants, pre-start and
@@ -13,7 +13,7 @@ the kubelet keeps one):
   then NodeUnprepareResources of it (timed apart: the sim's deallocate, the checkpoint rewritten,
   the spec removed);
 - (b) NodePrepareResources of the same claim again, before the unprepare: the checkpoint's answer;
-- (c) v1beta1 Allocate of gpu-0 through devshim's device-plugin socket (one pipe round trip);
+- (c) v1beta1 Allocate of gpu-3 through devshim's device-plugin socket (one pipe round trip);
   and PreStartContainer of it (the pre-start a prepare also asks, reported in the note);
 - (d) the floor of a first prepare: GET of the same claim by this process with devshim's own
   client (shim.dra.kube.ApiServer.get_claim, kr8s over one kept connection).
@@ -66,6 +66,9 @@ DRIVER = "gpu.example.com"
 RESOURCE = "example.com/gpu"
 NODE = "bench-node"
 DEVICE = "gpu-0"
+# The device-plugin arm's device: another GPU of the pool, since one a container holds through
+# the device plugin is withheld from claims (docs/dra.md, "Both APIs at once").
+DP_DEVICE = "gpu-3"
 NAMESPACE = "default"
 SIM: dict[str, Any] = {
     "name": RESOURCE,
@@ -76,9 +79,9 @@ SIM: dict[str, Any] = {
 }
 SERVICE = dra_pb.DESCRIPTOR.services_by_name["DRAPlugin"].full_name
 ALLOCATE = dp_pb.AllocateRequest(
-    container_requests=[dp_pb.ContainerAllocateRequest(devices_ids=[DEVICE])]
+    container_requests=[dp_pb.ContainerAllocateRequest(devices_ids=[DP_DEVICE])]
 ).SerializeToString()
-PRESTART = dp_pb.PreStartContainerRequest(devices_ids=[DEVICE]).SerializeToString()
+PRESTART = dp_pb.PreStartContainerRequest(devices_ids=[DP_DEVICE]).SerializeToString()
 ARMS = ("prepare", "again", "unprepare", "allocate", "prestart", "get")
 # Whose CPU each arm's calls cost: "bench" is this process (the client of every arm).
 PROCESSES = ("devshim", "driver", "kube-apiserver", "etcd", "bench")
@@ -192,10 +195,15 @@ async def serving(
     resource served through the device plugin API too (the DRA driver's ``device_plugin``)."""
     sim = sim or [SIM]
     plugin_dir, port = folder / "dp", free_port()
-    config = _config(folder, plane, sim, both_apis)
+    pod_resources = folder / "pod-resources.sock"
+    config = _config(folder, plane, sim, both_apis, pod_resources)
+    # A pool served through both APIs needs the deallocate emulation (settings refuse it off),
+    # which reads the fake kubelet's PodResources.
     async with (
-        FakeKubelet(plugin_dir) as kubelet,
-        running(await start_devshim(plugin_dir, config=config, http_port=port)) as proc,
+        FakeKubelet(plugin_dir, pod_resources_socket=pod_resources) as kubelet,
+        running(
+            await start_devshim(plugin_dir, config=config, http_port=port, deallocation=both_apis)
+        ) as proc,
     ):
         session = await kubelet.wait_for_plugin(dial, timeout=60)
         await session.wait_for_list()
@@ -214,10 +222,13 @@ async def serving(
             yield Setup(dra, dp, api, pids, folder / "files")
 
 
-def _config(folder: Path, plane: ControlPlane, sim: list[dict[str, Any]], both_apis: bool) -> Path:
+def _config(
+    folder: Path, plane: ControlPlane, sim: list[dict[str, Any]], both_apis: bool, pod_resources: Path
+) -> Path:
     """The sim serving ``sim`` (its resources, their grants declared), the first the DRA pool."""
     settings: dict[str, Any] = {
         "plugins_registry_dir": str(folder / "registry"),
+        "deallocation": {"pod_resources_socket": str(pod_resources)},
         "drivers": [{"name": "sim", **sim_driver(folder, sim)}],
         "dra": {
             "node_name": NODE,
