@@ -13,7 +13,7 @@ socket (bench/flood.py's ``phase``: p50/p99, failures, devshim's peak RSS):
 - quiet: Allocate alone;
 - flood: all the claims prepared at once, by 16 NodePrepareResources calls of 4 claims sent
   together (as a node starting many pods sends them), then all unprepared at once the same way,
-  wave after wave for the whole phase. devshim prepares at most 8 claims of a driver at once
+  wave after wave for the whole phase. devshim prepares a few claims of a driver at once
   (shim.dra.preparer.CLAIMS_AT_ONCE) and writes its checkpoint and the CDI specs on threads.
 
 One warm-up wave and 200 Allocates go first. Every claim of every wave must be answered with its

@@ -106,6 +106,12 @@ def _made_old() -> None:
         _collected_at = time.monotonic()
 
 
+async def give_way() -> None:
+    """For work made of many short steps (DRA prepares by the dozen): let what else the loop has
+    ready run first, then rest PAUSE_S, as a long work does between its slices."""
+    await _others_first()
+
+
 async def _others_first() -> None:
     began = time.perf_counter()
     while True:
