@@ -33,7 +33,8 @@ ReadClaim = Callable[[ClaimRef], Awaitable[Any]]
 # calls together, and each claim costs devshim's loop a few ms of CPU (its read from the API
 # server, the driver's call, two files): with 8 at once the loop stayed busy and another
 # resource's Allocate p99 was 4.8-6.7x quiet; with 2, each giving way to other ready work first
-# (shim/slices.py), 1.67-2.03x, at 155-162 claims a second (bench/dra_flood.py, 64 at once).
+# (shim/slices.py), 1.67-2.21x (median 1.86x) at 147-162 claims a second (bench/dra_flood.py,
+# 64 at once).
 CLAIMS_AT_ONCE = 2
 
 
