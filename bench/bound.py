@@ -27,10 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import math
-import os
-import platform
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -40,7 +37,16 @@ from typing import Any
 import grpc
 import yaml
 
-from bench.common import Result, children, ratio, running, sim_command, start_devshim, table, workdir
+from bench.common import (
+    Result,
+    children,
+    print_row,
+    ratio,
+    running,
+    sim_command,
+    start_devshim,
+    workdir,
+)
 from bench.flood import ALLOCATE, peak_mb, phase, reset_peak, socket_of
 from bench.memory import rss_mb
 from shim.settings import DriverSettings, Settings
@@ -198,10 +204,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     result = asyncio.run(bound(args.quick, args.max_devices, args.per_driver))
-    print(table([result]))
-    print(f"\n{os.cpu_count()} CPUs, Python {platform.python_version()}, grpcio {grpc.__version__}")
-    if args.json is not None:
-        args.json.write_text(json.dumps(result.as_json(), indent=1) + "\n")
+    print_row(result, args.json)
 
 
 if __name__ == "__main__":

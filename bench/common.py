@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import compileall
 import contextlib
+import json
 import os
 import shutil
 import statistics
@@ -258,3 +259,16 @@ def table(results: list[Result]) -> str:
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     notes = [f"- {r.name}: {r.note}" for r in results if r.note]
     return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def print_row(result: Result, json_file: Path | None) -> None:
+    """A row run on its own (``python -m bench.<row>``): its table, the machine, and with
+    ``--json`` every figure written to ``json_file``."""
+    import platform
+
+    import grpc
+
+    print(table([result]))
+    print(f"\n{os.cpu_count()} CPUs, Python {platform.python_version()}, grpcio {grpc.__version__}")
+    if json_file is not None:
+        json_file.write_text(json.dumps(result.as_json(), indent=1) + "\n")

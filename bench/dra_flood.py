@@ -25,17 +25,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import grpc
-
-from bench.common import TICK_S, Result, cpu_ticks, ratio, stats_ms, table, workdir
+from bench.common import TICK_S, Result, cpu_ticks, print_row, ratio, stats_ms, workdir
 from bench.dra_prepare import NAMESPACE, SERVICE, SIM, Claim, Setup, make_claim, serving
 from bench.flood import ALLOCATE, phase
 from shim.compat.realnode import ControlPlane
@@ -231,10 +226,7 @@ def main() -> None:
     if args.claims < 1 or not 1 <= args.calls <= args.claims:
         parser.error("--claims at least 1, --calls from 1 to --claims")
     result = asyncio.run(dra_flood(args.quick, args.claims, args.calls))
-    print(table([result]))
-    print(f"\n{os.cpu_count()} CPUs, Python {platform.python_version()}, grpcio {grpc.__version__}")
-    if args.json is not None:
-        args.json.write_text(json.dumps(result.as_json(), indent=1) + "\n")
+    print_row(result, args.json)
 
 
 if __name__ == "__main__":

@@ -24,9 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
-import os
-import platform
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -41,11 +38,11 @@ from bench.common import (
     ROOT,
     Result,
     percentile,
+    print_row,
     ratio,
     running,
     sim_command,
     start_devshim,
-    table,
     workdir,
 )
 from bench.memory import rss_mb
@@ -255,10 +252,7 @@ def main() -> None:
     parser.add_argument("--id-prefix", default=GPU, help="IDs at the bound: this and 12 digits ('': x<n>)")
     args = parser.parse_args()
     result = asyncio.run(flood(args.quick, args.bound, args.oversized, args.id_prefix))
-    print(table([result]))
-    print(f"\n{os.cpu_count()} CPUs, Python {platform.python_version()}, grpcio {grpc.__version__}")
-    if args.json is not None:
-        args.json.write_text(json.dumps(result.as_json(), indent=1) + "\n")
+    print_row(result, args.json)
 
 
 if __name__ == "__main__":

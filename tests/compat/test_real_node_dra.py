@@ -68,26 +68,22 @@ def cluster() -> Iterator[ConnectedNode]:
             cluster.stop()
 
 
-def _devshim_settings(cluster: ConnectedNode) -> dict[str, Any]:
+def _devshim_settings(cluster: ConnectedNode, control: Path | None = None) -> dict[str, Any]:
     """The sim serving two GPUs, each grant an env and /dev/zero as /dev/simgpu, as the DRA driver
     gpu.example.com of the node, its sockets and CDI specs where the kubelet and containerd look."""
     node = cluster.node
-    config = node.folder / "sim.json"
-    config.write_text(json.dumps({"resources": [{
+    sim = {
         "name": GPU,
         "count": 2,
         "grant": {
             "envs": {"SIM_DEVICES": "{ids}"},
             "device_nodes": [{"container_path": "/dev/simgpu", "host_path": "/dev/zero"}],
         },
-    }]}))  # fmt: skip
-    driver = {
-        "name": "sim",
-        "user": "root",
-        "command": [sys.executable, *PYTHON_SIM, "--config", str(config)],
-        "resources": [GPU],
-        "policy": {"envs": ["SIM_DEVICES"], "device_nodes": ["/dev/zero"]},  # what its grant holds
     }
+    # What its grant holds, declared.
+    driver = _sim_driver(
+        node.folder, "sim", sim, {"envs": ["SIM_DEVICES"], "device_nodes": ["/dev/zero"]}, control
+    )
     return {
         "drivers": [driver],
         "dra": {
@@ -97,6 +93,24 @@ def _devshim_settings(cluster: ConnectedNode) -> dict[str, Any]:
             "kubeconfig": str(cluster.plane.admin_kubeconfig),
             "drivers": [{"name": GPU_DRIVER, "resources": [GPU]}],
         },
+    }
+
+
+def _sim_driver(
+    folder: Path, name: str, resource: dict[str, Any], policy: dict[str, Any], control: Path | None = None
+) -> dict[str, Any]:
+    """The sim serving ``resource`` (its config file written in ``folder``), as the drivers[]
+    entry ``name`` declaring it and ``policy``; ``control``: its control file."""
+    config = folder / f"{name}.json"
+    extra = {"control_file": str(control)} if control is not None else {}
+    config.write_text(json.dumps({"resources": [resource], **extra}))
+    command = [sys.executable, *PYTHON_SIM, "--config", str(config)]
+    return {
+        "name": name,
+        "user": "root",
+        "command": command,
+        "resources": [resource["name"]],
+        "policy": policy,
     }
 
 
@@ -241,8 +255,7 @@ def test_a_device_plugin_pod_gets_the_cdi_device_its_driver_ships(cluster: Conne
     kubelet's Allocate hands containerd the CDI name (no env, no device node of its own), and
     containerd 2.x resolves it from devshim's file: the container sees the spec's env and node."""
     node = cluster.node
-    config = node.folder / "fpga.json"
-    config.write_text(json.dumps({"resources": [{
+    sim = {
         "name": FPGA,
         "count": 1,
         "id_prefix": "fpga-",
@@ -251,14 +264,9 @@ def test_a_device_plugin_pod_gets_the_cdi_device_its_driver_ships(cluster: Conne
             "envs": {"FPGA": "{ids}"},
             "device_nodes": [{"container_path": "/dev/fpga", "host_path": "/dev/zero"}],
         }},
-    }]}))  # fmt: skip
-    driver = {
-        "name": "fpga",
-        "user": "root",
-        "command": [sys.executable, *PYTHON_SIM, "--config", str(config)],
-        "resources": [FPGA],
-        "policy": {"envs": ["FPGA"], "device_nodes": ["/dev/zero"], "cdi_kinds": [FPGA]},
-    }
+    }  # fmt: skip
+    policy = {"envs": ["FPGA"], "device_nodes": ["/dev/zero"], "cdi_kinds": [FPGA]}
+    driver = _sim_driver(node.folder, "fpga", sim, policy)
     with Devshim(node, {"drivers": [driver], "cdi_dir": str(node.cdi_dir)}):
         shipped = node.cdi_dir / "devshim-driver-fpga@example.com+fpga.json"
         wait_until(lambda: shipped.is_file(), "devshim wrote the spec the driver ships")
@@ -306,17 +314,8 @@ def test_a_device_plugin_devices_health_reaches_the_pods_status(cluster: Connect
     node = cluster.node
     control = node.folder / "sim.ctl"
     control.touch()
-    config = node.folder / "health.json"
-    config.write_text(json.dumps({"control_file": str(control), "resources": [{
-        "name": GPU, "count": 1, "id_prefix": "gpu-", "grant": {"envs": {"SIM_DEVICES": "{ids}"}},
-    }]}))  # fmt: skip
-    driver = {
-        "name": "sim",
-        "user": "root",
-        "command": [sys.executable, *PYTHON_SIM, "--config", str(config)],
-        "resources": [GPU],
-        "policy": {"envs": ["SIM_DEVICES"]},
-    }
+    sim = {"name": GPU, "count": 1, "id_prefix": "gpu-", "grant": {"envs": {"SIM_DEVICES": "{ids}"}}}
+    driver = _sim_driver(node.folder, "sim", sim, {"envs": ["SIM_DEVICES"]}, control)
     with Devshim(node, {"drivers": [driver]}):
         cluster.create_pod(api_pod("watched", "exec sleep infinity", limits={GPU: 1}))
 
@@ -332,11 +331,9 @@ def test_a_dra_devices_health_reaches_the_pods_status(cluster: ConnectedNode) ->
     """Issue 44, item 2, DRA: devshim reports the pool's health through DRAResourceHealth; the
     kubelet puts it into the pod's status under claim:<the pod's name for it>, keyed by the device's
     CDI ID: the driver marks the allocated device Unhealthy, the pod's status says so, and back."""
-    settings = _devshim_settings(cluster)
     control = cluster.node.folder / "sim.ctl"
     control.touch()
-    config = Path(settings["drivers"][0]["command"][-1])
-    config.write_text(json.dumps({**json.loads(config.read_text()), "control_file": str(control)}))
+    settings = _devshim_settings(cluster, control)
     with Devshim(cluster.node, settings) as devshim:
         pool = Published(cluster.plane, "v1", NODE_NAME)
         wait_until(lambda: (found := pool.pool()) is not None and len(found) == 2, "devshim published 2 GPUs")
