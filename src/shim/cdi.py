@@ -8,6 +8,7 @@ driver's name, which settings hold to CDI's vendor rule; docs/dra.md, "CDI"), an
 drivers ship in ``initialize`` (``ShippedSpecs``, protocol 1.2), so the names a driver grants
 resolve on the node without the driver writing into the host's folders. Every file is written
 whole (a rename), so a runtime never reads half of one.
+
 Both are rendered here, from grants: a driver states devices and their edits (envs, mounts,
 device nodes), never a spec's raw JSON, so what a spec can make the runtime do (hooks run on
 the host, additional GIDs, RDT) stays out of a driver's reach.
@@ -86,17 +87,11 @@ def write_spec(path: Path, spec: CdiSpec) -> None:
     write_atomically(path, orjson.dumps(spec_json(spec), option=orjson.OPT_INDENT_2), mode=0o644)
 
 
-def resolves(name: str, specs: Sequence[CdiSpec]) -> bool:
-    """Whether the CDI device ``name`` ("vendor/class=device") is a device of one of ``specs``."""
-    kind, _, device = name.partition("=")
-    return any(s.kind == kind and any(d.name == device for d in s.devices) for s in specs)
-
-
 class ShippedSpecs:
     """The specs one driver ships, in the node's CDI folder: one file a kind,
     ``devshim-driver-<driver>@<vendor>+<class>.json`` (neither a driver's name nor a kind holds
-    "@" or "+", so no two drivers' or kinds' files share a name). Each ``initialize`` replaces the set, and
-    a kind no longer shipped is removed. Nothing is removed when the driver or devshim stops: a
+    "@" or "+", so no two drivers' or kinds' files share a name). Each ``initialize`` replaces
+    the set, and a kind no longer shipped is removed. Nothing is removed when the driver or devshim stops: a
     successor (a restarted devshim, one taking over in a handover) ships the same files, and
     containers created meanwhile still resolve their names."""
 
