@@ -26,6 +26,7 @@ from shim.node.dirwatch import DirWatcher
 from shim.node.handover import Handover
 from shim.policy import GrantPolicy
 from shim.settings import INSTANCE_ID_DIGITS, DriverSettings, Settings, socket_prefix
+from shim.slices import sliced
 from shim.sources import DeviceSource, StaticSource
 from shim.status import driver_status, resource_status
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 _RESTART_ONLY = (
     "device_plugins_dir", "state_dir", "deallocation", "registration", "api_versions", "plugins_registry_dir",
     "watch_mode", "poll_interval_s", "register_backoff_max_s", "prestart_timeout_s", "http", "socket", "dra",
+    "cdi_dir",
 )  # fmt: skip
 
 
@@ -289,6 +291,10 @@ class Shim:
         for name, host in old_drivers.items():
             if wanted.get(name) != host.settings:
                 await self._stop_driver(host)
+            if name not in wanted and self.settings.cdi_dir is not None:
+                # Gone from the config: its CDI specs go too (a driver still configured replaces
+                # its own at its next initialize; none are removed when devshim only stops).
+                await asyncio.to_thread(ShippedSpecs(self.settings.cdi_dir, name).replace, ())
         old_static = {r.name: r for r in self.settings.resources}
         for resource in self.settings.resources:
             if resource not in new.resources:
@@ -444,10 +450,16 @@ class _DriverResources:
                     "folder of the container runtime (e.g. /var/run/cdi, mounted read-write)"
                 )
             return
-        for spec in specs:
-            policy = self.shim.policies(self.driver.spec_policy(spec.kind))
-            for device in spec.devices:  # granting kind=name grants these edits
-                policy.check(dataclasses.replace(device.edits, cdi_devices=(f"{spec.kind}={device.name}",)))
+        # Up to MAX_CDI_SPEC_DEVICES checks (a host path each looked up): in slices, as long
+        # work on the loop is, so other resources' calls are answered meanwhile.
+        async with sliced("driver CDI specs checked") as slices:
+            for spec in specs:
+                policy = self.shim.policies(self.driver.spec_policy(spec.kind))
+                for device in spec.devices:  # granting kind=name grants these edits
+                    policy.check(
+                        dataclasses.replace(device.edits, cdi_devices=(f"{spec.kind}={device.name}",))
+                    )
+                    await slices.due()
         shipped = ShippedSpecs(folder, self.driver.name)
         written = await asyncio.to_thread(shipped.replace, specs)  # file I/O: off the loop
         if written:

@@ -138,6 +138,28 @@ async def test_a_spec_with_no_cdi_dir_configured_fails_the_start_naming_the_sett
     assert "cdi_dir is not set" in reason and KIND in reason, reason
 
 
+async def test_a_driver_taken_out_of_the_config_takes_its_specs_along_a_stop_does_not(
+    plugin_dir: Path, state_dir: Path, tmp_path: Path
+) -> None:
+    """The runtime reads the specs while devshim is away: devshim stopping leaves them (its
+    successor ships the same); a reload without the driver removes them, no other driver's."""
+    cdi_dir = tmp_path / "cdi"
+    policy = {"cdi_kinds": [KIND], "envs": ["SIM_CDI"]}
+    configured = settings(plugin_dir, state_dir, cdi_dir, "SIM_CDI", policy)
+    async with FakeKubelet(plugin_dir) as kubelet:
+        async with Shim(configured):
+            await (await kubelet.wait_for_plugin(GPU, timeout=WAIT_S)).wait_for_list(lambda d: len(d) == 2)
+        assert (cdi_dir / SPEC_FILE).is_file()  # kept through a stop
+        other = cdi_dir / "devshim-driver-other@example.com+kept.json"
+        other.write_text("{}")
+        async with Shim(configured) as shim:
+            await (await kubelet.wait_for_plugin(GPU, timeout=WAIT_S)).wait_for_list(lambda d: len(d) == 2)
+            await shim.reload(
+                Settings.load(device_plugins_dir=plugin_dir, state_dir=state_dir, cdi_dir=cdi_dir)
+            )
+            assert sorted(p.name for p in cdi_dir.iterdir()) == [other.name]
+
+
 # --- `devshim compat` resolves every CDI name a driver grants (the new driver author's case) -----
 
 

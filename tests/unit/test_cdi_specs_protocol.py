@@ -77,8 +77,16 @@ def test_annotations_and_cdi_names_in_edits_are_not_carried() -> None:
         pytest.param([spec(f"example.com/k{i}") for i in range(MAX_CDI_SPECS + 1)], "at most 16", id="specs"),
         pytest.param(
             [spec("example.com/x", *(f"d{i}" for i in range(MAX_CDI_SPEC_DEVICES + 1)))],
-            "1 to 4096",
+            "more than 1024 devices over all specs",
             id="devices",
+        ),
+        pytest.param(
+            [
+                spec(f"example.com/k{k}", *(f"d{i}" for i in range(MAX_CDI_SPEC_DEVICES // 2 + 1)))
+                for k in range(2)
+            ],
+            "more than 1024 devices over all specs",
+            id="devices-over-specs",
         ),
     ],
 )

@@ -249,6 +249,9 @@ def cdi_specs_from_json(specs: Any) -> tuple[CdiSpec, ...]:
         return ()
     if not isinstance(specs, list) or len(specs) > MAX_CDI_SPECS:
         raise DriverProtocolError(f"cdi_specs must be a list of at most {MAX_CDI_SPECS} specs")
+    listed = (field(s, "devices") for s in specs)
+    if sum(len(d) for d in listed if isinstance(d, list)) > MAX_CDI_SPEC_DEVICES:  # before reading them
+        raise DriverProtocolError(f"cdi_specs: more than {MAX_CDI_SPEC_DEVICES} devices over all specs")
     parsed = tuple(_cdi_spec(s) for s in specs)
     kinds = [s.kind for s in parsed]
     if len(set(kinds)) != len(kinds):

@@ -168,7 +168,7 @@ class CdiSpec(betterproto2.Message):
 
     devices: "list[CdiSpecDevice]" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, repeated=True)
     """
-    1 to 4,096, names unique within the spec.
+    At least one, names unique within the spec; 1,024 over all specs.
     """
 
 
