@@ -32,9 +32,9 @@ ReadClaim = Callable[[ClaimRef], Awaitable[Any]]
 # Claims prepared or unprepared at once, per DRA driver. A node starting many pods sends many
 # calls together, and each claim costs devshim's loop a few ms of CPU (its read from the API
 # server, the driver's call, two files): with 8 at once the loop stayed busy and another
-# resource's Allocate p99 was 4.8-6.7x quiet; with 2, each giving way to other ready work first
-# (shim/slices.py), 1.67-2.21x (median 1.86x) at 147-162 claims a second (bench/dra_flood.py,
-# 64 at once).
+# resource's Allocate p99 was 4.8-6.7x quiet (17 ms); with 2, each giving way to other ready
+# work first (shim/slices.py) while others wait, 6.9-8.7 ms, 1.59-3.2x of a quiet p99 that itself
+# moves from 2.4 to 5.3 ms on the 2-core VM, at 126-162 claims a second (bench/dra_flood.py).
 CLAIMS_AT_ONCE = 2
 
 
@@ -65,6 +65,7 @@ class ClaimPreparer:
         self._checkpoint = checkpoint
         self._locks: dict[str, asyncio.Lock] = {}
         self._slots = asyncio.Semaphore(CLAIMS_AT_ONCE)
+        self._pending = 0  # claims being prepared or unprepared, or waiting their turn
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, Outcome]:
         """Each claim by uid: prepared (or found prepared: the same answer again) or failed."""
@@ -81,15 +82,20 @@ class ClaimPreparer:
             if (problem := ref.problem()) is not None:
                 logger.warning("DRA driver {}: the kubelet named a claim wrongly: {}", self.driver, problem)
                 return Outcome(error=problem)
-            async with self._locks.setdefault(ref.uid, asyncio.Lock()), self._slots:
-                # DRA's one boundary: an error becomes the claim's error string, as DRA's protocol
-                # answers it (a gRPC status, errors.grpc_status, is the device plugin API's answer).
-                try:
-                    await give_way()
-                    return Outcome(devices=await step(ref))
-                except (ShimError, OSError) as exc:  # ClaimProblem and ApiError are ShimErrors
-                    logger.warning("DRA driver {}: claim {}: {}", self.driver, ref, exc)
-                    return Outcome(error=str(exc))
+            self._pending += 1
+            try:
+                async with self._locks.setdefault(ref.uid, asyncio.Lock()), self._slots:
+                    # DRA's one boundary: an error becomes the claim's error string, as DRA's protocol
+                    # answers it (a gRPC status, errors.grpc_status, is the device plugin API's answer).
+                    try:
+                        if self._pending > 1:  # claims at once: other calls go first (a lone
+                            await give_way()  # claim does not pay the pause)
+                        return Outcome(devices=await step(ref))
+                    except (ShimError, OSError) as exc:  # ClaimProblem and ApiError are ShimErrors
+                        logger.warning("DRA driver {}: claim {}: {}", self.driver, ref, exc)
+                        return Outcome(error=str(exc))
+            finally:
+                self._pending -= 1
 
         outcomes = await asyncio.gather(*(one(ref) for ref in claims))
         for ref in claims:
