@@ -17,17 +17,22 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
-from types import FrameType
+import threading
 from typing import Any
+
+from usr1 import on_sigusr1
+
+_write = threading.Lock()
 
 
 def send(message: dict[str, Any]) -> None:
-    """One line on stdout, whole, straight to the file descriptor (a signal handler writes too)."""
-    view = memoryview(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
-    while view:
-        view = view[os.write(1, view) :]
+    """One line on stdout, whole, straight to the file descriptor, one writer at a time (the
+    SIGUSR1 thread writes too)."""
+    with _write:
+        view = memoryview(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+        while view:
+            view = view[os.write(1, view) :]
 
 
 def main() -> None:
@@ -37,12 +42,12 @@ def main() -> None:
     prefix = env.get("CLAIM_PREFIX", "claim-")
     devices = [{"id": f"{prefix}{n}", "health": "HEALTHY"} for n in range(2)]
 
-    def next_step(signum: int, frame: FrameType | None) -> None:
+    def next_step() -> None:
         names = steps.pop(0)
         sys.stderr.write(f"claiming: resources_changed {names!r}\n")
         send({"method": "resources_changed", "params": {"resources": [{"name": n} for n in names]}})
 
-    signal.signal(signal.SIGUSR1, next_step)
+    on_sigusr1(next_step)
     for line in sys.stdin.buffer:
         request = json.loads(line)
         if "id" not in request:

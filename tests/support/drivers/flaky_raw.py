@@ -36,20 +36,28 @@ import json
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+from usr1 import on_sigusr1
 
 RESOURCE = "example.com/flaky"
 DEVICES = ["f-0", "f-1"]
 MAX_LINE_BYTES = 32 * 1024 * 1024  # docs/driver-protocol.md, "Transport and framing"
 
 
+_write = threading.Lock()
+
+
 def write_line(data: bytes) -> None:
-    """One line on stdout, whole: straight to the file descriptor, no buffering to interleave."""
-    view = memoryview(data + b"\n")
-    while view:
-        view = view[os.write(1, view) :]
+    """One line on stdout, whole: straight to the file descriptor, no buffering to interleave,
+    one writer at a time (the SIGUSR1 thread writes too)."""
+    with _write:
+        view = memoryview(data + b"\n")
+        while view:
+            view = view[os.write(1, view) :]
 
 
 def send(message: dict[str, Any]) -> None:
@@ -109,7 +117,7 @@ def main() -> None:
     held: dict[str, Any] | None = None  # a preferred_allocation request not answered yet
 
     if mode in ("garbage", "unknown_id", "oversized", "close_stdout"):
-        signal.signal(signal.SIGUSR1, lambda signum, frame: misbehave(mode))
+        on_sigusr1(lambda: misbehave(mode))
     if stubborn:
 
         def trap(signum: int, frame: FrameType | None) -> None:

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import threading
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Any
+
+from usr1 import on_sigusr1
 
 RESOURCE = "example.com/hostile"
 DEVICES = ["h-0", "h-1"]
@@ -146,12 +146,7 @@ def main() -> None:
     first = sum(line.startswith("start ") for line in run_file.read_text().splitlines()) == 1
     mode = env.get("HOSTILE_MODE", "none")
     if first and mode in ("list", "values", "numa"):
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            # In a thread: the handler may interrupt the main thread inside write_line.
-            threading.Thread(target=attack, args=(mode,)).start()
-
-        signal.signal(signal.SIGUSR1, on_signal)
+        on_sigusr1(lambda: attack(mode))
 
     for line in sys.stdin.buffer:
         request = json.loads(line)

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import threading
 from pathlib import Path
-from types import FrameType
 from typing import Any
+
+from usr1 import on_sigusr1
 
 _write = threading.Lock()
 
@@ -70,10 +70,7 @@ def main() -> None:
     if first and env.get("GROW"):
         ((name, count),) = pairs(env["GROW"]).items()
 
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            threading.Thread(target=grow, args=(name, count)).start()
-
-        signal.signal(signal.SIGUSR1, on_signal)
+        on_sigusr1(lambda: grow(name, count))
 
     for line in sys.stdin.buffer:
         request = json.loads(line)
