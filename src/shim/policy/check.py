@@ -113,8 +113,11 @@ class GrantPolicy:
             raise
 
     def _check(self, grant: ContainerGrant) -> None:
+        host_paths = self._judged(grant)
+        if not host_paths:
+            return
         looks = Looks(self.proc_devices)  # afresh on every call: symlinks and modes change
-        for host_path in self._judged(grant):
+        for host_path in host_paths:
             try:
                 self._check_resolved(host_path, looks)
             except _Refusal as refusal:
