@@ -1,0 +1,3 @@
+module devshim.local/driver
+
+go 1.26.0
