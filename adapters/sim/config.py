@@ -21,6 +21,7 @@ from shim.sdk.config import (
     format_validation_error,
     read_config_file,
     refuse_duplicates,
+    taints_from_json,
 )
 from shim.sdk.config import ConfigError as _FileError
 from shim.sdk.grants import GrantSettings
@@ -61,6 +62,13 @@ class DeviceConfig(_Published):
     # devshim's bound (Linux's MAX_NUMNODES is at most 1024): refused here, not as a list later.
     numa_nodes: list[Annotated[int, Field(ge=0, le=MAX_NUMA_NODE, strict=True)]] = []
     healthy: bool = True
+    # Protocol 1.3: [{key, value, effect}], as devshim checks them (DRA publishes them).
+    taints: list[dict[str, str]] = []
+
+    @model_validator(mode="after")
+    def _taints(self) -> Self:
+        taints_from_json(self.taints)
+        return self
 
 
 class Delays(_Strict):

@@ -4,6 +4,8 @@ The simulator polls the file every 50 ms and runs each new complete line
 (lines present when it starts following are skipped):
 
     health <resource> <id> Healthy|Unhealthy   -> health_changed
+    taint <resource> <id> <key> <effect>       -> devices_changed (the device gains the taint)
+    untaint <resource> <id>                    -> devices_changed (the device loses its taints)
     count <resource> <n>                       -> devices_changed (the new full list)
     add <resource> <n>                         -> resources_changed (n devices, per-call, empty grant)
     remove <resource>                          -> resources_changed
@@ -36,6 +38,7 @@ class Simulator(Protocol):
     CommandError for a command it cannot apply."""
 
     async def set_health(self, resource: str, device_id: str, health: types.Health) -> None: ...
+    async def set_taints(self, resource: str, device_id: str, taints: list[types.DeviceTaint]) -> None: ...
     async def set_count(self, resource: str, count: int) -> None: ...
     async def add_resource(self, resource: str, count: int) -> None: ...
     async def remove_resource(self, resource: str) -> None: ...
@@ -76,6 +79,10 @@ async def apply(driver: Simulator, line: str) -> None:
             if health.lower() not in _HEALTH:
                 raise CommandError(f"health must be Healthy or Unhealthy, not {health!r}")
             await driver.set_health(resource, device_id, _HEALTH[health.lower()])
+        case ["taint", resource, device_id, key, effect]:
+            await driver.set_taints(resource, device_id, [types.DeviceTaint(key=key, effect=effect)])
+        case ["untaint", resource, device_id]:
+            await driver.set_taints(resource, device_id, [])
         case ["count", resource, count]:
             await driver.set_count(resource, _count(count))
         case ["add", resource, count]:

@@ -86,6 +86,19 @@ class SimDriver(Driver):
         device.health = health
         await self.health_changed(resource, [(device_id, health)])
 
+    async def set_taints(self, resource: str, device_id: str, taints: list[types.DeviceTaint]) -> None:
+        sim = self._get(resource)
+        device = sim.devices.get(device_id)
+        if device is None:
+            raise CommandError(f"{resource} has no device {device_id!r}")
+        before, device.taints = device.taints, taints
+        try:
+            messages = sim.device_messages()
+            await self.devices_changed(resource, messages)
+        except ValueError as exc:  # a taint devshim would refuse: the list is not sent
+            device.taints = before
+            raise CommandError(str(exc)) from None
+
     async def set_count(self, resource: str, count: int) -> None:
         sim = self._get(resource)
         sim.resize(count)

@@ -18,6 +18,7 @@ class SimDevice:
     health: types.Health
     attributes: dict[str, types.Attribute] = field(default_factory=dict)
     capacity: dict[str, str] = field(default_factory=dict)
+    taints: list[types.DeviceTaint] = field(default_factory=list)
 
 
 def _sim_device(config: DeviceConfig) -> SimDevice:
@@ -27,6 +28,7 @@ def _sim_device(config: DeviceConfig) -> SimDevice:
         types.Health.HEALTHY if config.healthy else types.Health.UNHEALTHY,
         {name: types.Attribute(**value) for name, value in config.attributes.items()},  # type: ignore[arg-type]
         dict(config.capacity),
+        [types.DeviceTaint(**taint) for taint in config.taints],
     )
 
 
@@ -80,6 +82,7 @@ class SimResource:
                 grant=self._declared_grant(d.id) if declared else None,
                 attributes=d.attributes,
                 capacity=d.capacity,
+                taints=d.taints,
             )
             for d in self.devices.values()
         ]

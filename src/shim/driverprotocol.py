@@ -10,13 +10,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from shim.facts import SEMVER, is_dns_subdomain
-from shim.model import Attribute, AttributeKind
+from shim.facts import SEMVER, is_dns_subdomain, is_label_name, is_label_value
+from shim.model import Attribute, AttributeKind, DeviceTaint
 
 # Semver; the majors of devshim and a driver must be equal (docs/driver-protocol.md, "Lifecycle").
 # 1.1 added device attributes and capacity (DRA); 1.2 the CDI specs a driver ships in
-# initialize. An older driver leaves them out.
-PROTOCOL_VERSION = "1.2.0"
+# initialize; 1.3 device taints (DRA). An older driver leaves them out.
+PROTOCOL_VERSION = "1.3.0"
 PROTOCOL_MAJOR = PROTOCOL_VERSION.split(".")[0]
 
 # --- protocol 1.2: the CDI specs a driver ships (devshim's bounds: a node's few device kinds, and
@@ -27,6 +27,13 @@ MAX_CDI_SPECS = 16
 # (about 0.12 ms a device here), so 65,536 would cost it 8 s; a node's devices and their
 # partitions number in the tens to hundreds.
 MAX_CDI_SPEC_DEVICES = 1024
+
+# --- protocol 1.3: device taints (resource.k8s.io DeviceTaint) ------------------------------------
+
+# DeviceTaintsMaxLength is 4 in 1.33 and 1.34 and 16 from 1.35 on: 4 publishes on every release.
+MAX_DEVICE_TAINTS = 4
+# The effects every release with taints validates (validDeviceTaintEffects); "None" only from 1.35.
+TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 
 # --- protocol 1.1: what DRA publishes per device (resource.k8s.io's limits, every version) ----
 
@@ -143,3 +150,33 @@ def capacity_from_json(value: Any) -> tuple[tuple[str, str], ...]:
         if type(quantity) is not str or (problem := quantity_problem(quantity)) is not None:
             raise ValueError(f"capacity {name!r}: {problem or 'must be a string such as 80Gi'}")
     return tuple(sorted(value.items()))
+
+
+def taints_from_json(value: Any) -> tuple[DeviceTaint, ...]:
+    """A device's taints in their JSON form, checked as the API server checks them; ValueError
+    says why not."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ValueError("taints must be a list")
+    if len(value) > MAX_DEVICE_TAINTS:
+        raise ValueError(f"{len(value)} taints; at most {MAX_DEVICE_TAINTS} publish on every release")
+    taints = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise ValueError(f"taints[{i}] must be an object with key, value and effect")
+        key, text, effect = item.get("key"), item.get("value", ""), item.get("effect")
+        if type(key) is not str or not is_label_name(key):
+            raise ValueError(
+                f"taints[{i}]: key {repr(key)[:80]} is not a label name such as example.com/going-away"
+            )
+        if type(text) is not str or not is_label_value(text):
+            raise ValueError(
+                f"taints[{i}]: value {repr(text)[:80]} is not a label value (63 characters, [-_.A-Za-z0-9])"
+            )
+        if effect not in TAINT_EFFECTS:
+            raise ValueError(
+                f"taints[{i}]: effect {repr(effect)[:80]} is not one of {', '.join(TAINT_EFFECTS)}"
+            )
+        taints.append(DeviceTaint(key, text, effect))
+    return tuple(taints)

@@ -56,6 +56,20 @@ def is_dns_subdomain(text: str, max_length: int = DNS_SUBDOMAIN_MAX) -> bool:
     return len(text) <= max_length and DNS_SUBDOMAIN.fullmatch(text) is not None
 
 
+def is_label_name(text: str) -> bool:
+    """IsQualifiedName (a label's key, a taint's key): a name of at most 63 after an optional DNS
+    subdomain and "/"."""
+    prefix, slash, name = text.rpartition("/")
+    if slash and not (prefix and is_dns_subdomain(prefix)):
+        return False
+    return len(name) <= QUALIFIED_NAME_MAX and QUALIFIED_NAME.fullmatch(name) is not None
+
+
+def is_label_value(text: str) -> bool:
+    """IsValidLabelValue: empty, or a name part of at most 63."""
+    return not text or (len(text) <= QUALIFIED_NAME_MAX and QUALIFIED_NAME.fullmatch(text) is not None)
+
+
 # semver.org 2.0.0, as the API server checks a version attribute and both ends of the driver pipe
 # check each other's protocol version.
 _NUMERIC = r"(0|[1-9][0-9]*)"

@@ -49,6 +49,16 @@ class Device:
     # Protocol 1.1, for DRA: (name, value) pairs sorted by name, so equal devices compare equal.
     attributes: tuple[tuple[str, Attribute], ...] = ()
     capacity: tuple[tuple[str, str], ...] = ()  # (name, quantity), sorted by name
+    taints: tuple[DeviceTaint, ...] = ()  # protocol 1.3, for DRA, in the driver's order
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTaint:
+    """resource.k8s.io's DeviceTaint, less the time the API server stamps."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
 
 
 @dataclass(frozen=True, slots=True)

@@ -211,6 +211,11 @@ def test_dra_flags_and_version_order() -> None:
     # What a 1.33 kubelet needs of a newer server: the claims' v1beta1 turned on, nothing twice.
     assert dra_flags(34, ["v1beta1"]) == ["--runtime-config=resource.k8s.io/v1beta1=true"]
     assert dra_flags(33, ["v1beta1"]) == dra_flags(33)
+    # Gates on besides the defaults: one flag (a second --feature-gates would be another map).
+    assert dra_flags(34, gates_on=["DRADeviceTaints"]) == ["--feature-gates=DRADeviceTaints=true"]
+    assert dra_flags(33, gates_on=["DRADeviceTaints"])[0] == (
+        "--feature-gates=DynamicResourceAllocation=true,DRADeviceTaints=true"
+    )
     versions = ["v1alpha3", "v1beta1", "v1", "v1beta2", "v2alpha1"]
     assert sorted(versions, key=version_priority, reverse=True) == [
         "v1",

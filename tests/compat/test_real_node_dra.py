@@ -194,11 +194,7 @@ def test_a_claim_for_more_devices_than_published_leaves_the_pod_unschedulable(cl
         _claim(cluster, "three-gpus", count=3)
         cluster.create_pod(api_pod("greedy", "exec sleep infinity", claims={"gpu": "three-gpus"}))
 
-        def unschedulable(pod: dict[str, Any] | None) -> bool:
-            conditions = (pod or {}).get("status", {}).get("conditions") or []
-            return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions)
-
-        pod = cluster.wait_for_pod("greedy", unschedulable, "unschedulable")
+        pod = cluster.wait_for_pod("greedy", _unschedulable, "unschedulable")
         assert pod is not None and "nodeName" not in pod["spec"] and pod["status"]["phase"] == "Pending"
         [condition] = [c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled"]
         assert "cannot allocate all claims" in condition["message"]
@@ -351,6 +347,46 @@ def test_a_dra_devices_health_reaches_the_pods_status(cluster: ConnectedNode) ->
         [resource_id] = _health_in_status(pod, name)
         assert resource_id.startswith(f"{GPU_DRIVER}/claim="), resource_id  # the device's CDI ID
         _flip_until_seen(cluster, control, "watched", name, result["device"])
+
+
+def _unschedulable(pod: dict[str, Any] | None) -> bool:
+    conditions = (pod or {}).get("status", {}).get("conditions") or []
+    return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions)
+
+
+@pytest.mark.full_matrix
+def test_a_tainted_device_gets_no_new_claim_until_the_driver_clears_it(cluster: ConnectedNode) -> None:
+    """Issue 44, item 3, device taints (protocol 1.3) with the real kube-scheduler: the driver
+    taints gpu-0 NoSchedule, devshim publishes it, and the scheduler gives the first claim gpu-1
+    and leaves a second claim's pod Pending (gpu-1 taken, gpu-0 tainted); the driver clears the
+    taint and the waiting pod gets gpu-0."""
+    control = cluster.node.folder / "sim.ctl"
+    control.touch()
+    with Devshim(cluster.node, _devshim_settings(cluster, control)) as devshim:
+        pool = Published(cluster.plane, "v1", NODE_NAME)
+        wait_until(lambda: (found := pool.pool()) is not None and len(found) == 2, "devshim published 2 GPUs")
+        with control.open("a") as commands:
+            commands.write(f"taint {GPU} gpu-0 gpu.example.com/ecc-errors NoSchedule\n")
+        wait_until(lambda: ((pool.pool() or {}).get("gpu-0") or {}).get("taints"), "gpu-0's taint published")
+        wait_until(lambda: _dra_status(devshim).get("kubelet", {}).get("registered"),
+                   "the kubelet's plugin watcher registered devshim's DRA plugin")  # fmt: skip
+        _device_class(cluster)
+        _claim(cluster, "first", count=1)
+        cluster.create_pod(api_pod("first", "exec sleep infinity", claims={"gpu": "first"}))
+        cluster.wait_for_pod("first", _running, "running")
+        [result] = cluster.request("GET", f"{CLAIMS}/first")["status"]["allocation"]["devices"]["results"]
+        assert result["device"] == "gpu-1"  # never the tainted gpu-0
+
+        _claim(cluster, "second", count=1)
+        cluster.create_pod(api_pod("second", "exec sleep infinity", claims={"gpu": "second"}))
+        cluster.wait_for_pod("second", _unschedulable, "unschedulable: gpu-1 taken, gpu-0 tainted")
+        assert "allocation" not in cluster.request("GET", f"{CLAIMS}/second").get("status", {})
+
+        with control.open("a") as commands:
+            commands.write(f"untaint {GPU} gpu-0\n")
+        cluster.wait_for_pod("second", _running, "running once gpu-0's taint is gone")
+        [result] = cluster.request("GET", f"{CLAIMS}/second")["status"]["allocation"]["devices"]["results"]
+        assert result["device"] == "gpu-0"
 
 
 # -- the pure parts, in every run ------------------------------------------------------------------

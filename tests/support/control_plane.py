@@ -52,10 +52,12 @@ def build(release: upstream.Release) -> None:
 
 
 @contextmanager
-def running(release: upstream.Release, prefix: str = "ds-cp-") -> Iterator[ControlPlane]:
+def running(
+    release: upstream.Release, prefix: str = "ds-cp-", gates_on: Sequence[str] = ()
+) -> Iterator[ControlPlane]:
     """A control plane of `release` in a fresh folder, stopped (and the folder removed) after."""
     build(release)
-    with short_temp_dir(prefix) as folder, ControlPlane(release.minor, folder) as plane:
+    with short_temp_dir(prefix) as folder, ControlPlane(release.minor, folder, gates_on=gates_on) as plane:
         yield plane
 
 

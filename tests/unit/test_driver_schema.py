@@ -60,6 +60,9 @@ ACCEPTED = {
     "Attribute.version": "1.2.3-rc.1",
     "CdiSpec.kind": "example.com/fpga",  # CDI's name rules
     "CdiSpecDevice.name": "fpga-0",
+    "DeviceTaint.key": "gpu.example.com/going-away",  # a label name
+    "DeviceTaint.value": "firmware",  # a label value
+    "DeviceTaint.effect": "NoExecute",
 }
 # Maps whose keys and values the host checks: these get entries it accepts.
 ACCEPTED_MAPS = {"Device.capacity": {"memory": "80Gi", "cores": "1500m"}}

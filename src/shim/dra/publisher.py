@@ -46,7 +46,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ from loguru import logger
 
 from shim.dra.kube import ApiError, ApiServer, VersionGone
 from shim.dra.ownership import Offer
-from shim.dra.slices import SPEC_HASH, Pool, slice_object, spec_hash
+from shim.dra.slices import SPEC_HASH, Pool, dropped, slice_object, spec_hash
 
 BACKOFF_S = (0.5, 30.0)  # after a failed round: first wait, longest wait
 COALESCE_S = 0.05  # changes arriving this close together are written once
@@ -76,6 +76,9 @@ class PublisherStatus:
     rounds: int = 0  # comparisons of the pool with what is published that succeeded
     last_error: str | None = None
     published_at: float | None = None
+    # Feature gates whose device fields the API server dropped from the last slice written (off
+    # on that server): published without them, and said once in the log.
+    dropped: list[str] = field(default_factory=list)
 
 
 class PoolPublisher:
@@ -229,6 +232,7 @@ class PoolPublisher:
         self._generation += 1
         generation, count = self._generation, len(chunks)
         writing = asyncio.Semaphore(PARALLEL_WRITES)
+        lost: set[str] = set()  # gates whose fields the server dropped from a slice written
 
         async def write(index: int) -> None:
             body = slice_object(pool, chunks[index], generation, count, version)
@@ -247,9 +251,11 @@ class PoolPublisher:
             # Not unconditionally: the watch may have delivered this slice's deletion already.
             self._saw(written["metadata"]["name"], written, _version(written), replied=True)
             self.status.writes += 1
+            lost.update(dropped(body["spec"], written.get("spec"), version))
 
         try:
             await _all(write(i) for i in range(count))
+            self._dropped(sorted(lost))
             for extra in observed[count:]:  # only once the new generation is whole
                 name = extra["metadata"]["name"]
                 await api.delete_slice(version, name, extra["metadata"]["uid"])
@@ -263,6 +269,15 @@ class PoolPublisher:
         )  # fmt: skip
         self._published(pool, count)
         return True
+
+    def _dropped(self, gates: list[str]) -> None:
+        if gates and gates != self.status.dropped:
+            logger.warning(
+                "DRA {}: the API server dropped what needs the feature gate {} from the slices "
+                "devshim wrote (off on that server): the scheduler does not see it",
+                self._driver, ", ".join(gates),
+            )  # fmt: skip
+        self.status.dropped = gates
 
     def _published(self, pool: Pool, count: int) -> None:
         self.status.generation = self._generation

@@ -9,6 +9,11 @@ from k8s.io/api's resource/<version>/types.go:
 | v1beta2 | on the device; capacity `{value: q}` | optional | never (1.33 on, opt-in) |
 | v1beta1 | under `basic`; capacity `{value: q}` | a string | never (1.32 on, opt-in) |
 | v1alpha3 | under `basic`; capacity a bare quantity | a string | never (1.31-1.33) |
+
+Device taints (protocol 1.3) sit beside the attributes in every version from 1.33 on; an API
+server whose DRADeviceTaints gate is off (alpha in 1.33-1.35, beta and on in 1.36) drops them
+without an error, which ``dropped`` finds in what it answers. A slice with a tainted device holds
+at most 64 devices (1.37's ResourceSliceMaxDevicesWithAdvancedFeatures; fine on older ones too).
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ GROUP = "resource.k8s.io"
 # Newest first: the publisher takes the first the API server serves.
 VERSIONS = ("v1", "v1beta2", "v1beta1", "v1alpha3")
 MAX_DEVICES_PER_SLICE = 128  # ResourceSliceMaxDevices
+MAX_DEVICES_PER_SLICE_WITH_TAINTS = 64  # ResourceSliceMaxDevicesWithAdvancedFeatures
+# What a device may carry that an API server drops where its feature gate is off, by the gate.
+GATED = {"taints": "DRADeviceTaints"}
 # What the publisher writes on each slice: the hash of the spec it meant (the API server
 # rewrites quantities in canonical form, so the spec read back cannot be compared as written).
 SPEC_HASH = "devshim.dev/spec-hash"
@@ -80,7 +88,9 @@ class Pool:
     def chunks(self) -> list[tuple[PoolDevice, ...]]:
         """The devices of each slice; a pool with no devices is one empty slice (so that a
         scheduler sees the pool, complete and empty)."""
-        devices, size = self.devices, MAX_DEVICES_PER_SLICE
+        devices = self.devices
+        tainted = any(d.device.taints for d in devices)
+        size = MAX_DEVICES_PER_SLICE_WITH_TAINTS if tainted else MAX_DEVICES_PER_SLICE
         return [devices[i : i + size] for i in range(0, len(devices), size)] or [()]
 
 
@@ -118,6 +128,13 @@ def _device(entry: PoolDevice, version: str) -> dict[str, Any]:
         described["attributes"] = attributes
     if capacity:
         described["capacity"] = capacity
+    if device.taints:
+        described["taints"] = [
+            {"key": t.key, "value": t.value, "effect": t.effect}
+            if t.value
+            else {"key": t.key, "effect": t.effect}
+            for t in device.taints
+        ]
     if version in ("v1beta1", "v1alpha3"):
         return {"name": entry.name, "basic": described}
     return {"name": entry.name, **described}
@@ -145,3 +162,18 @@ def slice_object(
         },
         "spec": spec(pool, chunk, generation, count, version),
     }
+
+
+def dropped(sent: dict[str, Any], written: Any, version: str) -> list[str]:
+    """The gates (GATED) of the device fields ``sent`` has and the API server's answer
+    ``written`` lacks: a feature the server has off, or a version without the field."""
+
+    def fields(spec: Any) -> set[str]:
+        devices = spec.get("devices") if isinstance(spec, dict) else None
+        found: set[str] = set()
+        for device in devices if isinstance(devices, list) else ():
+            described = device.get("basic", {}) if version in ("v1beta1", "v1alpha3") else device
+            found |= {name for name in GATED if isinstance(described, dict) and described.get(name)}
+        return found
+
+    return sorted(GATED[name] for name in fields(sent) - fields(written))

@@ -25,6 +25,7 @@ from shim.driverprotocol import (
     PROTOCOL_VERSION,
     attributes_from_json,
     capacity_from_json,
+    taints_from_json,
 )
 from shim.errors import RequestError, ShimError, SourceFailed, SourceTimeout, SourceUnavailable
 from shim.facts import cdi_device_name_problem, cdi_kind_problem
@@ -150,10 +151,11 @@ def device_from_json(obj: Any) -> tuple[Device, ContainerGrant | None]:
     grant = field(obj, "grant")
     attributes = field(obj, "attributes")
     capacity = field(obj, "capacity")
+    taints = field(obj, "taints")
     device = Device(device_id, health_from_json(field(obj, "health")), tuple(numa))
-    if attributes or capacity:  # protocol 1.1; most lists have neither
+    if attributes or capacity or taints:  # protocol 1.1 and 1.3; most lists have none
         try:
-            typed = attributes_from_json(attributes), capacity_from_json(capacity)
+            typed = attributes_from_json(attributes), capacity_from_json(capacity), taints_from_json(taints)
         except ValueError as exc:
             raise DriverProtocolError(f"device {device_id!r}: {exc}") from None
         device = Device(device.id, device.health, device.numa_nodes, *typed)

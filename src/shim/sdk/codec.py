@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 import betterproto2
 
+from shim.driverprotocol import taints_from_json
 from shim.model import MAX_NUMA_NODE
 from shim.sdk.errors import InvalidParams
 from shim.sdk.generated.devshim.driver import v1 as types
@@ -207,6 +208,13 @@ def device_json(device: types.Device) -> dict[str, Any]:
         out["attributes"] = {name: _attribute_json(a) for name, a in device.attributes.items()}
     if device.capacity:
         out["capacity"] = device.capacity
+    if device.taints:
+        taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in device.taints]
+        try:  # as numa_nodes: the driver learns of a bad taint here, not from a refused list
+            taints_from_json(taints)
+        except ValueError as exc:
+            raise ValueError(f"device {device.id!r}: {exc}") from None
+        out["taints"] = taints
     return out
 
 

@@ -16,7 +16,12 @@ from collections import Counter
 from collections.abc import Iterable
 
 from shim.configfile import ConfigError, format_validation_error, read_config_file
-from shim.driverprotocol import MAX_ATTRIBUTE_VALUE_LENGTH, attributes_from_json, capacity_from_json
+from shim.driverprotocol import (
+    MAX_ATTRIBUTE_VALUE_LENGTH,
+    attributes_from_json,
+    capacity_from_json,
+    taints_from_json,
+)
 from shim.model import MAX_NUMA_NODE
 from shim.names import check_extended_resource_name
 
@@ -30,6 +35,7 @@ __all__ = [
     "format_validation_error",
     "read_config_file",
     "refuse_duplicates",
+    "taints_from_json",
 ]
 
 

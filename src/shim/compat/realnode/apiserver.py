@@ -38,19 +38,27 @@ class APIError(RuntimeError):
         self.status, self.body = status, body
 
 
-def dra_flags(minor: int, also: Sequence[str] = ()) -> list[str]:
+def dra_flags(minor: int, also: Sequence[str] = (), gates_on: Sequence[str] = ()) -> list[str]:
     """What release 1.`minor` needs to serve resource.k8s.io at its newest version, and the older
-    versions ``also`` (a 1.33 kubelet reads claims through v1beta1, off by default from 1.34)."""
+    versions ``also`` (a 1.33 kubelet reads claims through v1beta1, off by default from 1.34),
+    with the feature gates ``gates_on`` turned on (DRADeviceTaints, off by default before 1.36)."""
     betas = ["v1beta1", "v1beta2"] if minor == 33 else ["v1beta1"] if minor < 34 else []
     served = list(dict.fromkeys([*betas, *also]))
-    gates = [] if minor >= 34 else ["--feature-gates=DynamicResourceAllocation=true"]
+    on = [*(["DynamicResourceAllocation"] if minor < 34 else []), *gates_on]
+    gates = [f"--feature-gates={','.join(f'{gate}=true' for gate in on)}"] if on else []
     if not served:
         return gates  # v1, GA and enabled by default
     return [*gates, "--runtime-config=" + ",".join(f"resource.k8s.io/{v}=true" for v in served)]
 
 
 def apiserver_command(
-    binary: Path, minor: int, pki: Path, etcd_url: str, port: int, also: Sequence[str] = ()
+    binary: Path,
+    minor: int,
+    pki: Path,
+    etcd_url: str,
+    port: int,
+    also: Sequence[str] = (),
+    gates_on: Sequence[str] = (),
 ) -> list[str]:
     """kube-apiserver of release 1.`minor` on https://127.0.0.1:`port`, its data in `etcd_url`,
     its certificates and keys in `pki` (ca.crt, apiserver.crt/.key, service-account.key/.pub),
@@ -72,7 +80,7 @@ def apiserver_command(
         # The advertised address is 127.0.0.1, which an Endpoints object may not hold.
         "--endpoint-reconciler-type=none",
         "--allow-privileged=true",
-        *dra_flags(minor, also),
+        *dra_flags(minor, also, gates_on),
         "--v=2",
     ]
 

@@ -62,11 +62,14 @@ class ControlPlane(Started):
         spawn: Spawn = spawn,
         log: bool = False,
         resource_versions: Sequence[str] = (),
+        gates_on: Sequence[str] = (),
     ) -> None:
         """``resource_versions``: resource.k8s.io versions to serve besides the release's
-        defaults (over upgrades too), e.g. v1beta1 for a 1.33 kubelet."""
+        defaults (over upgrades too), e.g. v1beta1 for a 1.33 kubelet; ``gates_on``: feature
+        gates to turn on in kube-apiserver besides its defaults."""
         self.folder, self.minor, self._spawn, self._log = folder, minor, spawn, log
         self.resource_versions = tuple(resource_versions)
+        self.gates_on = tuple(gates_on)
         self.release = release(minor)  # JudgeUnavailable for a release without kube-apiserver
         self.etcd = upstream.etcd_for(self.release)  # etcd stays at this one over upgrades
         self.pki = folder / "pki"
@@ -146,7 +149,7 @@ class ControlPlane(Started):
     def _start_apiserver(self) -> None:
         binary = upstream.build(self.release, program=upstream.APISERVER_PROGRAM, log=self._log)
         argv = apiserver.apiserver_command(
-            binary, self.minor, self.pki, self.etcd_url, self.port, self.resource_versions
+            binary, self.minor, self.pki, self.etcd_url, self.port, self.resource_versions, self.gates_on
         )
         began = time.monotonic()
         self._apiserver = self._spawn(argv, self.apiserver_log)

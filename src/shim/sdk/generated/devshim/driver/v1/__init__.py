@@ -15,6 +15,7 @@ __all__ = (
     "ContainerRequest",
     "Device",
     "DeviceNode",
+    "DeviceTaint",
     "DevicesChangedParams",
     "DevicesParams",
     "DriverInfo",
@@ -238,6 +239,14 @@ class Device(betterproto2.Message):
     Quantities in Kubernetes' notation ("80Gi", "1500m", "4").
     """
 
+    taints: "list[DeviceTaint]" = betterproto2.field(7, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Protocol 1.3, published through DRA where the API server has device
+    taints (docs/dra.md): at most 4. The scheduler places no new claim on a
+    device with a NoSchedule or NoExecute taint unless the claim tolerates
+    it; NoExecute also evicts the pods of claims that do not.
+    """
+
 
 default_message_pool.register_message("devshim.driver.v1", "Device", Device)
 
@@ -286,6 +295,32 @@ class DevicesParams(betterproto2.Message):
 
 
 default_message_pool.register_message("devshim.driver.v1", "DevicesParams", DevicesParams)
+
+
+@dataclass(eq=False, repr=False)
+class DeviceTaint(betterproto2.Message):
+    """
+    A taint on a device, as resource.k8s.io's DeviceTaint without its time
+    (the API server stamps that).
+    """
+
+    key: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    A label name: "gpu.example.com/ecc-errors", "going-away".
+    """
+
+    value: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    A label value, may be empty.
+    """
+
+    effect: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    "NoSchedule" or "NoExecute" (every release with taints takes both).
+    """
+
+
+default_message_pool.register_message("devshim.driver.v1", "DeviceTaint", DeviceTaint)
 
 
 @dataclass(eq=False, repr=False)
@@ -368,7 +403,7 @@ class InitializeParams(betterproto2.Message):
 
     protocol_version: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
     """
-    The protocol version devshim speaks, semver ("1.2.0").
+    The protocol version devshim speaks, semver ("1.3.0").
     """
 
     devshim_version: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)

@@ -79,7 +79,7 @@ class DeviceNode(_message.Message):
     def __init__(self, container_path: _Optional[str] = ..., host_path: _Optional[str] = ..., permissions: _Optional[str] = ...) -> None: ...
 
 class Device(_message.Message):
-    __slots__ = ("id", "health", "numa_nodes", "grant", "attributes", "capacity")
+    __slots__ = ("id", "health", "numa_nodes", "grant", "attributes", "capacity", "taints")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -100,13 +100,25 @@ class Device(_message.Message):
     GRANT_FIELD_NUMBER: _ClassVar[int]
     ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    TAINTS_FIELD_NUMBER: _ClassVar[int]
     id: str
     health: Health
     numa_nodes: _containers.RepeatedScalarFieldContainer[int]
     grant: Grant
     attributes: _containers.MessageMap[str, Attribute]
     capacity: _containers.ScalarMap[str, str]
-    def __init__(self, id: _Optional[str] = ..., health: _Optional[_Union[Health, str]] = ..., numa_nodes: _Optional[_Iterable[int]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., attributes: _Optional[_Mapping[str, Attribute]] = ..., capacity: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    taints: _containers.RepeatedCompositeFieldContainer[DeviceTaint]
+    def __init__(self, id: _Optional[str] = ..., health: _Optional[_Union[Health, str]] = ..., numa_nodes: _Optional[_Iterable[int]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., attributes: _Optional[_Mapping[str, Attribute]] = ..., capacity: _Optional[_Mapping[str, str]] = ..., taints: _Optional[_Iterable[_Union[DeviceTaint, _Mapping]]] = ...) -> None: ...
+
+class DeviceTaint(_message.Message):
+    __slots__ = ("key", "value", "effect")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    EFFECT_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: str
+    effect: str
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ..., effect: _Optional[str] = ...) -> None: ...
 
 class Attribute(_message.Message):
     __slots__ = ("int", "bool", "string", "version")
