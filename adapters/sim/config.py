@@ -100,6 +100,8 @@ class ResourceConfig(_Published):
     prestart: bool = False
     deallocate: bool = False
     post_stop: bool = False
+    # Protocol 1.3: admin-access claims get the same grant, and nothing is taken.
+    admin_access: bool = False
     delays: Delays = Delays()
     # Protocol 1.2: a CDI spec the simulator ships, one device per device ID named by the ID,
     # with these edits expanded for that one device as a grant is ({ids} in env values, {id} in

@@ -45,6 +45,11 @@ class SimDriver(Driver):
         await _pause(sim.config.delays.allocate_s)
         return [sim.grant(ids) for ids in containers]
 
+    async def admin_access(self, resource: str, device_ids: list[str]) -> types.Grant:
+        sim = self._resources[resource]
+        sim.check(device_ids)
+        return sim.grant(device_ids)
+
     async def preferred_allocation(self, resource: str, request: types.PreferenceRequest) -> list[str]:
         sim = self._resources[resource]
         await _pause(sim.config.delays.preferred_allocation_s)

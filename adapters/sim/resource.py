@@ -67,6 +67,7 @@ class SimResource:
             prestart=config.prestart,
             deallocate=config.deallocate,
             post_stop=config.post_stop,
+            admin_access=config.admin_access,
         )
 
     def message(self) -> types.Resource:

@@ -84,6 +84,7 @@ def _frozen_map(value: Mapping[str, str] | None = None) -> Mapping[str, str]:
 @dataclass(frozen=True, slots=True)
 class ContainerAllocateRequest:
     device_ids: tuple[str, ...]
+    admin_access: bool = False  # DRA's adminAccess: the devices may be in use and stay so
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,3 +144,5 @@ class Capabilities:
     # deallocate is emulated through PodResources.
     deallocate: bool = False
     post_stop: bool = False
+    # Protocol 1.3: prepares DRA admin-access claims (devices in use by others stay theirs).
+    admin_access: bool = False

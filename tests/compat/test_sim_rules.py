@@ -120,3 +120,34 @@ async def test_control_commands_change_the_running_simulator(tmp_path: Path) -> 
         assert await sim.finish() == 0
     assert "frobnicate" in sim.stderr and "'two' is not a device count" in sim.stderr
     assert sim.unmatched == []
+
+
+async def test_the_sdk_routes_an_admin_access_request_to_admin_access_and_refuses_the_rest(
+    tmp_path: Path,
+) -> None:
+    """Protocol 1.3 through the Python SDK (the sim): an admin-access container goes to the
+    driver's admin_access (the sim grants as allocate does), a resource without the flag answers
+    -32601 as for any optional method it lacks, and a mix of admin and plain containers is
+    malformed params."""
+    grant = {"envs": {"SIM_DEVICES": "{ids}"}}
+    config = {
+        "resources": [
+            {"name": "example.com/gpu", "count": 2, "grant": grant, "admin_access": True},
+            {"name": "example.com/nic", "count": 1, "grant": grant},
+        ]
+    }
+    async with running_sim(config, tmp_path) as sim:
+        started = await sim.initialize("1.3.0")
+        flags = {r["name"]: r.get("admin_access", False) for r in started["result"]["resources"]}
+        assert flags == {"example.com/gpu": True, "example.com/nic": False}
+        admin = {"device_ids": ["gpu-0"], "admin_access": True}
+        answer = await sim.request(1, "allocate", {"resource": "example.com/gpu", "containers": [admin]})
+        assert answer["result"] == {"containers": [{"envs": {"SIM_DEVICES": "gpu-0"}}]}
+        refused = await sim.request(2, "allocate", {"resource": "example.com/nic", "containers": [
+            {"device_ids": ["nic-0"], "admin_access": True}
+        ]})  # fmt: skip
+        assert refused["error"]["code"] == -32601
+        mixed = await sim.request(3, "allocate", {"resource": "example.com/gpu", "containers": [
+            admin, {"device_ids": ["gpu-1"]}
+        ]})  # fmt: skip
+        assert mixed["error"]["code"] == -32602 and "some containers but not all" in mixed["error"]["message"]

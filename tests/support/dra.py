@@ -153,8 +153,9 @@ def make_claim(
     driver: str = GPU_DRIVER,
     pods: list[tuple[str, str]] | None = None,
     namespace: str = "default",
+    admin: bool = False,
 ) -> dict[str, Any]:
     """shim.compat.dra_world.allocate_claim, for GPU_DRIVER unless told."""
     return world.allocate_claim(
-        plane, version, name, results, node=node, driver=driver, pods=pods, namespace=namespace
+        plane, version, name, results, node=node, driver=driver, pods=pods, namespace=namespace, admin=admin
     )

@@ -42,7 +42,10 @@ def test_a_claims_devices_are_unhealthy_to_the_device_plugin_and_refused_to_it()
     holds.check_for_claim(["a"], CLAIM)  # its own devices again: a repeated prepare
     with pytest.raises(DeviceHeld, match=re.escape(f"held by {CLAIM} through DRA; {OTHER} cannot")):
         holds.check_for_claim(["a"], OTHER)
-    assert holds.claim_freed(["a", "c"]) and not holds.claim_freed(["a"])
+    # Only the claim that holds a device gives it back.
+    assert not holds.claim_freed(["a", "c"], OTHER)
+    assert holds.for_plugin(devices) != devices
+    assert holds.claim_freed(["a", "c"], CLAIM) and not holds.claim_freed(["a"], CLAIM)
     assert holds.for_plugin(devices) == devices
     holds.check_for_plugin(["a"])
 
@@ -131,7 +134,7 @@ async def test_each_api_sees_the_others_holds_while_a_request_is_in_flight(
     await service.deallocate(["g0"])
     assert [d.id for d in await latest(dra_view)] == ["g0", "g1", "g2"]
     # An unprepared claim's device is healthy to the device plugin again.
-    await service.unprepare(["g2"])
+    await service.unprepare(["g2"], CLAIM)
     assert [d.health for d in await latest(plugin_view)] == [Health.HEALTHY] * 3
 
 

@@ -98,16 +98,23 @@ def allocate_claim(
     driver: str,
     pods: list[tuple[str, str]] | None = None,
     namespace: str = "default",
+    admin: bool = False,
 ) -> dict[str, Any]:
     """A ResourceClaim allocated and reserved as the scheduler leaves it: ``results`` are
     (request, device) pairs from ``driver``'s pool on ``node``, ``pods`` (name, uid) pairs
-    reserve it (default: one pod named after the claim). Returns the claim as stored."""
+    reserve it (default: one pod named after the claim); ``admin``: every request asks for admin
+    access (the namespace must carry resource.kubernetes.io/admin-access). Returns the claim as
+    stored."""
     counts = {request: sum(r == request for r, _ in results) for request, _ in results}
+    extra = {"adminAccess": True} if admin else {}
     spec: list[dict[str, Any]]
     if version != "v1beta1":  # v1beta2 and v1 nest an exact request under "exactly"
-        spec = [{"name": r, "exactly": {"deviceClassName": driver, "count": n}} for r, n in counts.items()]
+        spec = [
+            {"name": r, "exactly": {"deviceClassName": driver, "count": n, **extra}}
+            for r, n in counts.items()
+        ]
     else:
-        spec = [{"name": r, "deviceClassName": driver, "count": n} for r, n in counts.items()]
+        spec = [{"name": r, "deviceClassName": driver, "count": n, **extra} for r, n in counts.items()]
     body = {
         "apiVersion": f"resource.k8s.io/{version}",
         "kind": "ResourceClaim",
@@ -119,7 +126,9 @@ def allocate_claim(
     claim["status"] = {
         "allocation": {
             "devices": {
-                "results": [{"request": r, "driver": driver, "pool": node, "device": d} for r, d in results]
+                "results": [
+                    {"request": r, "driver": driver, "pool": node, "device": d, **extra} for r, d in results
+                ]
             }
         },
         "reservedFor": [

@@ -86,8 +86,12 @@ class Holds:
         """Device ID -> the claim holding it, as a checkpoint kept them."""
         self._claims.update(claims)
 
-    def claim_freed(self, device_ids: Iterable[str]) -> bool:
-        return any([self._claims.pop(device_id, None) is not None for device_id in device_ids])
+    def claim_freed(self, device_ids: Iterable[str], claim: str) -> bool:
+        """``claim`` gives these devices back; one another claim holds stays held."""
+        freed = [i for i in device_ids if self._claims.get(i) == claim]
+        for device_id in freed:
+            del self._claims[device_id]
+        return bool(freed)
 
     # --- what each API is shown ----------------------------------------------
 

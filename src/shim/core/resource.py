@@ -195,12 +195,17 @@ class ResourceService:
                 self._on_allocated(self.name, list(request.device_ids))
         return grants
 
-    async def prepare(self, device_ids: Sequence[str], claim: str = "a claim") -> ContainerGrant:
+    async def prepare(
+        self, device_ids: Sequence[str], claim: str = "a claim", *, admin_access: bool = False
+    ) -> ContainerGrant:
         """DRA's preparation of ``claim``'s devices of this resource (docs/dra.md, "From the
         device plugin to a claim"): the guard and the grant policy of Allocate, then the driver's
         pre-start; not tracked for the v1beta1 Deallocate emulation, since the kubelet says
         itself when a claim is done (``unprepare``). The devices are the claim's from the start
-        (core/holds.py), and again free if it fails."""
+        (core/holds.py), and again free if it fails. An admin-access claim takes nothing: its
+        devices may be anyone's and stay so (no hold, no pre-start; docs/dra.md, "Admin access")."""
+        if admin_access:
+            return await self._prepare_admin(device_ids)
         self._check_usable(device_ids)
         if self.holds is None:
             return await self._prepare(device_ids)
@@ -210,7 +215,7 @@ class ResourceService:
         try:
             return await self._prepare(device_ids)
         except BaseException:
-            await self.claim_gone(device_ids)
+            await self.claim_gone(device_ids, claim)
             raise
 
     async def _prepare(self, device_ids: Sequence[str]) -> ContainerGrant:
@@ -224,15 +229,30 @@ class ResourceService:
         await self.prestart(device_ids)
         return grant
 
-    async def unprepare(self, device_ids: Sequence[str]) -> None:
-        """A prepared claim's devices are free again: the driver's deallocate; errors raise
-        (the kubelet retries unprepare, and the claim holds its devices until it succeeds)."""
-        await self.source.deallocate(device_ids)
-        await self.claim_gone(device_ids)
+    async def _prepare_admin(self, device_ids: Sequence[str]) -> ContainerGrant:
+        self._check_known(device_ids)  # Unhealthy or held by another: an admin may still look
+        request = ContainerAllocateRequest(tuple(device_ids), admin_access=True)
+        (grant,) = await self.source.allocate([request])
+        try:
+            self.policy.check(grant)
+        except GrantRefused as refused:  # nothing was taken: no deallocate to send
+            metrics.policy_refused(self.name, refused.kind)
+            raise
+        return grant
 
-    async def claim_gone(self, device_ids: Sequence[str]) -> None:
-        """No claim holds these devices any more, whatever the driver said."""
-        if self.holds is not None and self.holds.claim_freed(device_ids):
+    async def unprepare(self, device_ids: Sequence[str], claim: str, *, admin_access: bool = False) -> None:
+        """A prepared claim's devices are free again: the driver's deallocate; errors raise
+        (the kubelet retries unprepare, and the claim holds its devices until it succeeds). An
+        admin-access claim took nothing, so nothing is given back."""
+        if admin_access:
+            return
+        await self.source.deallocate(device_ids)
+        await self.claim_gone(device_ids, claim)
+
+    async def claim_gone(self, device_ids: Sequence[str], claim: str) -> None:
+        """``claim`` holds these devices no more, whatever the driver said (a device another
+        claim holds stays held)."""
+        if self.holds is not None and self.holds.claim_freed(device_ids, claim):
             await self._show()
 
     def _refused(self, refused: GrantRefused, requests: Sequence[ContainerAllocateRequest]) -> None:

@@ -44,6 +44,7 @@ class Group:
 
     resource: str
     device_ids: tuple[str, ...]
+    admin_access: bool = False  # an admin-access claim's: taken from no one, given back to no one
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +148,7 @@ def _to_json(entry: Entry) -> dict[str, Any]:
     return {
         "namespace": entry.namespace,
         "name": entry.name,
-        "groups": [{"resource": g.resource, "device_ids": list(g.device_ids)} for g in entry.groups],
+        "groups": [_group_json(g) for g in entry.groups],
         "devices": None
         if entry.devices is None
         else [
@@ -162,12 +163,22 @@ def _to_json(entry: Entry) -> dict[str, Any]:
     }
 
 
+def _group_json(group: Group) -> dict[str, Any]:
+    written: dict[str, Any] = {"resource": group.resource, "device_ids": list(group.device_ids)}
+    if group.admin_access:  # only then: a file an older devshim wrote reads the same
+        written["admin_access"] = True
+    return written
+
+
 def _from_json(raw: dict[str, Any]) -> Entry:
     devices = raw["devices"]
     return Entry(
         namespace=str(raw["namespace"]),
         name=str(raw["name"]),
-        groups=tuple(Group(str(g["resource"]), tuple(map(str, g["device_ids"]))) for g in raw["groups"]),
+        groups=tuple(
+            Group(str(g["resource"]), tuple(map(str, g["device_ids"])), g.get("admin_access") is True)
+            for g in raw["groups"]
+        ),
         devices=None
         if devices is None
         else tuple(

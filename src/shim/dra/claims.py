@@ -59,6 +59,7 @@ class Allocated:
 
     request: str
     device: str  # the DRA device name (shim/dra/names.py)
+    admin_access: bool = False  # the result's adminAccess: the device may be in use by others
 
 
 def allocated(claim: Any, ref: ClaimRef, driver: str, pool: str) -> list[Allocated]:
@@ -94,7 +95,7 @@ def allocated(claim: Any, ref: ClaimRef, driver: str, pool: str) -> list[Allocat
                 f"claim {ref}: device {device!r} is in pool {result.get('pool')!r}, not this node's "
                 f"({pool!r})"
             )
-        mine.append(Allocated(request, device))
+        mine.append(Allocated(request, device, result.get("adminAccess") is True))
     if not mine:
         raise ClaimProblem(f"claim {ref} has no device of driver {driver}")
     return mine

@@ -118,12 +118,15 @@ class ClaimPreparer:
         names = self._owners().names
         groups = self._groups(ref, results, names)
         if entry is not None:  # a preparation cut short (devshim stopped): undo it first
-            await self._undo(entry.groups)
+            await self._undo(ref, entry.groups)
         await self._checkpoint.put(ref.uid, Entry(ref.namespace, ref.name, groups, None))
         grants: list[ContainerGrant] = []
         try:
             for group in groups:
-                grants.append(await self._service(group.resource).prepare(group.device_ids, f"claim {ref}"))
+                service = self._service(group.resource)
+                grants.append(
+                    await service.prepare(group.device_ids, f"claim {ref}", admin_access=group.admin_access)
+                )
             cdi_devices = [
                 cdi.CdiDevice(cdi.device_name(ref.uid, i), grant)
                 for i, grant in enumerate(grants)
@@ -132,7 +135,7 @@ class ClaimPreparer:
             if cdi_devices:  # a synced write: on a thread, the loop serves meanwhile
                 await asyncio.to_thread(self._specs.write, self.driver, ref.uid, cdi_devices)
         except BaseException:
-            await self._undo(groups[: len(grants)])
+            await self._undo(ref, groups[: len(grants)])
             self._specs.remove(self.driver, ref.uid)  # an unlink: no sync to wait for
             await self._checkpoint.drop(ref.uid)
             raise
@@ -146,7 +149,8 @@ class ClaimPreparer:
     def _groups(
         self, ref: ClaimRef, results: Sequence[Allocated], names: Mapping[str, tuple[str, str]]
     ) -> tuple[Group, ...]:
-        by_resource: dict[str, dict[str, None]] = {}
+        # One group a resource, and apart from it its devices a request with admin access asked for.
+        by_resource: dict[tuple[str, bool], dict[str, None]] = {}
         for result in results:
             found = names.get(result.device)
             if found is None:
@@ -155,8 +159,8 @@ class ClaimPreparer:
                     f"pool {self.pool} of {self.driver} now (a driver still starting, or a device gone)"
                 )
             resource, device_id = found
-            by_resource.setdefault(resource, {})[device_id] = None
-        return tuple(Group(r, tuple(ids)) for r, ids in sorted(by_resource.items()))
+            by_resource.setdefault((resource, result.admin_access), {})[device_id] = None
+        return tuple(Group(r, tuple(ids), admin) for (r, admin), ids in sorted(by_resource.items()))
 
     def _answer(
         self,
@@ -166,10 +170,10 @@ class ClaimPreparer:
         groups: Sequence[Group],
         grants: Sequence[ContainerGrant],
     ) -> tuple[PreparedDevice, ...]:
-        index = {g.resource: i for i, g in enumerate(groups)}
+        index = {(g.resource, g.admin_access): i for i, g in enumerate(groups)}
         answer = []
         for result in results:
-            i = index[names[result.device][0]]
+            i = index[names[result.device][0], result.admin_access]
             grant = grants[i]
             ours = (cdi.CdiDevice(cdi.device_name(ref.uid, i), grant).qualified(self.driver),)
             ids = (ours if has_edits(grant) else ()) + grant.cdi_devices
@@ -182,21 +186,22 @@ class ClaimPreparer:
             raise ClaimProblem(f"resource {resource} of DRA driver {self.driver} is not served now")
         return service
 
-    async def _undo(self, groups: Sequence[Group]) -> None:
+    async def _undo(self, ref: ClaimRef, groups: Sequence[Group]) -> None:
         """Best effort, for a preparation that failed: the kubelet will prepare again."""
+        claim = f"claim {ref}"
         for group in groups:
             try:
                 service = self._service(group.resource)
             except ClaimProblem:
                 continue
             try:
-                await service.unprepare(group.device_ids)
+                await service.unprepare(group.device_ids, claim, admin_access=group.admin_access)
             except ShimError as exc:
                 logger.warning(
                     "DRA driver {}: deallocate of {} after a failed prepare: {}",
                     self.driver, ", ".join(group.device_ids), exc,
                 )  # fmt: skip
-                await service.claim_gone(group.device_ids)  # not prepared: nothing holds them
+                await service.claim_gone(group.device_ids, claim)  # not prepared: nothing holds them
 
     # --- unprepare -----------------------------------------------------------
 
@@ -208,7 +213,9 @@ class ClaimPreparer:
             self._specs.remove(self.driver, ref.uid)
             return ()
         for group in entry.groups:
-            await self._service(group.resource).unprepare(group.device_ids)
+            await self._service(group.resource).unprepare(
+                group.device_ids, f"claim {ref}", admin_access=group.admin_access
+            )
         self._specs.remove(self.driver, ref.uid)
         await self._checkpoint.drop(ref.uid)
         logger.info("DRA driver {}: claim {} unprepared", self.driver, ref)
@@ -219,11 +226,12 @@ class ClaimPreparer:
 
     def holding(self, resource: str) -> dict[str, str]:
         """Device ID -> the claim that holds it, of ``resource``, as checkpointed (a claim
-        preparing when devshim stopped too: its devices may be allocated)."""
+        preparing when devshim stopped too: its devices may be allocated; an admin-access claim
+        holds none)."""
         return {
             device_id: f"claim {entry.namespace}/{entry.name} ({uid})"
             for uid, entry in self._checkpoint
             for group in entry.groups
-            if group.resource == resource
+            if group.resource == resource and not group.admin_access
             for device_id in group.device_ids
         }

@@ -208,6 +208,7 @@ def resource_from_json(obj: Any) -> ResourceInfo:
             pre_start=bool(field(obj, "prestart")),
             deallocate=bool(field(obj, "deallocate")),
             post_stop=bool(field(obj, "post_stop")),
+            admin_access=bool(field(obj, "admin_access")),
         ),
     )
 
@@ -304,7 +305,13 @@ def devices_params(resource: str, device_ids: Sequence[str]) -> dict[str, Any]:
 
 
 def allocate_params(resource: str, requests: Sequence[ContainerAllocateRequest]) -> dict[str, Any]:
-    return {"resource": resource, "containers": [{"device_ids": list(r.device_ids)} for r in requests]}
+    return {"resource": resource, "containers": [_container(r) for r in requests]}
+
+
+def _container(request: ContainerAllocateRequest) -> dict[str, Any]:
+    if request.admin_access:  # protocol 1.3, only ever sent to a resource that declares it
+        return {"device_ids": list(request.device_ids), "admin_access": True}
+    return {"device_ids": list(request.device_ids)}
 
 
 def grants_from_json(result: Any, expected: int) -> list[ContainerGrant]:

@@ -20,7 +20,7 @@ from loguru import logger
 
 from shim import grants, revision
 from shim.driverhost import protocol
-from shim.errors import ShimError, SourceUnavailable
+from shim.errors import RequestError, ShimError, SourceUnavailable
 from shim.groups import DeviceGroups, Group
 from shim.inventory import InventoryStore, SavedResource
 from shim.model import (
@@ -256,6 +256,11 @@ class DriverSource(DeviceSource):
             # Every device declared its grant at list time: no round trip, even mid-restart.
             answer = [self._merged.get(r.device_ids) for r in requests]
         else:
+            if any(r.admin_access for r in requests) and not self.info.capabilities.admin_access:
+                raise RequestError(
+                    f"{self.name}: an admin-access claim needs the driver to declare admin_access for "
+                    "the resource (driver protocol 1.3), or a declared grant for each device"
+                )
             count = len(requests)
             params = protocol.allocate_params(self.name, requests)
             granted = await self._call("allocate", params, lambda r: protocol.grants_from_json(r, count))
@@ -267,7 +272,8 @@ class DriverSource(DeviceSource):
         return grants.merge(self._declared[i] for i in device_ids)
 
     def _mark_in_use(self, requests: Sequence[ContainerAllocateRequest]) -> None:
-        changed = [self._in_use.add(request.device_ids) for request in requests]
+        # An admin-access request takes nothing: its devices stay with whoever holds them.
+        changed = [self._in_use.add(r.device_ids) for r in requests if not r.admin_access]
         if any(changed):  # the same devices again (an init container's, say) change nothing saved
             self._save_soon()
 

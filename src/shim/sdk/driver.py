@@ -21,7 +21,7 @@ from shim.sdk.codec import device_json, health_json, log_level_json, message_jso
 from shim.sdk.errors import NotImplementedByResource
 from shim.sdk.generated.devshim.driver import v1 as types
 
-OPTIONAL_METHODS = ("preferred_allocation", "prestart", "deallocate", "post_stop")
+OPTIONAL_METHODS = ("preferred_allocation", "prestart", "deallocate", "post_stop", "admin_access")
 
 
 class Driver(abc.ABC):
@@ -67,6 +67,13 @@ class Driver(abc.ABC):
 
     async def post_stop(self, resource: str, device_ids: list[str]) -> None:
         raise NotImplementedByResource(resource, "post_stop")
+
+    async def admin_access(self, resource: str, device_ids: list[str]) -> types.Grant:
+        """A DRA claim with admin access asks for these devices (protocol 1.3): they may be in use
+        by other claims and stay theirs, so grant what monitoring or management needs and take
+        nothing; no prestart or deallocate follows. Called for a resource with
+        ``admin_access=True`` (an allocate request whose container says ``admin_access``)."""
+        raise NotImplementedByResource(resource, "admin_access")
 
     # The two hooks do nothing unless overridden: optional, so not abstract.
     async def on_initialize(self, params: types.InitializeParams) -> None:  # noqa: B027

@@ -113,6 +113,15 @@ class _Dispatcher:
     async def _allocate(self, params: Any) -> dict[str, Any]:
         request = decode(types.AllocateParams, "allocate", params)
         self._resource(request.resource)
+        if any(c.admin_access for c in request.containers):  # protocol 1.3: DRA, one container
+            self._resource(request.resource, "admin_access")
+            if not all(c.admin_access for c in request.containers):
+                raise InvalidParams("allocate", "admin_access is set on some containers but not all")
+            admin = [
+                await self._driver.admin_access(request.resource, list(c.device_ids))
+                for c in request.containers
+            ]
+            return {"containers": [grant_json(g) for g in admin]}
         containers = [list(c.device_ids) for c in request.containers]
         grants = await self._driver.allocate(request.resource, containers)
         return {"containers": [grant_json(g) for g in grants]}

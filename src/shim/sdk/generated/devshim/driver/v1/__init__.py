@@ -197,6 +197,15 @@ default_message_pool.register_message("devshim.driver.v1", "CdiSpecDevice", CdiS
 class ContainerRequest(betterproto2.Message):
     device_ids: "list[str]" = betterproto2.field(1, betterproto2.TYPE_STRING, repeated=True)
 
+    admin_access: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+    """
+    Protocol 1.3, DRA only: a claim with admin access (resource.k8s.io's
+    adminAccess) asks for these devices, which may be in use by other
+    claims and stay theirs: grant what monitoring or management needs and
+    take nothing. No prestart or deallocate follows. Sent only for a
+    resource that declares admin_access (docs/driver-protocol.md).
+    """
+
 
 default_message_pool.register_message("devshim.driver.v1", "ContainerRequest", ContainerRequest)
 
@@ -540,6 +549,12 @@ class Resource(betterproto2.Message):
     deallocate: "bool" = betterproto2.field(4, betterproto2.TYPE_BOOL)
 
     post_stop: "bool" = betterproto2.field(5, betterproto2.TYPE_BOOL)
+
+    admin_access: "bool" = betterproto2.field(6, betterproto2.TYPE_BOOL)
+    """
+    Protocol 1.3: allocate takes admin-access requests (ContainerRequest's
+    admin_access) for this resource's devices.
+    """
 
 
 default_message_pool.register_message("devshim.driver.v1", "Resource", Resource)

@@ -133,18 +133,20 @@ class Attribute(_message.Message):
     def __init__(self, int: _Optional[int] = ..., bool: _Optional[bool] = ..., string: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
 
 class Resource(_message.Message):
-    __slots__ = ("name", "preferred_allocation", "prestart", "deallocate", "post_stop")
+    __slots__ = ("name", "preferred_allocation", "prestart", "deallocate", "post_stop", "admin_access")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PREFERRED_ALLOCATION_FIELD_NUMBER: _ClassVar[int]
     PRESTART_FIELD_NUMBER: _ClassVar[int]
     DEALLOCATE_FIELD_NUMBER: _ClassVar[int]
     POST_STOP_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_ACCESS_FIELD_NUMBER: _ClassVar[int]
     name: str
     preferred_allocation: bool
     prestart: bool
     deallocate: bool
     post_stop: bool
-    def __init__(self, name: _Optional[str] = ..., preferred_allocation: _Optional[bool] = ..., prestart: _Optional[bool] = ..., deallocate: _Optional[bool] = ..., post_stop: _Optional[bool] = ...) -> None: ...
+    admin_access: bool
+    def __init__(self, name: _Optional[str] = ..., preferred_allocation: _Optional[bool] = ..., prestart: _Optional[bool] = ..., deallocate: _Optional[bool] = ..., post_stop: _Optional[bool] = ..., admin_access: _Optional[bool] = ...) -> None: ...
 
 class Allocation(_message.Message):
     __slots__ = ("resource", "device_ids")
@@ -230,10 +232,12 @@ class ListDevicesResult(_message.Message):
     def __init__(self, devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ...) -> None: ...
 
 class ContainerRequest(_message.Message):
-    __slots__ = ("device_ids",)
+    __slots__ = ("device_ids", "admin_access")
     DEVICE_IDS_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_ACCESS_FIELD_NUMBER: _ClassVar[int]
     device_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, device_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    admin_access: bool
+    def __init__(self, device_ids: _Optional[_Iterable[str]] = ..., admin_access: _Optional[bool] = ...) -> None: ...
 
 class AllocateParams(_message.Message):
     __slots__ = ("resource", "containers")
