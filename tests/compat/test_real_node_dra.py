@@ -389,6 +389,53 @@ def test_a_tainted_device_gets_no_new_claim_until_the_driver_clears_it(cluster: 
         assert result["device"] == "gpu-0"
 
 
+@pytest.mark.full_matrix
+def test_an_admin_claim_gets_the_device_an_exclusive_claim_holds_and_leaves_it_held(
+    cluster: ConnectedNode,
+) -> None:
+    """Issue 44, item 3, admin access (GA 1.36) with the real kube-scheduler: the node's one GPU is
+    an exclusive claim's pod's; an admin-access claim in a namespace labelled for it is allocated
+    the same GPU by the scheduler, prepared by devshim beside the first (protocol 1.3), and its
+    pod runs with the grant; deleting it leaves the owner's claim prepared."""
+    node = cluster.node
+    sim = {"name": GPU, "count": 1, "admin_access": True, "grant": {"envs": {"SIM_DEVICES": "{ids}"}}}
+    settings = _devshim_settings(cluster)  # its sim, replaced by one GPU that serves admin access:
+    settings["drivers"] = [_sim_driver(node.folder, "admin-sim", sim, {"envs": ["SIM_DEVICES"]})]
+    namespace = cluster.request("GET", "/api/v1/namespaces/default")
+    namespace["metadata"].setdefault("labels", {})["resource.kubernetes.io/admin-access"] = "true"
+    cluster.request("PUT", "/api/v1/namespaces/default", namespace)
+    with Devshim(node, settings) as devshim:
+        pool = Published(cluster.plane, "v1", NODE_NAME)
+        wait_until(lambda: (found := pool.pool()) is not None and len(found) == 1, "devshim published gpu-0")
+        wait_until(lambda: _dra_status(devshim).get("kubelet", {}).get("registered"),
+                   "the kubelet's plugin watcher registered devshim's DRA plugin")  # fmt: skip
+        _device_class(cluster)
+        _claim(cluster, "owner", count=1)
+        cluster.create_pod(api_pod("owner", "exec sleep infinity", claims={"gpu": "owner"}))
+        cluster.wait_for_pod("owner", _running, "running")
+
+        request = {"name": "gpu", "exactly": {"deviceClassName": GPU_DRIVER, "count": 1, "adminAccess": True}}
+        cluster.request(
+            "POST", CLAIMS, {"metadata": {"name": "watcher"}, "spec": {"devices": {"requests": [request]}}}
+        )
+        script = reporting("echo SIM_DEVICES=$SIM_DEVICES")
+        cluster.create_pod(api_pod("watcher", script, claims={"gpu": "watcher"}))
+        cluster.wait_for_pod("watcher", _running, "running beside the owner")
+        [result] = cluster.request("GET", f"{CLAIMS}/watcher")["status"]["allocation"]["devices"]["results"]
+        assert (result["device"], result.get("adminAccess")) == ("gpu-0", True)
+        assert _report(cluster, "watcher")["SIM_DEVICES"] == "gpu-0"
+        assert _dra_status(devshim)["kubelet"]["prepared_claims"] == 2
+
+        cluster.delete_pod("watcher")
+        cluster.wait_for_pod("watcher", lambda p: p is None, "deleted by the kubelet once stopped")
+        wait_until(
+            lambda: _dra_status(devshim)["kubelet"]["prepared_claims"] == 1, "the admin claim unprepared"
+        )
+        held = (devshim.status() or {})["resources"][GPU]["held"]
+        assert held["dra"] == ["gpu-0"], held  # still the owner's
+        assert _running(cluster.request("GET", "/api/v1/namespaces/default/pods/owner"))
+
+
 # -- the pure parts, in every run ------------------------------------------------------------------
 
 _CDI_RUNTIME = containerd.Runtime("/c/containerd", "/c/shim", "/c/ctr", "v2.4.2", cdi=True)
