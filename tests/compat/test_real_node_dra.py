@@ -14,8 +14,10 @@ A pod on the device-plugin path gets a CDI device the same way, from the spec de
 ships (protocol 1.2).
 
 Needs root, runc, Go (the kubelet, kube-apiserver, kube-scheduler, etcd and containerd are
-built into the judge's cache: minutes cold) and openssl; the two end-to-end tests run with
---full-matrix (docs/real-node.md, "A connected node (DRA)", has their cost). The pure parts
+built into the judge's cache: minutes cold, by tests/support/prebuild.py in CI) and openssl. The
+first end-to-end test (a DRA claim's pod through the real scheduler, kubelet and containerd with
+CDI) runs by default, at the newest connected release; the others with --full-matrix
+(docs/real-node.md, "A connected node (DRA)", has their cost). The pure parts
 (containerd 2.x's configuration, the scheduler's, the kubelet's connected command line, the
 API pods) are checked in every run.
 """
@@ -143,7 +145,6 @@ def _report(cluster: ConnectedNode, pod: str) -> dict[str, str]:
     return dict(line.partition("=")[::2] for line in log.splitlines() if "=" in line)
 
 
-@pytest.mark.full_matrix
 def test_a_pod_gets_the_device_the_scheduler_allocated_through_devshim_and_cdi(
     cluster: ConnectedNode,
 ) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 
+from shim.compat.realnode import containerd
+from shim.compat.realnode.connected import connected_releases
 from shim.compat.upstream import releases as upstream
 from tests.support import control_plane, dra_judge, judge, real_node
 
@@ -35,6 +37,13 @@ def main() -> None:
     if newer:
         control_plane.build(newer[0])
         _built(f"control plane {newer[0].name} (the upgrade target)", started)
+    # The connected node's (tests/compat/test_real_node_dra.py): its kubelet and control plane are
+    # built above; the scheduler links from their packages, containerd 2.x with CDI is its own.
+    for release in connected_releases()[-1:]:
+        upstream.build(release, program=upstream.SCHEDULER_PROGRAM, log=False)
+        _built(f"kube-scheduler {release.name}", started)
+        containerd.with_cdi(log=False)
+        _built("containerd with CDI", started)
 
 
 if __name__ == "__main__":
