@@ -18,6 +18,7 @@ from shim.sdk.config import (
     attributes_from_json,
     capacity_from_json,
     check_extended_resource_name,
+    counter_sets_from_json,
     format_validation_error,
     read_config_file,
     refuse_duplicates,
@@ -64,10 +65,16 @@ class DeviceConfig(_Published):
     healthy: bool = True
     # Protocol 1.3: [{key, value, effect}], as devshim checks them (DRA publishes them).
     taints: list[dict[str, str]] = []
+    # Protocol 1.3, partitionable devices: [{name, counters: {counter: quantity}}] this device
+    # brings to the pool, and [{counter_set, counters}] taking it uses up.
+    counter_sets: list[dict[str, Any]] = []
+    consumes_counters: list[dict[str, Any]] = []
 
     @model_validator(mode="after")
-    def _taints(self) -> Self:
+    def _dra_13(self) -> Self:
         taints_from_json(self.taints)
+        counter_sets_from_json(self.counter_sets)
+        counter_sets_from_json(self.consumes_counters, "consumes_counters")
         return self
 
 

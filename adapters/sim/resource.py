@@ -19,6 +19,8 @@ class SimDevice:
     attributes: dict[str, types.Attribute] = field(default_factory=dict)
     capacity: dict[str, str] = field(default_factory=dict)
     taints: list[types.DeviceTaint] = field(default_factory=list)
+    counter_sets: list[types.CounterSet] = field(default_factory=list)
+    consumes_counters: list[types.CounterConsumption] = field(default_factory=list)
 
 
 def _sim_device(config: DeviceConfig) -> SimDevice:
@@ -29,6 +31,11 @@ def _sim_device(config: DeviceConfig) -> SimDevice:
         {name: types.Attribute(**value) for name, value in config.attributes.items()},  # type: ignore[arg-type]
         dict(config.capacity),
         [types.DeviceTaint(**taint) for taint in config.taints],
+        [types.CounterSet(name=c["name"], counters=dict(c["counters"])) for c in config.counter_sets],
+        [
+            types.CounterConsumption(counter_set=c["counter_set"], counters=dict(c["counters"]))
+            for c in config.consumes_counters
+        ],
     )
 
 
@@ -84,6 +91,8 @@ class SimResource:
                 attributes=d.attributes,
                 capacity=d.capacity,
                 taints=d.taints,
+                counter_sets=d.counter_sets,
+                consumes_counters=d.consumes_counters,
             )
             for d in self.devices.values()
         ]

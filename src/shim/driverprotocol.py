@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from shim.facts import SEMVER, is_dns_subdomain, is_label_name, is_label_value
-from shim.model import Attribute, AttributeKind, DeviceTaint
+from shim.facts import SEMVER, is_dns_label, is_dns_subdomain, is_label_name, is_label_value
+from shim.model import Attribute, AttributeKind, CounterSet, DeviceTaint
 
 # Semver; the majors of devshim and a driver must be equal (docs/driver-protocol.md, "Lifecycle").
 # 1.1 added device attributes and capacity (DRA); 1.2 the CDI specs a driver ships in
@@ -34,6 +34,13 @@ MAX_CDI_SPEC_DEVICES = 1024
 MAX_DEVICE_TAINTS = 4
 # The effects every release with taints validates (validDeviceTaintEffects); "None" only from 1.35.
 TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+
+# --- protocol 1.3: partitionable devices (resource.k8s.io CounterSet, DeviceCounterConsumption, 1.36's
+# limits: ResourceSliceMaxCounterSets, ...CountersPerCounterSet, ...DeviceCounterConsumptionsPerDevice)
+
+MAX_DEVICE_COUNTER_SETS = 8  # the sets one device brings (a slice takes 8: ResourceSliceMaxCounterSets)
+MAX_COUNTERS = 32  # per set, and per consumption
+MAX_CONSUMPTIONS = 2  # counter sets one device consumes from
 
 # --- protocol 1.1: what DRA publishes per device (resource.k8s.io's limits, every version) ----
 
@@ -180,3 +187,35 @@ def taints_from_json(value: Any) -> tuple[DeviceTaint, ...]:
             )
         taints.append(DeviceTaint(key, text, effect))
     return tuple(taints)
+
+
+def counter_sets_from_json(value: Any, what: str = "counter_sets") -> tuple[CounterSet, ...]:
+    """Counter sets (``counter_sets``) or a device's consumption of them (``consumes_counters``,
+    whose name field is ``counter_set``), checked as the API server checks them; ValueError says
+    why not."""
+    if value is None:
+        return ()
+    consumed = what == "consumes_counters"
+    limit, key = (MAX_CONSUMPTIONS, "counter_set") if consumed else (MAX_DEVICE_COUNTER_SETS, "name")
+    if not isinstance(value, list) or len(value) > limit:
+        raise ValueError(f"{what} must be a list of at most {limit}")
+    found = []
+    for i, item in enumerate(value):
+        name = item.get(key, item.get("counterSet")) if isinstance(item, dict) else None
+        if type(name) is not str or not is_dns_label(name):
+            raise ValueError(f"{what}[{i}]: {key} {repr(name)[:80]} is not a DNS label such as gpu-0")
+        counters = item.get("counters")
+        if not isinstance(counters, dict) or not 0 < len(counters) <= MAX_COUNTERS:
+            raise ValueError(
+                f"{what}[{i}] ({name}): counters must map 1 to {MAX_COUNTERS} names to quantities"
+            )
+        for counter, amount in counters.items():
+            if not is_dns_label(counter):
+                raise ValueError(f"{what}[{i}] ({name}): counter {counter[:80]!r} is not a DNS label")
+            problem = quantity_problem(amount) if type(amount) is str else "must be a quantity such as 80Gi"
+            if problem is not None:
+                raise ValueError(f"{what}[{i}] ({name}): counter {counter!r}: {problem}")
+        found.append(CounterSet(name, tuple(sorted(counters.items()))))
+    if len({c.name for c in found}) != len(found):
+        raise ValueError(f"{what}: a counter set is named twice")
+    return tuple(found)

@@ -50,6 +50,18 @@ class Device:
     attributes: tuple[tuple[str, Attribute], ...] = ()
     capacity: tuple[tuple[str, str], ...] = ()  # (name, quantity), sorted by name
     taints: tuple[DeviceTaint, ...] = ()  # protocol 1.3, for DRA, in the driver's order
+    # Protocol 1.3, partitionable devices (DRA): the counter sets this device brings to its pool,
+    # and what taking it uses up of them.
+    counter_sets: tuple[CounterSet, ...] = ()
+    consumes_counters: tuple[CounterSet, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CounterSet:
+    """Named counters: a pool's shared set, or what one device consumes of the set so named."""
+
+    name: str
+    counters: tuple[tuple[str, str], ...]  # (counter, quantity), sorted by counter
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,7 +95,7 @@ async def test_taints_reach_the_slices_where_the_gate_is_on_and_are_said_dropped
     else:  # the gate is off by default: the server keeps the devices and drops their taints
         assert seen["first"] == []
         assert seen["status"]["dropped"] == [GATE]
-        assert f"the API server dropped what needs the feature gate {GATE}" in seen["log"]
+        assert f"carry nothing that needs the feature gate {GATE}" in seen["log"]
 
 
 @pytest.mark.parametrize("gated", [control_plane.param(r) for r in control_plane.APISERVERS[:-1]])

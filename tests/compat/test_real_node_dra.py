@@ -437,6 +437,68 @@ def test_an_admin_claim_gets_the_device_an_exclusive_claim_holds_and_leaves_it_h
         assert _running(cluster.request("GET", "/api/v1/namespaces/default/pods/owner"))
 
 
+@pytest.mark.full_matrix
+def test_a_pod_gets_a_partition_and_the_whole_device_is_counted(cluster: ConnectedNode) -> None:
+    """Issue 44, item 3, partitionable devices (protocol 1.3, 1.36's shape) with the real
+    kube-scheduler: the sim serves gpu-0 (bringing the counter set gpu-0, 80Gi and 7 slices, and
+    taking all of it) and its halves (40Gi and 3 slices each). A pod's claim for a half runs; a claim
+    for the whole GPU cannot be allocated while that half is taken; a claim for the other half can."""
+    whole, half = {"memory": "80Gi", "slices": "7"}, {"memory": "40Gi", "slices": "3"}
+
+    def kind(k: str) -> dict[str, Any]:
+        return {"kind": {"string": k}}
+
+    sim = {
+        "name": GPU,
+        "grant": {"envs": {"SIM_DEVICES": "{ids}"}},
+        "devices": [
+            {"id": "gpu-0", "attributes": kind("whole"),
+             "counter_sets": [{"name": "gpu-0", "counters": whole}],
+             "consumes_counters": [{"counter_set": "gpu-0", "counters": whole}]},
+            *({"id": f"gpu-0-{p}", "attributes": kind("half"),
+               "consumes_counters": [{"counter_set": "gpu-0", "counters": half}]} for p in "ab"),
+        ],
+    }  # fmt: skip
+    settings = _devshim_settings(cluster)
+    settings["drivers"] = [_sim_driver(cluster.node.folder, "mig-sim", sim, {"envs": ["SIM_DEVICES"]})]
+    with Devshim(cluster.node, settings) as devshim:
+        pool = Published(cluster.plane, "v1", NODE_NAME)
+        wait_until(
+            lambda: (found := pool.pool()) is not None and len(found) == 3, "the GPU and its halves published"
+        )
+        wait_until(lambda: _dra_status(devshim).get("kubelet", {}).get("registered"),
+                   "the kubelet's plugin watcher registered devshim's DRA plugin")  # fmt: skip
+        _device_class(cluster)
+
+        def claim(name: str, which: str) -> None:
+            selector = {"cel": {"expression": f'device.attributes["{GPU_DRIVER}"].kind == "{which}"'}}
+            request = {
+                "name": "gpu",
+                "exactly": {"deviceClassName": GPU_DRIVER, "count": 1, "selectors": [selector]},
+            }
+            cluster.request(
+                "POST", CLAIMS, {"metadata": {"name": name}, "spec": {"devices": {"requests": [request]}}}
+            )
+            cluster.create_pod(api_pod(name, "exec sleep infinity", claims={"gpu": name}))
+
+        def allocated(name: str) -> str:
+            [result] = cluster.request("GET", f"{CLAIMS}/{name}")["status"]["allocation"]["devices"][
+                "results"
+            ]
+            return str(result["device"])
+
+        claim("half-1", "half")
+        cluster.wait_for_pod("half-1", _running, "running on a half")
+        first = allocated("half-1")
+        assert first in ("gpu-0-a", "gpu-0-b")
+        claim("whole", "whole")
+        cluster.wait_for_pod("whole", _unschedulable, "unschedulable: a half of gpu-0's counters is taken")
+        claim("half-2", "half")
+        cluster.wait_for_pod("half-2", _running, "running on the other half")
+        assert {first, allocated("half-2")} == {"gpu-0-a", "gpu-0-b"}
+        assert _dra_status(devshim)["kubelet"]["prepared_claims"] == 2
+
+
 # -- the pure parts, in every run ------------------------------------------------------------------
 
 _CDI_RUNTIME = containerd.Runtime("/c/containerd", "/c/shim", "/c/ctr", "v2.4.2", cdi=True)

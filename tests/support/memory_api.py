@@ -44,6 +44,9 @@ class MemoryApi:
     async def slice_versions(self) -> list[str]:
         return ["v1"]
 
+    async def minor(self) -> int | None:
+        return None  # says no release: devshim writes today's shape
+
     async def node_uid(self, node: str) -> str | None:
         return None
 

@@ -63,9 +63,15 @@ ACCEPTED = {
     "DeviceTaint.key": "gpu.example.com/going-away",  # a label name
     "DeviceTaint.value": "firmware",  # a label value
     "DeviceTaint.effect": "NoExecute",
+    "CounterSet.name": "gpu-0",  # a DNS label
+    "CounterConsumption.counter_set": "gpu-0",
 }
 # Maps whose keys and values the host checks: these get entries it accepts.
-ACCEPTED_MAPS = {"Device.capacity": {"memory": "80Gi", "cores": "1500m"}}
+ACCEPTED_MAPS = {
+    "Device.capacity": {"memory": "80Gi", "cores": "1500m"},
+    "CounterSet.counters": {"memory": "80Gi", "slices": "7"},  # DNS labels to quantities
+    "CounterConsumption.counters": {"memory": "40Gi"},
+}
 
 
 # --- every field set, from the descriptor ------------------------------------------------------
@@ -338,7 +344,10 @@ HOST_READS: dict[str, Callable[[Any], object]] = {
 HOST_WRITES: dict[str, Callable[[], dict[str, Any]]] = {
     "InitializeParams": lambda: protocol.initialize_params("0.1.0", [("example.com/a", ("a0",))]),
     "ListDevicesParams": lambda: protocol.list_devices_params("example.com/a"),
-    "AllocateParams": lambda: protocol.allocate_params("example.com/a", [ContainerAllocateRequest(("a0",))]),
+    # Every field: the admin-access flag is written only where set (proto3's default left out).
+    "AllocateParams": lambda: protocol.allocate_params(
+        "example.com/a", [ContainerAllocateRequest(("a0",), admin_access=True)]
+    ),
     "PreferredAllocationParams": lambda: protocol.preferred_params(
         "example.com/a", PreferredAllocationRequest(("a0", "a1"), ("a0",), 1)
     ),

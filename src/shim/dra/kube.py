@@ -136,6 +136,14 @@ class ApiServer:
         claim: dict[str, Any] = await self._call("GET", path)
         return claim
 
+    async def minor(self) -> int | None:
+        """The API server's minor release (/version: "37" of 1.37, "37+" from some vendors); None
+        where it says none devshim can read."""
+        with _translated("GET /version"):
+            found = await self._api.version()
+        digits = str(found.get("minor", "") if isinstance(found, dict) else "").rstrip("+")
+        return int(digits) if digits.isascii() and digits.isdigit() else None
+
     async def node_uid(self, node: str) -> str | None:
         """The Node's uid, for the slices' owner reference; None where it cannot be read."""
         try:

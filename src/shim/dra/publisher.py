@@ -54,7 +54,7 @@ from loguru import logger
 
 from shim.dra.kube import ApiError, ApiServer, VersionGone
 from shim.dra.ownership import Offer
-from shim.dra.slices import SPEC_HASH, Pool, dropped, slice_object, spec_hash
+from shim.dra.slices import PARTITIONS, PARTITIONS_SINCE, SPEC_HASH, Pool, dropped, slice_object, spec_hash
 
 BACKOFF_S = (0.5, 30.0)  # after a failed round: first wait, longest wait
 COALESCE_S = 0.05  # changes arriving this close together are written once
@@ -107,6 +107,7 @@ class PoolPublisher:
         self._versions: dict[str, str] = {}
         self._selector = f"spec.driver={driver},spec.nodeName={node}"
         self._clash: str | None = None  # what the offer last said is refused
+        self._partitions = True  # the server takes 1.36's shape of partitionable devices
 
     def changed(self) -> None:
         self._dirty.set()
@@ -141,6 +142,9 @@ class PoolPublisher:
         if version != self.status.version:
             logger.info("DRA {}: publishing ResourceSlices as resource.k8s.io/{}", self._driver, version)
         self.status.version = version
+        minor = await api.minor()
+        # Partitionable devices in 1.36's shape: never to an older server, nor in v1alpha3.
+        self._partitions = version != "v1alpha3" and (minor is None or minor >= PARTITIONS_SINCE)
         owner = await api.node_uid(self._node)
         while True:  # a watch that ends, for whatever reason, is followed by a fresh list
             items, since = await api.list_slices(version, self._selector)
@@ -220,7 +224,7 @@ class PoolPublisher:
             else:
                 logger.info("DRA {}: no device names clash in the pool any more", self._driver)
             self._clash = offer.problem
-        pool = Pool.named(self._driver, self._node, offer.devices)
+        pool = Pool.named(self._driver, self._node, offer.devices, self._partitions)
         chunks = pool.chunks()
         observed = sorted(self._observed.values(), key=lambda o: o["metadata"]["name"])
         seen = max((_generation(o) for o in observed), default=0)
@@ -232,7 +236,8 @@ class PoolPublisher:
         self._generation += 1
         generation, count = self._generation, len(chunks)
         writing = asyncio.Semaphore(PARALLEL_WRITES)
-        lost: set[str] = set()  # gates whose fields the server dropped from a slice written
+        lost: set[str] = {PARTITIONS} if pool.counters_unpublished() else set()  # gates whose fields
+        # the server dropped from a slice written, or devshim left out for it
 
         async def write(index: int) -> None:
             body = slice_object(pool, chunks[index], generation, count, version)
@@ -273,8 +278,9 @@ class PoolPublisher:
     def _dropped(self, gates: list[str]) -> None:
         if gates and gates != self.status.dropped:
             logger.warning(
-                "DRA {}: the API server dropped what needs the feature gate {} from the slices "
-                "devshim wrote (off on that server): the scheduler does not see it",
+                "DRA {}: the slices devshim wrote carry nothing that needs the feature gate {}: the "
+                "API server dropped it (the gate off there) or predates the shape devshim writes; "
+                "the scheduler does not see it",
                 self._driver, ", ".join(gates),
             )  # fmt: skip
         self.status.dropped = gates

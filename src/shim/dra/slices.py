@@ -14,6 +14,13 @@ Device taints (protocol 1.3) sit beside the attributes in every version from 1.3
 server whose DRADeviceTaints gate is off (alpha in 1.33-1.35, beta and on in 1.36) drops them
 without an error, which ``dropped`` finds in what it answers. A slice with a tainted device holds
 at most 64 devices (1.37's ResourceSliceMaxDevicesWithAdvancedFeatures; fine on older ones too).
+
+Partitionable devices (protocol 1.3) take 1.36's shape: the pool's counter sets in slices of their
+own (`sharedCounters`, no `devices`, at most 8 a slice), each device's `consumesCounters` beside
+its attributes, 64 devices a slice once one consumes counters. 1.33-1.35 had another shape (the
+sets in the slice of the devices consuming them) behind an alpha gate off by default: to an API
+server older than 1.36, or in v1alpha3, a pool is published without counters (``partitions``
+False), and said so as dropped.
 """
 
 from __future__ import annotations
@@ -29,15 +36,18 @@ import grpc
 from shim.dra.names import collisions, device_name
 from shim.driverprotocol import MAX_ATTRIBUTES_AND_CAPACITIES
 from shim.errors import ShimError
-from shim.model import Device
+from shim.model import CounterSet, Device
 
 GROUP = "resource.k8s.io"
 # Newest first: the publisher takes the first the API server serves.
 VERSIONS = ("v1", "v1beta2", "v1beta1", "v1alpha3")
 MAX_DEVICES_PER_SLICE = 128  # ResourceSliceMaxDevices
 MAX_DEVICES_PER_SLICE_WITH_TAINTS = 64  # ResourceSliceMaxDevicesWithAdvancedFeatures
+MAX_COUNTER_SETS_PER_SLICE = 8  # ResourceSliceMaxCounterSets
+PARTITIONS_SINCE = 36  # the first release with 1.36's shape of partitionable devices
+PARTITIONS = "DRAPartitionableDevices"
 # What a device may carry that an API server drops where its feature gate is off, by the gate.
-GATED = {"taints": "DRADeviceTaints"}
+GATED = {"taints": "DRADeviceTaints", "consumesCounters": PARTITIONS}
 # What the publisher writes on each slice: the hash of the spec it meant (the API server
 # rewrites quantities in canonical form, so the spec read back cannot be compared as written).
 SPEC_HASH = "devshim.dev/spec-hash"
@@ -69,6 +79,7 @@ class Pool:
     driver: str
     node: str
     devices: tuple[PoolDevice, ...]
+    partitions: bool = True  # counter sets and their consumption published (1.36's shape)
 
     @classmethod
     def of(cls, driver: str, node: str, devices: Iterable[Device]) -> Pool:
@@ -81,17 +92,40 @@ class Pool:
         return cls.named(driver, node, (PoolDevice(device_name(d.id), d) for d in listed))
 
     @classmethod
-    def named(cls, driver: str, node: str, devices: Iterable[PoolDevice]) -> Pool:
+    def named(cls, driver: str, node: str, devices: Iterable[PoolDevice], partitions: bool = True) -> Pool:
         """Devices already named, each name once (shim/dra/ownership.py decided who keeps it)."""
-        return cls(driver, node, tuple(sorted(devices, key=_name)))
+        return cls(driver, node, tuple(sorted(devices, key=_name)), partitions)
 
-    def chunks(self) -> list[tuple[PoolDevice, ...]]:
-        """The devices of each slice; a pool with no devices is one empty slice (so that a
-        scheduler sees the pool, complete and empty)."""
+    def counter_sets(self) -> tuple[CounterSet, ...]:
+        """The counter sets the pool's devices bring, by name; of two devices naming one set, the
+        one whose name sorts first keeps it (as for device names: an order, not a race)."""
+        found: dict[str, CounterSet] = {}
+        for entry in self.devices:
+            for counter_set in entry.device.counter_sets:
+                found.setdefault(counter_set.name, counter_set)
+        return tuple(found[name] for name in sorted(found))
+
+    def counters_unpublished(self) -> bool:
+        """Counters the pool has but does not publish here (``partitions`` off)."""
+        return not self.partitions and any(
+            d.device.counter_sets or d.device.consumes_counters for d in self.devices
+        )
+
+    def chunks(self) -> list[Chunk]:
+        """The devices of each slice, then the counter sets of each; a pool with neither is one
+        empty slice (so that a scheduler sees the pool, complete and empty)."""
         devices = self.devices
-        tainted = any(d.device.taints for d in devices)
-        size = MAX_DEVICES_PER_SLICE_WITH_TAINTS if tainted else MAX_DEVICES_PER_SLICE
-        return [devices[i : i + size] for i in range(0, len(devices), size)] or [()]
+        advanced = any(d.device.taints or (self.partitions and d.device.consumes_counters) for d in devices)
+        size = MAX_DEVICES_PER_SLICE_WITH_TAINTS if advanced else MAX_DEVICES_PER_SLICE
+        chunks: list[Chunk] = [devices[i : i + size] for i in range(0, len(devices), size)]
+        if self.partitions:
+            sets, per = self.counter_sets(), MAX_COUNTER_SETS_PER_SLICE
+            chunks += [sets[i : i + per] for i in range(0, len(sets), per)]
+        return chunks or [()]
+
+
+# One slice's content: devices, or counter sets (a slice has one or the other, from 1.36 on).
+Chunk = tuple[PoolDevice, ...] | tuple[CounterSet, ...]
 
 
 def _name(device: PoolDevice) -> str:
@@ -99,18 +133,28 @@ def _name(device: PoolDevice) -> str:
 
 
 def spec(
-    pool: Pool, chunk: Sequence[PoolDevice], generation: int, count: int, version: str
+    pool: Pool, chunk: Sequence[PoolDevice | CounterSet], generation: int, count: int, version: str
 ) -> dict[str, Any]:
-    """One slice's spec in ``version``."""
-    return {
+    """One slice's spec in ``version``: devices, or counter sets."""
+    written: dict[str, Any] = {
         "driver": pool.driver,
         "pool": {"name": pool.node, "generation": generation, "resourceSliceCount": count},
         "nodeName": pool.node,
-        "devices": [_device(d, version) for d in chunk],
     }
+    if chunk and isinstance(chunk[0], CounterSet):
+        written["sharedCounters"] = [_counters(c, "name") for c in chunk if isinstance(c, CounterSet)]
+    else:
+        written["devices"] = [
+            _device(d, version, pool.partitions) for d in chunk if isinstance(d, PoolDevice)
+        ]
+    return written
 
 
-def _device(entry: PoolDevice, version: str) -> dict[str, Any]:
+def _counters(counter_set: CounterSet, key: str) -> dict[str, Any]:
+    return {key: counter_set.name, "counters": {name: {"value": q} for name, q in counter_set.counters}}
+
+
+def _device(entry: PoolDevice, version: str, partitions: bool = True) -> dict[str, Any]:
     device = entry.device
     attributes = {name: {a.kind.value: a.value} for name, a in device.attributes}
     if (
@@ -135,12 +179,14 @@ def _device(entry: PoolDevice, version: str) -> dict[str, Any]:
             else {"key": t.key, "effect": t.effect}
             for t in device.taints
         ]
+    if device.consumes_counters and partitions:
+        described["consumesCounters"] = [_counters(c, "counterSet") for c in device.consumes_counters]
     if version in ("v1beta1", "v1alpha3"):
         return {"name": entry.name, "basic": described}
     return {"name": entry.name, **described}
 
 
-def spec_hash(pool: Pool, chunk: Sequence[PoolDevice], generation: int, count: int) -> str:
+def spec_hash(pool: Pool, chunk: Sequence[PoolDevice | CounterSet], generation: int, count: int) -> str:
     """The same for the same content in every version: a slice written in v1beta2 before an API
     server upgrade is still right when read as v1 after it, and is not written again."""
     content = spec(pool, chunk, generation, count, "v1")
@@ -148,7 +194,7 @@ def spec_hash(pool: Pool, chunk: Sequence[PoolDevice], generation: int, count: i
 
 
 def slice_object(
-    pool: Pool, chunk: Sequence[PoolDevice], generation: int, count: int, version: str
+    pool: Pool, chunk: Sequence[PoolDevice | CounterSet], generation: int, count: int, version: str
 ) -> dict[str, Any]:
     """A new slice (its name generated by the API server), labelled as devshim's."""
     prefix = f"{pool.node}-{pool.driver}"[:200].rstrip(".-") + "-"
@@ -166,11 +212,12 @@ def slice_object(
 
 def dropped(sent: dict[str, Any], written: Any, version: str) -> list[str]:
     """The gates (GATED) of the device fields ``sent`` has and the API server's answer
-    ``written`` lacks: a feature the server has off, or a version without the field."""
+    ``written`` lacks (a slice's counter sets count as its devices' consumption): a feature the
+    server has off, or a version without the field."""
 
     def fields(spec: Any) -> set[str]:
         devices = spec.get("devices") if isinstance(spec, dict) else None
-        found: set[str] = set()
+        found = {"consumesCounters"} if isinstance(spec, dict) and spec.get("sharedCounters") else set()
         for device in devices if isinstance(devices, list) else ():
             described = device.get("basic", {}) if version in ("v1beta1", "v1alpha3") else device
             found |= {name for name in GATED if isinstance(described, dict) and described.get(name)}

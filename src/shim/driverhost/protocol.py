@@ -25,6 +25,7 @@ from shim.driverprotocol import (
     PROTOCOL_VERSION,
     attributes_from_json,
     capacity_from_json,
+    counter_sets_from_json,
     taints_from_json,
 )
 from shim.errors import RequestError, ShimError, SourceFailed, SourceTimeout, SourceUnavailable
@@ -152,10 +153,17 @@ def device_from_json(obj: Any) -> tuple[Device, ContainerGrant | None]:
     attributes = field(obj, "attributes")
     capacity = field(obj, "capacity")
     taints = field(obj, "taints")
+    sets, uses = field(obj, "counter_sets"), field(obj, "consumes_counters")
     device = Device(device_id, health_from_json(field(obj, "health")), tuple(numa))
-    if attributes or capacity or taints:  # protocol 1.1 and 1.3; most lists have none
+    if attributes or capacity or taints or sets or uses:  # protocol 1.1 and 1.3; most lists have none
         try:
-            typed = attributes_from_json(attributes), capacity_from_json(capacity), taints_from_json(taints)
+            typed = (
+                attributes_from_json(attributes),
+                capacity_from_json(capacity),
+                taints_from_json(taints),
+                counter_sets_from_json(sets),
+                counter_sets_from_json(uses, "consumes_counters"),
+            )
         except ValueError as exc:
             raise DriverProtocolError(f"device {device_id!r}: {exc}") from None
         device = Device(device.id, device.health, device.numa_nodes, *typed)

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 import betterproto2
 
-from shim.driverprotocol import taints_from_json
+from shim.driverprotocol import counter_sets_from_json, taints_from_json
 from shim.model import MAX_NUMA_NODE
 from shim.sdk.errors import InvalidParams
 from shim.sdk.generated.devshim.driver import v1 as types
@@ -215,6 +215,18 @@ def device_json(device: types.Device) -> dict[str, Any]:
         except ValueError as exc:
             raise ValueError(f"device {device.id!r}: {exc}") from None
         out["taints"] = taints
+    if device.counter_sets or device.consumes_counters:
+        sets = [{"name": c.name, "counters": c.counters} for c in device.counter_sets]
+        uses = [{"counter_set": c.counter_set, "counters": c.counters} for c in device.consumes_counters]
+        try:  # checked where it is made, as taints are
+            counter_sets_from_json(sets)
+            counter_sets_from_json(uses, "consumes_counters")
+        except ValueError as exc:
+            raise ValueError(f"device {device.id!r}: {exc}") from None
+        if sets:
+            out["counter_sets"] = sets
+        if uses:
+            out["consumes_counters"] = uses
     return out
 
 

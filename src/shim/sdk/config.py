@@ -20,6 +20,7 @@ from shim.driverprotocol import (
     MAX_ATTRIBUTE_VALUE_LENGTH,
     attributes_from_json,
     capacity_from_json,
+    counter_sets_from_json,
     taints_from_json,
 )
 from shim.model import MAX_NUMA_NODE
@@ -32,6 +33,7 @@ __all__ = [
     "attributes_from_json",
     "capacity_from_json",
     "check_extended_resource_name",
+    "counter_sets_from_json",
     "format_validation_error",
     "read_config_file",
     "refuse_duplicates",

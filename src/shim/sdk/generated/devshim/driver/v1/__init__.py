@@ -13,6 +13,8 @@ __all__ = (
     "CdiSpec",
     "CdiSpecDevice",
     "ContainerRequest",
+    "CounterConsumption",
+    "CounterSet",
     "Device",
     "DeviceNode",
     "DeviceTaint",
@@ -211,6 +213,52 @@ default_message_pool.register_message("devshim.driver.v1", "ContainerRequest", C
 
 
 @dataclass(eq=False, repr=False)
+class CounterConsumption(betterproto2.Message):
+    counter_set: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The CounterSet's name.
+    """
+
+    counters: "dict[str, str]" = betterproto2.field(
+        2,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+    """
+    Counter name to the amount this device takes. At least one, at most 32.
+    """
+
+
+default_message_pool.register_message("devshim.driver.v1", "CounterConsumption", CounterConsumption)
+
+
+@dataclass(eq=False, repr=False)
+class CounterSet(betterproto2.Message):
+    """
+    Counters a pool shares among its devices: taking a device that consumes
+    some leaves less for the others.
+    """
+
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    A DNS label, unique in the pool: "gpu-0".
+    """
+
+    counters: "dict[str, str]" = betterproto2.field(
+        2,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+    """
+    Counter name (a DNS label) to its amount, a quantity: {"memory": "80Gi"}.
+    At least one, at most 32.
+    """
+
+
+default_message_pool.register_message("devshim.driver.v1", "CounterSet", CounterSet)
+
+
+@dataclass(eq=False, repr=False)
 class Device(betterproto2.Message):
     id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
     """
@@ -254,6 +302,22 @@ class Device(betterproto2.Message):
     taints (docs/dra.md): at most 4. The scheduler places no new claim on a
     device with a NoSchedule or NoExecute taint unless the claim tolerates
     it; NoExecute also evicts the pods of claims that do not.
+    """
+
+    counter_sets: "list[CounterSet]" = betterproto2.field(8, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Protocol 1.3, partitionable devices, published through DRA where the API
+    server has them (docs/dra.md, "Partitionable devices"): counter sets this
+    device brings to the pool (a physical GPU's memory and slices), names
+    unique in the pool, at most 8 a device; ...
+    """
+
+    consumes_counters: "list[CounterConsumption]" = betterproto2.field(
+        9, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    ... and what allocating this device uses up of them (a partition's share,
+    or all of them for the whole GPU): at most 2 sets.
     """
 
 

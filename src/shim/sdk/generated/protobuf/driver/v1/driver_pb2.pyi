@@ -79,7 +79,7 @@ class DeviceNode(_message.Message):
     def __init__(self, container_path: _Optional[str] = ..., host_path: _Optional[str] = ..., permissions: _Optional[str] = ...) -> None: ...
 
 class Device(_message.Message):
-    __slots__ = ("id", "health", "numa_nodes", "grant", "attributes", "capacity", "taints")
+    __slots__ = ("id", "health", "numa_nodes", "grant", "attributes", "capacity", "taints", "counter_sets", "consumes_counters")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +101,8 @@ class Device(_message.Message):
     ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     TAINTS_FIELD_NUMBER: _ClassVar[int]
+    COUNTER_SETS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMES_COUNTERS_FIELD_NUMBER: _ClassVar[int]
     id: str
     health: Health
     numa_nodes: _containers.RepeatedScalarFieldContainer[int]
@@ -108,7 +110,39 @@ class Device(_message.Message):
     attributes: _containers.MessageMap[str, Attribute]
     capacity: _containers.ScalarMap[str, str]
     taints: _containers.RepeatedCompositeFieldContainer[DeviceTaint]
-    def __init__(self, id: _Optional[str] = ..., health: _Optional[_Union[Health, str]] = ..., numa_nodes: _Optional[_Iterable[int]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., attributes: _Optional[_Mapping[str, Attribute]] = ..., capacity: _Optional[_Mapping[str, str]] = ..., taints: _Optional[_Iterable[_Union[DeviceTaint, _Mapping]]] = ...) -> None: ...
+    counter_sets: _containers.RepeatedCompositeFieldContainer[CounterSet]
+    consumes_counters: _containers.RepeatedCompositeFieldContainer[CounterConsumption]
+    def __init__(self, id: _Optional[str] = ..., health: _Optional[_Union[Health, str]] = ..., numa_nodes: _Optional[_Iterable[int]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., attributes: _Optional[_Mapping[str, Attribute]] = ..., capacity: _Optional[_Mapping[str, str]] = ..., taints: _Optional[_Iterable[_Union[DeviceTaint, _Mapping]]] = ..., counter_sets: _Optional[_Iterable[_Union[CounterSet, _Mapping]]] = ..., consumes_counters: _Optional[_Iterable[_Union[CounterConsumption, _Mapping]]] = ...) -> None: ...
+
+class CounterSet(_message.Message):
+    __slots__ = ("name", "counters")
+    class CountersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    counters: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., counters: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class CounterConsumption(_message.Message):
+    __slots__ = ("counter_set", "counters")
+    class CountersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    COUNTER_SET_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    counter_set: str
+    counters: _containers.ScalarMap[str, str]
+    def __init__(self, counter_set: _Optional[str] = ..., counters: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class DeviceTaint(_message.Message):
     __slots__ = ("key", "value", "effect")

@@ -1,0 +1,138 @@
+"""Partitionable devices (protocol 1.3): counter sets and their consumption read from a driver as
+the API server checks them, and published in 1.36's shape.
+
+Facts from k8s.io/api resource/v1 types.go and k8s.io/kubernetes pkg/apis/resource/validation at
+1.37: a slice holds devices or `sharedCounters` (at most 8 sets), never both; a set's name and
+its counters' names are DNS labels, at most 32 counters; a device's `consumesCounters` (at most 2,
+beside its attributes, under `basic` in v1beta1) names a set and amounts as `{value: q}`; 64
+devices a slice once one consumes counters. 1.33-1.35 had the sets in the devices' own slice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from shim.dra.slices import PARTITIONS, Pool, dropped, spec, spec_hash
+from shim.driverhost import protocol
+from shim.driverhost.protocol import DriverProtocolError
+from shim.model import CounterSet, Device
+from shim.sdk import types
+from shim.sdk.codec import device_json
+
+GPU_SET = {"name": "gpu-0", "counters": {"memory": "80Gi", "slices": "7"}}
+WHOLE = {"counter_set": "gpu-0", "counters": {"memory": "80Gi", "slices": "7"}}
+HALF = {"counterSet": "gpu-0", "counters": {"memory": "40Gi", "slices": "3"}}  # camelCase too
+
+
+def test_a_drivers_counters_arrive_sorted_by_counter() -> None:
+    device, _ = protocol.device_from_json(
+        {"id": "gpu-0", "health": "HEALTHY", "counter_sets": [GPU_SET], "consumes_counters": [WHOLE]}
+    )
+    counters = (("memory", "80Gi"), ("slices", "7"))
+    assert device.counter_sets == (CounterSet("gpu-0", counters),)
+    assert device.consumes_counters == (CounterSet("gpu-0", counters),)
+    half, _ = protocol.device_from_json({"id": "gpu-0-a", "health": "HEALTHY", "consumesCounters": [HALF]})
+    assert half.consumes_counters == (CounterSet("gpu-0", (("memory", "40Gi"), ("slices", "3"))),)
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        ({"counter_sets": {"gpu-0": {}}}, "counter_sets must be a list of at most 8"),
+        ({"counter_sets": [GPU_SET] * 9}, "counter_sets must be a list of at most 8"),
+        ({"consumes_counters": [WHOLE, HALF, WHOLE]}, "consumes_counters must be a list of at most 2"),
+        ({"counter_sets": [{"name": "GPU_0", "counters": {"m": "1"}}]}, "name 'GPU_0' is not a DNS label"),
+        ({"counter_sets": [{"name": "g", "counters": {}}]}, r"counters must map 1 to 32"),
+        ({"counter_sets": [{"name": "g", "counters": {f"c{i}": "1" for i in range(33)}}]}, "1 to 32"),
+        ({"counter_sets": [{"name": "g", "counters": {"Mem": "1"}}]}, "counter 'Mem' is not a DNS label"),
+        ({"counter_sets": [{"name": "g", "counters": {"mem": "-1"}}]}, "'-1' is not a quantity"),
+        ({"counter_sets": [{"name": "g", "counters": {"mem": 1}}]}, "must be a quantity"),
+        ({"consumes_counters": [{"counters": {"m": "1"}}]}, "counter_set None is not a DNS label"),
+        ({"counter_sets": [GPU_SET, GPU_SET]}, "a counter set is named twice"),
+    ],
+)
+def test_counters_the_api_server_would_refuse_refuse_the_list(extra: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(DriverProtocolError, match=rf"device 'gpu-0': .*{fragment}"):
+        protocol.device_from_json({"id": "gpu-0", "health": "HEALTHY", **extra})
+
+
+def test_the_sdk_writes_counters_and_refuses_bad_ones_where_they_are_made() -> None:
+    device = types.Device(
+        id="gpu-0",
+        counter_sets=[types.CounterSet(name="gpu-0", counters={"memory": "80Gi"})],
+        consumes_counters=[types.CounterConsumption(counter_set="gpu-0", counters={"memory": "80Gi"})],
+    )
+    written = device_json(device)
+    assert written["counter_sets"] == [{"name": "gpu-0", "counters": {"memory": "80Gi"}}]
+    assert written["consumes_counters"] == [{"counter_set": "gpu-0", "counters": {"memory": "80Gi"}}]
+    with pytest.raises(ValueError, match="device 'gpu-0': counter_sets\\[0\\] \\(gpu-0\\): counter 'Memory'"):
+        device_json(
+            types.Device(id="gpu-0", counter_sets=[types.CounterSet(name="gpu-0", counters={"Memory": "1"})])
+        )
+
+
+SET = CounterSet("gpu-0", (("memory", "80Gi"),))
+TAKES = (CounterSet("gpu-0", (("memory", "40Gi"),)),)
+
+
+def partitioned(partitions: bool = True) -> Pool:
+    devices = [Device("gpu-0", counter_sets=(SET,), consumes_counters=(CounterSet("gpu-0", SET.counters),))]
+    devices += [Device(f"gpu-0-{p}", consumes_counters=TAKES) for p in "ab"]
+    return (
+        Pool.of("gpu.example.com", "node-a", devices)
+        if partitions
+        else Pool.named(
+            "gpu.example.com",
+            "node-a",
+            Pool.of("gpu.example.com", "node-a", devices).devices,
+            partitions=False,
+        )
+    )
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta2", "v1beta1"])
+def test_counter_sets_get_a_slice_of_their_own_and_devices_say_what_they_take(version: str) -> None:
+    pool = partitioned()
+    devices, counters = pool.chunks()
+    assert [d.name for d in devices if not isinstance(d, CounterSet)] == ["gpu-0", "gpu-0-a", "gpu-0-b"]
+    assert spec(pool, counters, 1, 2, version) == {
+        "driver": "gpu.example.com",
+        "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 2},
+        "nodeName": "node-a",
+        "sharedCounters": [{"name": "gpu-0", "counters": {"memory": {"value": "80Gi"}}}],
+    }
+    [_, half, _] = spec(pool, devices, 1, 2, version)["devices"]
+    described = half["basic"] if version == "v1beta1" else half
+    assert described["consumesCounters"] == [
+        {"counterSet": "gpu-0", "counters": {"memory": {"value": "40Gi"}}}
+    ]
+
+
+def test_sets_go_eight_a_slice_devices_64_once_one_consumes_and_a_set_named_twice_is_the_first() -> None:
+    devices = [
+        Device(f"d{i:03}", counter_sets=(CounterSet(f"s{i % 10}", (("m", "1"),)),)) for i in range(100)
+    ]
+    devices += [Device("z-takes", consumes_counters=(CounterSet("s0", (("m", "1"),)),))]
+    pool = Pool.of("gpu.example.com", "node-a", devices)
+    assert [len(c) for c in pool.chunks()] == [64, 37, 8, 2]
+    assert [c.name for c in pool.counter_sets()] == [f"s{i}" for i in range(10)]
+
+
+def test_a_pool_not_published_with_counters_says_so_and_hashes_what_it_writes() -> None:
+    on, off = partitioned(), partitioned(partitions=False)
+    assert len(off.chunks()) == 1 and "consumesCounters" not in str(spec(off, off.chunks()[0], 1, 1, "v1"))
+    assert off.counters_unpublished() and not on.counters_unpublished()
+    assert spec_hash(on, on.chunks()[0], 1, 2) != spec_hash(off, off.chunks()[0], 1, 1)
+
+
+def test_a_server_that_drops_counters_is_found_out() -> None:
+    pool = partitioned()
+    devices, counters = pool.chunks()
+    sent = spec(pool, counters, 1, 2, "v1")
+    assert dropped(sent, {k: v for k, v in sent.items() if k != "sharedCounters"}, "v1") == [PARTITIONS]
+    sent = spec(pool, devices, 1, 2, "v1")
+    stripped = {**sent, "devices": [{"name": d["name"]} for d in sent["devices"]]}
+    assert dropped(sent, stripped, "v1") == [PARTITIONS]
+    assert dropped(sent, sent, "v1") == []
