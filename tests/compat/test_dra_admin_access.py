@@ -47,9 +47,14 @@ def resource(name: str, admin_access: bool) -> dict[str, Any]:
     }
 
 
-@pytest.fixture(scope="module")
-def plane() -> Iterator[ControlPlane]:
-    with control_plane.running(control_plane.DEFAULT[0]) as running:
+# DRAAdminAccess: beta and on by default from 1.34 (alpha and off in 1.33: its API server drops
+# adminAccess from the claim). The newest by default; --full-matrix adds 1.34.
+RELEASES = [control_plane.param(r) for r in control_plane.APISERVERS if r.minor >= 34]
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    with control_plane.running(request.param) as running:
         running.request(
             "POST", "/api/v1/namespaces", {"metadata": {"name": ADMIN_NS, "labels": {ADMIN_LABEL: "true"}}}
         )
