@@ -4,7 +4,7 @@ package driver
 
 // ProtocolVersion is the driver protocol version this SDK speaks (semver); devshim and a
 // driver talk when their majors are equal.
-const ProtocolVersion = "1.2.0"
+const ProtocolVersion = "1.3.0"
 
 // The method names of the schema's service Driver: the requests devshim sends.
 const (
@@ -213,6 +213,19 @@ type Device struct {
 	Attributes map[string]Attribute `json:"attributes,omitempty"`
 	// Quantities in Kubernetes' notation ("80Gi", "1500m", "4").
 	Capacity map[string]string `json:"capacity,omitempty"`
+	// Protocol 1.3, published through DRA where the API server has device
+	// taints (docs/dra.md): at most 4. The scheduler places no new claim on a
+	// device with a NoSchedule or NoExecute taint unless the claim tolerates
+	// it; NoExecute also evicts the pods of claims that do not.
+	Taints []DeviceTaint `json:"taints,omitempty"`
+	// Protocol 1.3, partitionable devices, published through DRA where the API
+	// server has them (docs/dra.md, "Partitionable devices"): counter sets this
+	// device brings to the pool (a physical GPU's memory and slices), names
+	// unique in the pool, at most 8 a device; ...
+	CounterSets []CounterSet `json:"counter_sets,omitempty"`
+	// ... and what allocating this device uses up of them (a partition's share,
+	// or all of them for the whole GPU): at most 2 sets.
+	ConsumesCounters []CounterConsumption `json:"consumes_counters,omitempty"`
 }
 
 // UnmarshalJSON reads a Device in the proto3 JSON mapping: proto or lowerCamelCase
@@ -232,6 +245,89 @@ func (m *Device) UnmarshalJSON(data []byte) error {
 			return true, readMessageMap[Attribute](raw, &m.Attributes)
 		case "capacity":
 			return true, readMap(raw, &m.Capacity, readString)
+		case "taints":
+			return true, readMessages[DeviceTaint](raw, &m.Taints)
+		case "counter_sets", "counterSets":
+			return true, readMessages[CounterSet](raw, &m.CounterSets)
+		case "consumes_counters", "consumesCounters":
+			return true, readMessages[CounterConsumption](raw, &m.ConsumesCounters)
+		}
+		return false, nil
+	})
+}
+
+// CounterSet is the schema's message CounterSet.
+//
+// Counters a pool shares among its devices: taking a device that consumes
+// some leaves less for the others.
+type CounterSet struct {
+	// A DNS label, unique in the pool: "gpu-0".
+	Name string `json:"name,omitempty"`
+	// Counter name (a DNS label) to its amount, a quantity: {"memory": "80Gi"}.
+	// At least one, at most 32.
+	Counters map[string]string `json:"counters,omitempty"`
+}
+
+// UnmarshalJSON reads a CounterSet in the proto3 JSON mapping: proto or lowerCamelCase
+// names, null as the default; an unknown field or a value of the wrong type is an error.
+func (m *CounterSet) UnmarshalJSON(data []byte) error {
+	return readObject(data, "CounterSet", func(key string, raw []byte) (bool, error) {
+		switch key {
+		case "name":
+			return true, readString(raw, &m.Name)
+		case "counters":
+			return true, readMap(raw, &m.Counters, readString)
+		}
+		return false, nil
+	})
+}
+
+// CounterConsumption is the schema's message CounterConsumption.
+type CounterConsumption struct {
+	// The CounterSet's name.
+	CounterSet string `json:"counter_set,omitempty"`
+	// Counter name to the amount this device takes. At least one, at most 32.
+	Counters map[string]string `json:"counters,omitempty"`
+}
+
+// UnmarshalJSON reads a CounterConsumption in the proto3 JSON mapping: proto or lowerCamelCase
+// names, null as the default; an unknown field or a value of the wrong type is an error.
+func (m *CounterConsumption) UnmarshalJSON(data []byte) error {
+	return readObject(data, "CounterConsumption", func(key string, raw []byte) (bool, error) {
+		switch key {
+		case "counter_set", "counterSet":
+			return true, readString(raw, &m.CounterSet)
+		case "counters":
+			return true, readMap(raw, &m.Counters, readString)
+		}
+		return false, nil
+	})
+}
+
+// DeviceTaint is the schema's message DeviceTaint.
+//
+// A taint on a device, as resource.k8s.io's DeviceTaint without its time
+// (the API server stamps that).
+type DeviceTaint struct {
+	// A label name: "gpu.example.com/ecc-errors", "going-away".
+	Key string `json:"key,omitempty"`
+	// A label value, may be empty.
+	Value string `json:"value,omitempty"`
+	// "NoSchedule" or "NoExecute" (every release with taints takes both).
+	Effect string `json:"effect,omitempty"`
+}
+
+// UnmarshalJSON reads a DeviceTaint in the proto3 JSON mapping: proto or lowerCamelCase
+// names, null as the default; an unknown field or a value of the wrong type is an error.
+func (m *DeviceTaint) UnmarshalJSON(data []byte) error {
+	return readObject(data, "DeviceTaint", func(key string, raw []byte) (bool, error) {
+		switch key {
+		case "key":
+			return true, readString(raw, &m.Key)
+		case "value":
+			return true, readString(raw, &m.Value)
+		case "effect":
+			return true, readString(raw, &m.Effect)
 		}
 		return false, nil
 	})
@@ -279,6 +375,9 @@ type Resource struct {
 	Prestart            bool   `json:"prestart,omitempty"`
 	Deallocate          bool   `json:"deallocate,omitempty"`
 	PostStop            bool   `json:"post_stop,omitempty"`
+	// Protocol 1.3: allocate takes admin-access requests (ContainerRequest's
+	// admin_access) for this resource's devices.
+	AdminAccess bool `json:"admin_access,omitempty"`
 }
 
 // UnmarshalJSON reads a Resource in the proto3 JSON mapping: proto or lowerCamelCase
@@ -296,6 +395,8 @@ func (m *Resource) UnmarshalJSON(data []byte) error {
 			return true, readBool(raw, &m.Deallocate)
 		case "post_stop", "postStop":
 			return true, readBool(raw, &m.PostStop)
+		case "admin_access", "adminAccess":
+			return true, readBool(raw, &m.AdminAccess)
 		}
 		return false, nil
 	})
@@ -345,7 +446,7 @@ func (m *DriverInfo) UnmarshalJSON(data []byte) error {
 
 // InitializeParams is the schema's message InitializeParams.
 type InitializeParams struct {
-	// The protocol version devshim speaks, semver ("1.2.0").
+	// The protocol version devshim speaks, semver ("1.3.0").
 	ProtocolVersion string `json:"protocol_version,omitempty"`
 	DevshimVersion  string `json:"devshim_version,omitempty"`
 	// What is in use now, so a restarted driver can rebuild its state.
@@ -510,6 +611,12 @@ func (m *ListDevicesResult) UnmarshalJSON(data []byte) error {
 // ContainerRequest is the schema's message ContainerRequest.
 type ContainerRequest struct {
 	DeviceIDs []string `json:"device_ids,omitempty"`
+	// Protocol 1.3, DRA only: a claim with admin access (resource.k8s.io's
+	// adminAccess) asks for these devices, which may be in use by other
+	// claims and stay theirs: grant what monitoring or management needs and
+	// take nothing. No prestart or deallocate follows. Sent only for a
+	// resource that declares admin_access (docs/driver-protocol.md).
+	AdminAccess bool `json:"admin_access,omitempty"`
 }
 
 // UnmarshalJSON reads a ContainerRequest in the proto3 JSON mapping: proto or lowerCamelCase
@@ -519,6 +626,8 @@ func (m *ContainerRequest) UnmarshalJSON(data []byte) error {
 		switch key {
 		case "device_ids", "deviceIds":
 			return true, readList(raw, &m.DeviceIDs, readString)
+		case "admin_access", "adminAccess":
+			return true, readBool(raw, &m.AdminAccess)
 		}
 		return false, nil
 	})
