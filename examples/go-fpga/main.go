@@ -3,13 +3,15 @@
 // a device node, an env naming them and a CDI device whose spec the driver
 // ships; DRA publishes each card's model, firmware and memory.
 //
-// Health comes from status files, as a vendor's sysfs would give it: with
-// FPGA_STATUS_DIR set, a card whose file there reads "fault" is Unhealthy, and
-// the files are polled every FPGA_POLL_MS milliseconds (default 500).
+// Health comes from reports the card's management firmware drops into a
+// folder (FPGA_REPORT_DIR): a file named after a card that reads "fault" turns
+// it Unhealthy, one that reads "ok" Healthy again; the driver takes each report
+// (removes the file) and sends only the cards whose health changed. The folder
+// is polled every FPGA_POLL_MS milliseconds (default 500).
 //
 // Environment (devshim gives a driver exactly its drivers[] entry's env):
 //
-//	FPGA_STATUS_DIR   optional: where the status files are
+//	FPGA_REPORT_DIR   optional: where health reports appear
 //	FPGA_POLL_MS      optional: the poll interval
 //	FPGA_DEVICE_NODE  the host device node each card is granted as (default /dev/null,
 //	                  since the card is made up)
@@ -18,6 +20,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -155,9 +158,6 @@ func (d *fpgaDriver) Initialize(ctx context.Context, params *driver.InitializePa
 	for _, a := range params.Allocations {
 		fmt.Fprintf(os.Stderr, "in use after a restart: %s %v\n", a.Resource, a.DeviceIDs)
 	}
-	d.mu.Lock()
-	d.health = d.probe()
-	d.mu.Unlock()
 	if d.statusDir != "" && d.done == nil {
 		d.done = make(chan struct{})
 		go d.watch(n)
@@ -165,16 +165,21 @@ func (d *fpgaDriver) Initialize(ctx context.Context, params *driver.InitializePa
 	return nil
 }
 
+// probe takes the reports in the folder: the cards' health after them (the caller holds mu).
 func (d *fpgaDriver) probe() map[string]driver.Health {
-	health := map[string]driver.Health{}
+	health := maps.Clone(d.health)
 	for _, c := range cards {
-		health[c.id] = driver.Healthy
-		if d.statusDir == "" {
+		path := filepath.Join(d.statusDir, c.id)
+		report, err := os.ReadFile(path)
+		if err != nil {
 			continue
 		}
-		status, err := os.ReadFile(filepath.Join(d.statusDir, c.id))
-		if err == nil && strings.TrimSpace(string(status)) == "fault" {
+		_ = os.Remove(path) // taken
+		switch strings.TrimSpace(string(report)) {
+		case "fault":
 			health[c.id] = driver.Unhealthy
+		case "ok":
+			health[c.id] = driver.Healthy
 		}
 	}
 	return health
@@ -191,9 +196,9 @@ func (d *fpgaDriver) watch(n *driver.Notifier) {
 			return
 		case <-ticker.C:
 		}
-		now := d.probe()
 		var changes []driver.HealthChange
 		d.mu.Lock()
+		now := d.probe()
 		for _, c := range cards {
 			if d.health[c.id] != now[c.id] {
 				changes = append(changes, driver.HealthChange{ID: c.id, Health: now[c.id]})
@@ -220,13 +225,16 @@ func (d *fpgaDriver) Shutdown(ctx context.Context) error {
 }
 
 func main() {
-	d := &fpgaDriver{statusDir: os.Getenv("FPGA_STATUS_DIR"), poll: 500 * time.Millisecond, hostNode: "/dev/null"}
+	d := &fpgaDriver{statusDir: os.Getenv("FPGA_REPORT_DIR"), poll: 500 * time.Millisecond, hostNode: "/dev/null"}
 	if ms, err := strconv.Atoi(os.Getenv("FPGA_POLL_MS")); err == nil && ms > 0 {
 		d.poll = time.Duration(ms) * time.Millisecond
 	}
 	if node := os.Getenv("FPGA_DEVICE_NODE"); node != "" {
 		d.hostNode = node
 	}
-	d.health = d.probe()
+	d.health = map[string]driver.Health{}
+	for _, c := range cards {
+		d.health[c.id] = driver.Healthy
+	}
 	driver.Run(d, driver.Options{Name: "go-fpga", Version: "0.1.0"})
 }

@@ -17,14 +17,15 @@ type Notifier struct {
 	out    *lineWriter
 	driver Driver
 	ctx    context.Context
+	end    context.CancelFunc
 
 	mu     sync.Mutex
 	opened chan struct{}
 	closed bool
 }
 
-// Context is cancelled when serving ends: background work started in
-// Initialize selects on its Done.
+// Context is cancelled when serving ends, before the driver's Shutdown runs:
+// background work started in Initialize selects on its Done.
 func (n *Notifier) Context() context.Context { return n.ctx }
 
 // DevicesChanged sends the full new device list of resource (devices plugged

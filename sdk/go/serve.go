@@ -78,7 +78,11 @@ func Serve(ctx context.Context, d Driver, in io.Reader, out io.Writer, opts Opti
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s := &server{driver: d, opts: opts, out: &lineWriter{w: out}, shutdown: make(chan struct{})}
-	s.notify = &Notifier{out: s.out, driver: d, ctx: ctx}
+	// The Notifier's context ends before the driver's Shutdown runs, so a Shutdown that waits
+	// for background work started in Initialize does not wait forever.
+	notifyCtx, endNotify := context.WithCancel(ctx)
+	defer endNotify()
+	s.notify = &Notifier{out: s.out, driver: d, ctx: notifyCtx, end: endNotify}
 	s.methods = s.table()
 
 	lines := make(chan []byte)
@@ -254,6 +258,7 @@ func (s *server) logf(format string, args ...any) {
 // finish runs the driver's Shutdown once, whether devshim said shutdown or just went away.
 func (s *server) finish(ctx context.Context) error {
 	s.finishOnce.Do(func() {
+		s.notify.end()
 		if down, ok := s.driver.(Shutdowner); ok {
 			s.finishErr = down.Shutdown(ctx)
 		}

@@ -154,3 +154,34 @@ func TestAStrayPrintNeverReachesTheProtocol(t *testing.T) {
 		t.Fatalf("the print should be on stderr: %q", stderr.String())
 	}
 }
+
+// waiter starts background work in Initialize and waits for it in Shutdown, as drivers do.
+type waiter struct {
+	slow
+	done chan struct{}
+}
+
+func (w *waiter) Initialize(ctx context.Context, _ *InitializeParams, n *Notifier) error {
+	go func() { <-n.Context().Done(); close(w.done) }()
+	return nil
+}
+
+func (w *waiter) Shutdown(ctx context.Context) error { <-w.done; return nil }
+
+func TestShutdownCanWaitForBackgroundWorkStartedInInitialize(t *testing.T) {
+	s := start(t, context.Background(), &waiter{done: make(chan struct{})})
+	s.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocol_version":"1.2.0"}}`)
+	s.next()
+	s.send(`{"jsonrpc":"2.0","id":2,"method":"shutdown"}`)
+	if m := s.next(); m["id"] != 2.0 || m["result"] == nil {
+		t.Fatalf("shutdown: %v", m)
+	}
+	select {
+	case err := <-s.served:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return: Shutdown waited on a context that never ended")
+	}
+}

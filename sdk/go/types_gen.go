@@ -226,6 +226,10 @@ type Device struct {
 	// ... and what allocating this device uses up of them (a partition's share,
 	// or all of them for the whole GPU): at most 2 sets.
 	ConsumesCounters []CounterConsumption `json:"consumes_counters,omitempty"`
+	// Protocol 1.3, consumable capacity: claims may share this device, each
+	// taking part of its capacity (published as allowMultipleAllocations).
+	// Only for a resource that declares shares.
+	AllowMultipleAllocations bool `json:"allow_multiple_allocations,omitempty"`
 }
 
 // UnmarshalJSON reads a Device in the proto3 JSON mapping: proto or lowerCamelCase
@@ -251,6 +255,36 @@ func (m *Device) UnmarshalJSON(data []byte) error {
 			return true, readMessages[CounterSet](raw, &m.CounterSets)
 		case "consumes_counters", "consumesCounters":
 			return true, readMessages[CounterConsumption](raw, &m.ConsumesCounters)
+		case "allow_multiple_allocations", "allowMultipleAllocations":
+			return true, readBool(raw, &m.AllowMultipleAllocations)
+		}
+		return false, nil
+	})
+}
+
+// DeviceShare is the schema's message DeviceShare.
+//
+// One claim's share of a device that allows multiple allocations.
+type DeviceShare struct {
+	DeviceID string `json:"device_id,omitempty"`
+	// The allocation's shareID, unique among the device's shares.
+	ShareID string `json:"share_id,omitempty"`
+	// Capacity name to the amount this share takes (every capacity of the
+	// device, as the scheduler allocated it).
+	ConsumedCapacity map[string]string `json:"consumed_capacity,omitempty"`
+}
+
+// UnmarshalJSON reads a DeviceShare in the proto3 JSON mapping: proto or lowerCamelCase
+// names, null as the default; an unknown field or a value of the wrong type is an error.
+func (m *DeviceShare) UnmarshalJSON(data []byte) error {
+	return readObject(data, "DeviceShare", func(key string, raw []byte) (bool, error) {
+		switch key {
+		case "device_id", "deviceId":
+			return true, readString(raw, &m.DeviceID)
+		case "share_id", "shareId":
+			return true, readString(raw, &m.ShareID)
+		case "consumed_capacity", "consumedCapacity":
+			return true, readMap(raw, &m.ConsumedCapacity, readString)
 		}
 		return false, nil
 	})
@@ -378,6 +412,9 @@ type Resource struct {
 	// Protocol 1.3: allocate takes admin-access requests (ContainerRequest's
 	// admin_access) for this resource's devices.
 	AdminAccess bool `json:"admin_access,omitempty"`
+	// Protocol 1.3: allocate takes shared requests (ContainerRequest's shares)
+	// for devices that allow multiple allocations.
+	Shares bool `json:"shares,omitempty"`
 }
 
 // UnmarshalJSON reads a Resource in the proto3 JSON mapping: proto or lowerCamelCase
@@ -397,6 +434,8 @@ func (m *Resource) UnmarshalJSON(data []byte) error {
 			return true, readBool(raw, &m.PostStop)
 		case "admin_access", "adminAccess":
 			return true, readBool(raw, &m.AdminAccess)
+		case "shares":
+			return true, readBool(raw, &m.Shares)
 		}
 		return false, nil
 	})
@@ -617,6 +656,11 @@ type ContainerRequest struct {
 	// take nothing. No prestart or deallocate follows. Sent only for a
 	// resource that declares admin_access (docs/driver-protocol.md).
 	AdminAccess bool `json:"admin_access,omitempty"`
+	// Protocol 1.3, DRA only: these devices are allocated as shares (one per
+	// device, every device of the request): grant what the share needs; the
+	// device stays with its other shares. No prestart or deallocate follows.
+	// Sent only for a resource that declares shares.
+	Shares []DeviceShare `json:"shares,omitempty"`
 }
 
 // UnmarshalJSON reads a ContainerRequest in the proto3 JSON mapping: proto or lowerCamelCase
@@ -628,6 +672,8 @@ func (m *ContainerRequest) UnmarshalJSON(data []byte) error {
 			return true, readList(raw, &m.DeviceIDs, readString)
 		case "admin_access", "adminAccess":
 			return true, readBool(raw, &m.AdminAccess)
+		case "shares":
+			return true, readMessages[DeviceShare](raw, &m.Shares)
 		}
 		return false, nil
 	})

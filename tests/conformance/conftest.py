@@ -21,6 +21,7 @@ def go_programs() -> Iterator[dict[str, Path]]:
     """The Go fixture and the Go FPGA example, built once per run."""
     toolchain("go", "the Go SDK (sdk/go) and its example (examples/go-fpga)")
     with tempfile.TemporaryDirectory(prefix="ds-gosdk-") as out:
+        Path(out).chmod(0o755)  # devshim runs drivers as nobody
         try:
             yield {name: build(name, Path(out)) for name in ("go-fixture", "go-fpga")}
         except subprocess.CalledProcessError as exc:
