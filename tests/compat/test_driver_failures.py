@@ -304,7 +304,11 @@ async def test_a_driver_hanging_on_allocate_fails_the_call_with_a_deadline_and_i
 @pytest.mark.parametrize(
     ("misbehaviour", "reason"),
     [
-        ("garbage", "it broke the protocol: not JSON"),
+        (
+            "garbage",
+            "it broke the protocol: not JSON: invalid literal, expected 'true': line 1 column 1 (char 0): "
+            'the line began "this is not JSON {" (stdout carries protocol messages only: log to stderr)',
+        ),
         ("unknown_id", "it broke the protocol: a response to unknown request id 424242"),
         # devshim reads a driver's messages up to its own bound, below the framing's 32 MiB.
         ("oversized", f"it broke the protocol: a message is longer than the {MAX_MESSAGE_BYTES}-byte limit"),

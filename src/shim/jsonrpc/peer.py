@@ -33,6 +33,13 @@ def encode(message: dict[str, Any]) -> bytes:
     return orjson.dumps(message)
 
 
+def _quoted(line: bytes, most: int = 80) -> str:
+    """The start of a line as JSON quotes it: control characters and bytes that are not UTF-8
+    escaped, never a Python repr."""
+    text = line[:most].decode("utf-8", "backslashreplace")
+    return orjson.dumps(text).decode() + ("..." if len(line) > most else "")
+
+
 class Peer:
     def __init__(
         self,
@@ -154,6 +161,11 @@ class Peer:
         # orjson.JSONDecodeError, a ValueError: not UTF-8, not JSON (NaN and Infinity are not),
         # a lone surrogate, or nesting deeper than 1024. An integer beyond 64 bits reads as a float.
         except ValueError as exc:
+            if self._strict:  # devshim facing a driver: a stray print is the usual cause
+                raise ProtocolError(
+                    f"not JSON: {exc}: the line began {_quoted(line)} (stdout carries protocol messages "
+                    "only: log to stderr)"
+                ) from None
             await self._reject(None, ErrorCode.PARSE_ERROR, f"not JSON: {exc}")
             return
         if self._closed is not None:
