@@ -66,3 +66,10 @@ def test_every_exported_go_name_has_a_doc_comment() -> None:
             if name[:1].isupper() and not (number and lines[number - 1].startswith("//")):
                 missing.append(f"{path.name}:{number + 1}: {line.strip()}")
     assert not missing, "exported names without a doc comment:\n" + "\n".join(missing)
+
+
+def test_the_go_driver_docs_sdk_md_shows_is_the_file_ci_builds() -> None:
+    """docs/sdk.md's Go block is sdk/go/internal/fans/main.go exactly (vetted with the SDK)."""
+    guide = (ROOT / "docs" / "sdk.md").read_text()
+    code = (SDK / "internal" / "fans" / "main.go").read_text()
+    assert f"```go\n{code}```" in guide
