@@ -69,6 +69,7 @@ class DeviceConfig(_Published):
     # brings to the pool, and [{counter_set, counters}] taking it uses up.
     counter_sets: list[dict[str, Any]] = []
     consumes_counters: list[dict[str, Any]] = []
+    allow_multiple_allocations: bool = False  # claims may share it (the resource's shares: true)
 
     @model_validator(mode="after")
     def _dra_13(self) -> Self:
@@ -109,6 +110,8 @@ class ResourceConfig(_Published):
     post_stop: bool = False
     # Protocol 1.3: admin-access claims get the same grant, and nothing is taken.
     admin_access: bool = False
+    # Protocol 1.3: shares of devices that allow multiple allocations get the devices' grant.
+    shares: bool = False
     delays: Delays = Delays()
     # Protocol 1.2: a CDI spec the simulator ships, one device per device ID named by the ID,
     # with these edits expanded for that one device as a grant is ({ids} in env values, {id} in

@@ -50,6 +50,9 @@ class SimDriver(Driver):
         sim.check(device_ids)
         return sim.grant(device_ids)
 
+    async def shares(self, resource: str, shares: list[types.DeviceShare]) -> types.Grant:
+        return await self.admin_access(resource, [s.device_id for s in shares])
+
     async def preferred_allocation(self, resource: str, request: types.PreferenceRequest) -> list[str]:
         sim = self._resources[resource]
         await _pause(sim.config.delays.preferred_allocation_s)

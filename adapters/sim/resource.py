@@ -21,6 +21,7 @@ class SimDevice:
     taints: list[types.DeviceTaint] = field(default_factory=list)
     counter_sets: list[types.CounterSet] = field(default_factory=list)
     consumes_counters: list[types.CounterConsumption] = field(default_factory=list)
+    allow_multiple_allocations: bool = False
 
 
 def _sim_device(config: DeviceConfig) -> SimDevice:
@@ -36,6 +37,7 @@ def _sim_device(config: DeviceConfig) -> SimDevice:
             types.CounterConsumption(counter_set=c["counter_set"], counters=dict(c["counters"]))
             for c in config.consumes_counters
         ],
+        config.allow_multiple_allocations,
     )
 
 
@@ -75,6 +77,7 @@ class SimResource:
             deallocate=config.deallocate,
             post_stop=config.post_stop,
             admin_access=config.admin_access,
+            shares=config.shares,
         )
 
     def message(self) -> types.Resource:
@@ -93,6 +96,7 @@ class SimResource:
                 taints=d.taints,
                 counter_sets=d.counter_sets,
                 consumes_counters=d.consumes_counters,
+                allow_multiple_allocations=d.allow_multiple_allocations,
             )
             for d in self.devices.values()
         ]

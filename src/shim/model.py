@@ -54,6 +54,7 @@ class Device:
     # and what taking it uses up of them.
     counter_sets: tuple[CounterSet, ...] = ()
     consumes_counters: tuple[CounterSet, ...] = ()
+    allow_multiple_allocations: bool = False  # protocol 1.3: claims may share it (DRA)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,15 @@ class CounterSet:
 
     name: str
     counters: tuple[tuple[str, str], ...]  # (counter, quantity), sorted by counter
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceShare:
+    """A claim's share of a device that allows multiple allocations (DRA consumable capacity)."""
+
+    device_id: str
+    share_id: str
+    consumed_capacity: tuple[tuple[str, str], ...] = ()  # (capacity, quantity), sorted
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +107,7 @@ def _frozen_map(value: Mapping[str, str] | None = None) -> Mapping[str, str]:
 class ContainerAllocateRequest:
     device_ids: tuple[str, ...]
     admin_access: bool = False  # DRA's adminAccess: the devices may be in use and stay so
+    shares: tuple[DeviceShare, ...] = ()  # DRA's shared allocations: one per device, or none
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,3 +169,5 @@ class Capabilities:
     post_stop: bool = False
     # Protocol 1.3: prepares DRA admin-access claims (devices in use by others stay theirs).
     admin_access: bool = False
+    # Protocol 1.3: prepares shares of devices that allow multiple allocations (DRA).
+    shares: bool = False

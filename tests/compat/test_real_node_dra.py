@@ -499,6 +499,52 @@ def test_a_pod_gets_a_partition_and_the_whole_device_is_counted(cluster: Connect
         assert _dra_status(devshim)["kubelet"]["prepared_claims"] == 2
 
 
+@pytest.mark.full_matrix
+def test_two_pods_share_one_devices_capacity_and_a_third_waits(cluster: ConnectedNode) -> None:
+    """Issue 44, item 3, consumable capacity (protocol 1.3: allow_multiple_allocations, shares;
+    beta and on in 1.36) with the real kube-scheduler and kubelet: gpu-0 has 16Gi of memory and
+    allows multiple allocations; two pods' claims for 8Gi each both get gpu-0, each its own
+    share (devshim answers the kubelet each share's ID), and a third claim for 8Gi cannot be
+    allocated. (Freeing a share needs the resourceclaim controller, which this node does not run.)"""
+    sim = {
+        "name": GPU,
+        "shares": True,
+        "capacity": {"memory": "16Gi"},
+        "grant": {"envs": {"SIM_DEVICES": "{ids}"}},
+        "devices": [{"id": "gpu-0", "allow_multiple_allocations": True}],
+    }
+    settings = _devshim_settings(cluster)
+    settings["drivers"] = [_sim_driver(cluster.node.folder, "share-sim", sim, {"envs": ["SIM_DEVICES"]})]
+    with Devshim(cluster.node, settings) as devshim:
+        pool = Published(cluster.plane, "v1", NODE_NAME)
+        wait_until(lambda: (found := pool.pool()) is not None and len(found) == 1, "gpu-0 published")
+        wait_until(lambda: _dra_status(devshim).get("kubelet", {}).get("registered"),
+                   "the kubelet's plugin watcher registered devshim's DRA plugin")  # fmt: skip
+        _device_class(cluster)
+
+        def claim(name: str) -> None:
+            exactly = {"deviceClassName": GPU_DRIVER, "count": 1, "capacity": {"requests": {"memory": "8Gi"}}}
+            spec = {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}
+            cluster.request("POST", CLAIMS, {"metadata": {"name": name}, "spec": spec})
+            cluster.create_pod(api_pod(name, "exec sleep infinity", claims={"gpu": name}))
+
+        shares = []
+        for name in ("share-1", "share-2"):
+            claim(name)
+            cluster.wait_for_pod(name, _running, "running on a share of gpu-0")
+            [result] = cluster.request("GET", f"{CLAIMS}/{name}")["status"]["allocation"]["devices"][
+                "results"
+            ]
+            assert result["device"] == "gpu-0" and result["consumedCapacity"] == {"memory": "8Gi"}
+            shares.append(result["shareID"])
+        assert len(set(shares)) == 2
+        claim("share-3")
+        cluster.wait_for_pod("share-3", _unschedulable, "unschedulable: gpu-0's memory is all taken")
+        assert _dra_status(devshim)["kubelet"]["prepared_claims"] == 2
+        held = (devshim.status() or {})["resources"][GPU]["held"]
+        assert held["dra"] == ["gpu-0"], held  # by both shares
+
+
 # -- the pure parts, in every run ------------------------------------------------------------------
 
 _CDI_RUNTIME = containerd.Runtime("/c/containerd", "/c/shim", "/c/ctr", "v2.4.2", cdi=True)

@@ -154,8 +154,10 @@ def make_claim(
     pods: list[tuple[str, str]] | None = None,
     namespace: str = "default",
     admin: bool = False,
+    shared: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """shim.compat.dra_world.allocate_claim, for GPU_DRIVER unless told."""
     return world.allocate_claim(
-        plane, version, name, results, node=node, driver=driver, pods=pods, namespace=namespace, admin=admin
-    )
+        plane, version, name, results, node=node, driver=driver, pods=pods, namespace=namespace, admin=admin,
+        shared=shared,
+    )  # fmt: skip

@@ -31,7 +31,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from shim.driverhost import protocol
 from shim.driverprotocol import PROTOCOL_VERSION
 from shim.jsonrpc import MAX_LINE_BYTES, Peer, StreamTransport
-from shim.model import MAX_NUMA_NODE, ContainerAllocateRequest, PreferredAllocationRequest
+from shim.model import MAX_NUMA_NODE, ContainerAllocateRequest, DeviceShare, PreferredAllocationRequest
 from shim.sdk import Driver, codec, serve, types
 from shim.sdk.generated.protobuf.driver.v1 import driver_pb2
 
@@ -346,7 +346,12 @@ HOST_WRITES: dict[str, Callable[[], dict[str, Any]]] = {
     "ListDevicesParams": lambda: protocol.list_devices_params("example.com/a"),
     # Every field: the admin-access flag is written only where set (proto3's default left out).
     "AllocateParams": lambda: protocol.allocate_params(
-        "example.com/a", [ContainerAllocateRequest(("a0",), admin_access=True)]
+        "example.com/a",
+        [
+            ContainerAllocateRequest(
+                ("a0",), admin_access=True, shares=(DeviceShare("a0", "s-1", (("memory", "8Gi"),)),)
+            )
+        ],
     ),
     "PreferredAllocationParams": lambda: protocol.preferred_params(
         "example.com/a", PreferredAllocationRequest(("a0", "a1"), ("a0",), 1)

@@ -99,12 +99,13 @@ def allocate_claim(
     pods: list[tuple[str, str]] | None = None,
     namespace: str = "default",
     admin: bool = False,
+    shared: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A ResourceClaim allocated and reserved as the scheduler leaves it: ``results`` are
     (request, device) pairs from ``driver``'s pool on ``node``, ``pods`` (name, uid) pairs
     reserve it (default: one pod named after the claim); ``admin``: every request asks for admin
-    access (the namespace must carry resource.kubernetes.io/admin-access). Returns the claim as
-    stored."""
+    access (the namespace must carry resource.kubernetes.io/admin-access); ``shared``: what every
+    result says of its share (shareID, consumedCapacity). Returns the claim as stored."""
     counts = {request: sum(r == request for r, _ in results) for request, _ in results}
     extra = {"adminAccess": True} if admin else {}
     spec: list[dict[str, Any]]
@@ -127,7 +128,8 @@ def allocate_claim(
         "allocation": {
             "devices": {
                 "results": [
-                    {"request": r, "driver": driver, "pool": node, "device": d, **extra} for r, d in results
+                    {"request": r, "driver": driver, "pool": node, "device": d, **extra, **(shared or {})}
+                    for r, d in results
                 ]
             }
         },

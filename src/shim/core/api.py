@@ -16,6 +16,7 @@ from shim.model import (
     ContainerAllocateRequest,
     ContainerGrant,
     Device,
+    DeviceShare,
     PreferredAllocationRequest,
 )
 
@@ -47,11 +48,23 @@ class ClaimResource(Protocol):
     def dra_devices(self) -> tuple[Device, ...]: ...
     def watch(self) -> AsyncGenerator[tuple[Device, ...], None]: ...
     def watch_dra(self) -> AsyncGenerator[tuple[Device, ...], None]: ...
-    async def serve_dra(self, claims: dict[str, str], listed: Iterable[str]) -> None: ...
+    async def serve_dra(
+        self, claims: dict[str, str], listed: Iterable[str], shares: dict[str, set[str]] | None = None
+    ) -> None: ...
     async def prepare(
-        self, device_ids: Sequence[str], claim: str = "a claim", *, admin_access: bool = False
+        self,
+        device_ids: Sequence[str],
+        claim: str = "a claim",
+        *,
+        admin_access: bool = False,
+        shares: tuple[DeviceShare, ...] = (),
     ) -> ContainerGrant: ...
     async def unprepare(
-        self, device_ids: Sequence[str], claim: str, *, admin_access: bool = False
+        self,
+        device_ids: Sequence[str],
+        claim: str,
+        *,
+        admin_access: bool = False,
+        shares: tuple[DeviceShare, ...] = (),
     ) -> None: ...
     async def claim_gone(self, device_ids: Sequence[str], claim: str) -> None: ...

@@ -33,6 +33,8 @@ class Holds:
     def __init__(self, resource: str) -> None:
         self.resource = resource
         self._claims: dict[str, str] = {}  # device ID -> the claim that holds it through DRA
+        # Device ID -> the claims holding a share of it (a device that allows multiple allocations).
+        self._shares: dict[str, set[str]] = {}
         self._plugin: DeviceGroups[float] = DeviceGroups()  # allocated to containers, and when
         self._listed: frozenset[str] = frozenset()  # held by containers, as PodResources lists
 
@@ -43,6 +45,8 @@ class Holds:
             claim = self._claims.get(device_id)
             if claim is not None:
                 raise DeviceHeld(self.resource, device_id, f"{claim} through DRA", PLUGIN)
+            if sharing := self._shares.get(device_id):
+                raise DeviceHeld(self.resource, device_id, f"{_shares(sharing)} through DRA", PLUGIN)
 
     def plugin_allocated(self, device_ids: Sequence[str]) -> bool:
         """A container got these devices: the kubelet holds them through the device plugin (an
@@ -61,7 +65,8 @@ class Holds:
 
     # --- DRA's side --------------------------------------------------------
 
-    def check_for_claim(self, device_ids: Iterable[str], claim: str) -> None:
+    def check_for_claim(self, device_ids: Iterable[str], claim: str, *, shared: bool = False) -> None:
+        """``shared``: the claim asks for a share of each device, which other shares leave it."""
         for device_id in device_ids:
             group = self._plugin.holding(device_id)
             if group is not None:
@@ -76,32 +81,54 @@ class Holds:
             other = self._claims.get(device_id)
             if other is not None and other != claim:
                 raise DeviceHeld(self.resource, device_id, f"{other} through DRA", claim)
+            sharing = self._shares.get(device_id, set()) - {claim}
+            if sharing and not shared:
+                raise DeviceHeld(self.resource, device_id, f"{_shares(sharing)} through DRA", claim)
 
-    def claim_prepared(self, device_ids: Iterable[str], claim: str) -> bool:
+    def claim_prepared(self, device_ids: Iterable[str], claim: str, *, shared: bool = False) -> bool:
+        if shared:
+            added = [i for i in device_ids if claim not in self._shares.setdefault(i, set())]
+            for device_id in added:
+                self._shares[device_id].add(claim)
+            return bool(added)
         before = dict(self._claims)
         self._claims.update(dict.fromkeys(device_ids, claim))
         return self._claims != before
 
-    def claims_restored(self, claims: dict[str, str]) -> None:
-        """Device ID -> the claim holding it, as a checkpoint kept them."""
+    def claims_restored(self, claims: dict[str, str], shares: dict[str, set[str]] | None = None) -> None:
+        """Device ID -> the claim holding it, and the claims holding shares of it, as a checkpoint
+        kept them."""
         self._claims.update(claims)
+        for device_id, sharing in (shares or {}).items():
+            self._shares.setdefault(device_id, set()).update(sharing)
 
     def claim_freed(self, device_ids: Iterable[str], claim: str) -> bool:
-        """``claim`` gives these devices back; one another claim holds stays held."""
-        freed = [i for i in device_ids if self._claims.get(i) == claim]
-        for device_id in freed:
-            del self._claims[device_id]
-        return bool(freed)
+        """``claim`` gives these devices (or its shares of them) back; one another claim holds
+        stays held."""
+        freed = False
+        for device_id in device_ids:
+            if self._claims.get(device_id) == claim:
+                del self._claims[device_id]
+                freed = True
+            sharing = self._shares.get(device_id)
+            if sharing is not None and claim in sharing:
+                sharing.discard(claim)
+                freed = True
+                if not sharing:
+                    del self._shares[device_id]
+        return freed
 
     # --- what each API is shown ----------------------------------------------
 
     def for_plugin(self, devices: tuple[Device, ...]) -> tuple[Device, ...]:
         """The devices as the device plugin lists them: a claim's devices Unhealthy."""
-        if not self._claims:
+        if not self._claims and not self._shares:
             return devices
-        claims = self._claims
+        claims, shares = self._claims, self._shares
         return tuple(
-            replace(d, health=Health.UNHEALTHY) if d.id in claims and d.health is Health.HEALTHY else d
+            replace(d, health=Health.UNHEALTHY)
+            if (d.id in claims or d.id in shares) and d.health is Health.HEALTHY
+            else d
             for d in devices
         )
 
@@ -114,6 +141,12 @@ class Holds:
 
     def status(self) -> dict[str, list[str]]:
         return {
-            "dra": sorted(self._claims),
+            "dra": sorted(self._claims.keys() | self._shares.keys()),
             "device_plugin": sorted({i for group in self._plugin for i in group} | self._listed),
         }
+
+
+def _shares(claims: set[str]) -> str:
+    """The holders of a shared device, for an error."""
+    named = sorted(claims)
+    return f"shares of {named[0]}" + (f" and {len(named) - 1} more" if len(named) > 1 else "")

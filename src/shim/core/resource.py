@@ -30,6 +30,7 @@ from shim.model import (
     ContainerAllocateRequest,
     ContainerGrant,
     Device,
+    DeviceShare,
     Health,
     PreferredAllocationRequest,
 )
@@ -122,13 +123,16 @@ class ResourceService:
         self._dra_devices = self.holds.for_dra(self._devices)
         await self._dra_latest.publish(self._dra_devices)
 
-    async def serve_dra(self, claims: dict[str, str], listed: Iterable[str]) -> None:
+    async def serve_dra(
+        self, claims: dict[str, str], listed: Iterable[str], shares: dict[str, set[str]] | None = None
+    ) -> None:
         """This resource is in a DRA driver's pool as well: from now on a device is held by one
-        API at a time. ``claims``: device ID -> the claim holding it (the DRA checkpoint's);
-        ``listed``: the devices PodResources last listed as held by containers."""
+        API at a time. ``claims``: device ID -> the claim holding it (the DRA checkpoint's), and
+        ``shares`` the claims holding shares of it; ``listed``: the devices PodResources last
+        listed as held by containers."""
         if self.holds is None:
             self.holds = Holds(self.name)
-        self.holds.claims_restored(claims)
+        self.holds.claims_restored(claims, shares)
         self.holds.plugin_listed(listed)
         await self._show()
 
@@ -196,16 +200,26 @@ class ResourceService:
         return grants
 
     async def prepare(
-        self, device_ids: Sequence[str], claim: str = "a claim", *, admin_access: bool = False
+        self,
+        device_ids: Sequence[str],
+        claim: str = "a claim",
+        *,
+        admin_access: bool = False,
+        shares: tuple[DeviceShare, ...] = (),
     ) -> ContainerGrant:
         """DRA's preparation of ``claim``'s devices of this resource (docs/dra.md, "From the
         device plugin to a claim"): the guard and the grant policy of Allocate, then the driver's
         pre-start; not tracked for the v1beta1 Deallocate emulation, since the kubelet says
         itself when a claim is done (``unprepare``). The devices are the claim's from the start
         (core/holds.py), and again free if it fails. An admin-access claim takes nothing: its
-        devices may be anyone's and stay so (no hold, no pre-start; docs/dra.md, "Admin access")."""
+        devices may be anyone's and stay so (no hold, no pre-start; docs/dra.md, "Admin access").
+        A share of a device that allows multiple allocations holds it beside the other shares,
+        without a pre-start (docs/dra.md, "Consumable capacity")."""
         if admin_access:
-            return await self._prepare_admin(device_ids)
+            self._check_known(device_ids)  # Unhealthy or held by another: an admin may still look
+            return await self._unheld(ContainerAllocateRequest(tuple(device_ids), True, shares))
+        if shares:
+            return await self._prepare_shares(device_ids, claim, shares)
         self._check_usable(device_ids)
         if self.holds is None:
             return await self._prepare(device_ids)
@@ -229,24 +243,47 @@ class ResourceService:
         await self.prestart(device_ids)
         return grant
 
-    async def _prepare_admin(self, device_ids: Sequence[str]) -> ContainerGrant:
-        self._check_known(device_ids)  # Unhealthy or held by another: an admin may still look
-        request = ContainerAllocateRequest(tuple(device_ids), admin_access=True)
+    async def _prepare_shares(
+        self, device_ids: Sequence[str], claim: str, shares: tuple[DeviceShare, ...]
+    ) -> ContainerGrant:
+        self._check_usable(device_ids)
+        if self.holds is not None:
+            self.holds.check_for_claim(device_ids, claim, shared=True)
+            if self.holds.claim_prepared(device_ids, claim, shared=True):
+                await self._show()
+        try:
+            return await self._unheld(ContainerAllocateRequest(tuple(device_ids), shares=shares))
+        except BaseException:
+            await self.claim_gone(device_ids, claim)
+            raise
+
+    async def _unheld(self, request: ContainerAllocateRequest) -> ContainerGrant:
+        """The driver's grant for a request that takes no device for itself (admin access, a
+        share): held to the policy, no pre-start, and nothing to deallocate if refused."""
         (grant,) = await self.source.allocate([request])
         try:
             self.policy.check(grant)
-        except GrantRefused as refused:  # nothing was taken: no deallocate to send
+        except GrantRefused as refused:
             metrics.policy_refused(self.name, refused.kind)
             raise
         return grant
 
-    async def unprepare(self, device_ids: Sequence[str], claim: str, *, admin_access: bool = False) -> None:
+    async def unprepare(
+        self,
+        device_ids: Sequence[str],
+        claim: str,
+        *,
+        admin_access: bool = False,
+        shares: tuple[DeviceShare, ...] = (),
+    ) -> None:
         """A prepared claim's devices are free again: the driver's deallocate; errors raise
         (the kubelet retries unprepare, and the claim holds its devices until it succeeds). An
-        admin-access claim took nothing, so nothing is given back."""
+        admin-access claim took nothing, so nothing is given back; a share is dropped from its
+        device's holds, and the driver is not asked (the device stays with its other shares)."""
         if admin_access:
             return
-        await self.source.deallocate(device_ids)
+        if not shares:
+            await self.source.deallocate(device_ids)
         await self.claim_gone(device_ids, claim)
 
     async def claim_gone(self, device_ids: Sequence[str], claim: str) -> None:

@@ -23,6 +23,7 @@ import orjson
 from loguru import logger
 
 from shim.files import UnreadableFile, read_bounded, write_atomically
+from shim.model import DeviceShare
 
 FORMAT = 1
 MAX_BYTES = 64 * 1024 * 1024  # devshim's own file; bounded all the same
@@ -36,6 +37,7 @@ class PreparedDevice:
     pool: str
     device: str
     cdi_device_ids: tuple[str, ...]
+    share_id: str | None = None  # the allocation's shareID, for a share of a device
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,7 @@ class Group:
     resource: str
     device_ids: tuple[str, ...]
     admin_access: bool = False  # an admin-access claim's: taken from no one, given back to no one
+    shares: tuple[DeviceShare, ...] = ()  # a share of a device that allows multiple allocations
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +160,7 @@ def _to_json(entry: Entry) -> dict[str, Any]:
                 "pool": d.pool,
                 "device": d.device,
                 "cdi_device_ids": list(d.cdi_device_ids),
+                **({"share_id": d.share_id} if d.share_id is not None else {}),
             }
             for d in entry.devices
         ],
@@ -167,7 +171,21 @@ def _group_json(group: Group) -> dict[str, Any]:
     written: dict[str, Any] = {"resource": group.resource, "device_ids": list(group.device_ids)}
     if group.admin_access:  # only then: a file an older devshim wrote reads the same
         written["admin_access"] = True
+    if group.shares:  # likewise
+        written["shares"] = [
+            {"device_id": s.device_id, "share_id": s.share_id, "consumed_capacity": dict(s.consumed_capacity)}
+            for s in group.shares
+        ]
     return written
+
+
+def _share(raw: dict[str, Any]) -> DeviceShare:
+    consumed = raw.get("consumed_capacity") or {}
+    return DeviceShare(
+        str(raw["device_id"]),
+        str(raw["share_id"]),
+        tuple(sorted((str(k), str(v)) for k, v in consumed.items())),
+    )
 
 
 def _from_json(raw: dict[str, Any]) -> Entry:
@@ -176,7 +194,12 @@ def _from_json(raw: dict[str, Any]) -> Entry:
         namespace=str(raw["namespace"]),
         name=str(raw["name"]),
         groups=tuple(
-            Group(str(g["resource"]), tuple(map(str, g["device_ids"])), g.get("admin_access") is True)
+            Group(
+                str(g["resource"]),
+                tuple(map(str, g["device_ids"])),
+                g.get("admin_access") is True,
+                tuple(_share(s) for s in g.get("shares") or ()),
+            )
             for g in raw["groups"]
         ),
         devices=None
@@ -187,6 +210,7 @@ def _from_json(raw: dict[str, Any]) -> Entry:
                 str(d["pool"]),
                 str(d["device"]),
                 tuple(map(str, d["cdi_device_ids"])),
+                str(d["share_id"]) if d.get("share_id") is not None else None,
             )
             for d in devices
         ),

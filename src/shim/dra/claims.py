@@ -14,8 +14,10 @@ from typing import Any
 
 import grpc
 
+from shim.driverprotocol import MAX_ATTRIBUTES_AND_CAPACITIES, qualified_name_problem, quantity_problem
 from shim.errors import ShimError
 from shim.facts import is_dns_label, is_dns_subdomain
+from shim.model import DeviceShare
 
 # What the kubelet names a claim by becomes an API path (namespace, name) and a file name and
 # CDI device name (uid): each held to Kubernetes' own rules before any use.
@@ -60,6 +62,7 @@ class Allocated:
     request: str
     device: str  # the DRA device name (shim/dra/names.py)
     admin_access: bool = False  # the result's adminAccess: the device may be in use by others
+    share: DeviceShare | None = None  # the result's shareID and consumedCapacity: a shared device
 
 
 def allocated(claim: Any, ref: ClaimRef, driver: str, pool: str) -> list[Allocated]:
@@ -95,10 +98,33 @@ def allocated(claim: Any, ref: ClaimRef, driver: str, pool: str) -> list[Allocat
                 f"claim {ref}: device {device!r} is in pool {result.get('pool')!r}, not this node's "
                 f"({pool!r})"
             )
-        mine.append(Allocated(request, device, result.get("adminAccess") is True))
+        mine.append(
+            Allocated(request, device, result.get("adminAccess") is True, _share(ref, device, result))
+        )
     if not mine:
         raise ClaimProblem(f"claim {ref} has no device of driver {driver}")
     return mine
+
+
+def _share(ref: ClaimRef, device: str, result: dict[str, Any]) -> DeviceShare | None:
+    """A result's share of its device (consumable capacity), checked: a UID, and at most
+    MAX_ATTRIBUTES_AND_CAPACITIES capacities, each a name and a quantity. The device ID is the
+    DRA device name until the preparer knows the driver's."""
+    share_id = result.get("shareID")
+    if share_id is None:
+        return None
+    if not isinstance(share_id, str) or not _UID.fullmatch(share_id):
+        raise ClaimProblem(f"claim {ref}: device {device!r} has shareID {str(share_id)[:80]!r}, not a uid")
+    consumed = result.get("consumedCapacity") or {}
+    if not isinstance(consumed, dict) or len(consumed) > MAX_ATTRIBUTES_AND_CAPACITIES:
+        raise ClaimProblem(f"claim {ref}: device {device!r}: consumedCapacity is not a map of capacities")
+    for name, amount in consumed.items():
+        problem = qualified_name_problem(name) or (
+            quantity_problem(amount) if isinstance(amount, str) else "not a quantity"
+        )
+        if problem is not None:
+            raise ClaimProblem(f"claim {ref}: device {device!r}: consumedCapacity: {problem}")
+    return DeviceShare(device, share_id, tuple(sorted(consumed.items())))
 
 
 def _object(parent: Any, key: str) -> dict[str, Any]:

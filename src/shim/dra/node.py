@@ -143,7 +143,10 @@ class DraDrivers:
         publisher = self._pool_of.get(resource)
         if publisher is None:
             return
-        await service.serve_dra(self._preparers[resource].holding(resource), self._in_use().get(resource, ()))
+        preparer = self._preparers[resource]
+        await service.serve_dra(
+            preparer.holding(resource), self._in_use().get(resource, ()), preparer.sharing(resource)
+        )
 
         async def follow() -> None:
             async for _ in service.watch_dra():

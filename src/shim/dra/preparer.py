@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from loguru import logger
@@ -125,7 +125,9 @@ class ClaimPreparer:
             for group in groups:
                 service = self._service(group.resource)
                 grants.append(
-                    await service.prepare(group.device_ids, f"claim {ref}", admin_access=group.admin_access)
+                    await service.prepare(
+                        group.device_ids, f"claim {ref}", admin_access=group.admin_access, shares=group.shares
+                    )
                 )
             cdi_devices = [
                 cdi.CdiDevice(cdi.device_name(ref.uid, i), grant)
@@ -149,8 +151,10 @@ class ClaimPreparer:
     def _groups(
         self, ref: ClaimRef, results: Sequence[Allocated], names: Mapping[str, tuple[str, str]]
     ) -> tuple[Group, ...]:
-        # One group a resource, and apart from it its devices a request with admin access asked for.
+        # One group a resource, and apart from it its devices a request with admin access asked for;
+        # each share of a shared device a group of its own (a claim may hold two shares of one).
         by_resource: dict[tuple[str, bool], dict[str, None]] = {}
+        shared: list[Group] = []
         for result in results:
             found = names.get(result.device)
             if found is None:
@@ -159,8 +163,13 @@ class ClaimPreparer:
                     f"pool {self.pool} of {self.driver} now (a driver still starting, or a device gone)"
                 )
             resource, device_id = found
+            if result.share is not None:
+                share = replace(result.share, device_id=device_id)
+                shared.append(Group(resource, (device_id,), result.admin_access, (share,)))
+                continue
             by_resource.setdefault((resource, result.admin_access), {})[device_id] = None
-        return tuple(Group(r, tuple(ids), admin) for (r, admin), ids in sorted(by_resource.items()))
+        plain = [Group(r, tuple(ids), admin) for (r, admin), ids in sorted(by_resource.items())]
+        return (*plain, *shared)
 
     def _answer(
         self,
@@ -170,14 +179,20 @@ class ClaimPreparer:
         groups: Sequence[Group],
         grants: Sequence[ContainerGrant],
     ) -> tuple[PreparedDevice, ...]:
-        index = {(g.resource, g.admin_access): i for i, g in enumerate(groups)}
+        index = {(g.resource, g.admin_access): i for i, g in enumerate(groups) if not g.shares}
+        by_share = {g.shares[0].share_id: i for i, g in enumerate(groups) if g.shares}
         answer = []
         for result in results:
-            i = index[names[result.device][0], result.admin_access]
+            share = result.share
+            i = by_share[share.share_id] if share else index[names[result.device][0], result.admin_access]
             grant = grants[i]
             ours = (cdi.CdiDevice(cdi.device_name(ref.uid, i), grant).qualified(self.driver),)
             ids = (ours if has_edits(grant) else ()) + grant.cdi_devices
-            answer.append(PreparedDevice((result.request,), self.pool, result.device, ids))
+            answer.append(
+                PreparedDevice(
+                    (result.request,), self.pool, result.device, ids, share.share_id if share else None
+                )
+            )
         return tuple(answer)
 
     def _service(self, resource: str) -> ClaimResource:
@@ -195,7 +210,9 @@ class ClaimPreparer:
             except ClaimProblem:
                 continue
             try:
-                await service.unprepare(group.device_ids, claim, admin_access=group.admin_access)
+                await service.unprepare(
+                    group.device_ids, claim, admin_access=group.admin_access, shares=group.shares
+                )
             except ShimError as exc:
                 logger.warning(
                     "DRA driver {}: deallocate of {} after a failed prepare: {}",
@@ -214,7 +231,7 @@ class ClaimPreparer:
             return ()
         for group in entry.groups:
             await self._service(group.resource).unprepare(
-                group.device_ids, f"claim {ref}", admin_access=group.admin_access
+                group.device_ids, f"claim {ref}", admin_access=group.admin_access, shares=group.shares
             )
         self._specs.remove(self.driver, ref.uid)
         await self._checkpoint.drop(ref.uid)
@@ -232,6 +249,18 @@ class ClaimPreparer:
             device_id: f"claim {entry.namespace}/{entry.name} ({uid})"
             for uid, entry in self._checkpoint
             for group in entry.groups
-            if group.resource == resource and not group.admin_access
+            if group.resource == resource and not group.admin_access and not group.shares
             for device_id in group.device_ids
         }
+
+    def sharing(self, resource: str) -> dict[str, set[str]]:
+        """Device ID -> the claims holding shares of it, of ``resource``, as checkpointed."""
+        found: dict[str, set[str]] = {}
+        for uid, entry in self._checkpoint:
+            for group in entry.groups:
+                if group.resource == resource and group.shares and not group.admin_access:
+                    for device_id in group.device_ids:
+                        found.setdefault(device_id, set()).add(
+                            f"claim {entry.namespace}/{entry.name} ({uid})"
+                        )
+        return found

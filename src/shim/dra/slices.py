@@ -21,6 +21,10 @@ its attributes, 64 devices a slice once one consumes counters. 1.33-1.35 had ano
 sets in the slice of the devices consuming them) behind an alpha gate off by default: to an API
 server older than 1.36, or in v1alpha3, a pool is published without counters (``partitions``
 False), and said so as dropped.
+
+Consumable capacity (protocol 1.3): a device several claims may share carries
+`allowMultipleAllocations: true` (v1beta1 on, 1.34 on; the DRAConsumableCapacity gate, alpha and
+off in 1.34-1.35, beta and on in 1.36); its capacities are then what the shares consume.
 """
 
 from __future__ import annotations
@@ -47,7 +51,11 @@ MAX_COUNTER_SETS_PER_SLICE = 8  # ResourceSliceMaxCounterSets
 PARTITIONS_SINCE = 36  # the first release with 1.36's shape of partitionable devices
 PARTITIONS = "DRAPartitionableDevices"
 # What a device may carry that an API server drops where its feature gate is off, by the gate.
-GATED = {"taints": "DRADeviceTaints", "consumesCounters": PARTITIONS}
+GATED = {
+    "taints": "DRADeviceTaints",
+    "consumesCounters": PARTITIONS,
+    "allowMultipleAllocations": "DRAConsumableCapacity",
+}
 # What the publisher writes on each slice: the hash of the spec it meant (the API server
 # rewrites quantities in canonical form, so the spec read back cannot be compared as written).
 SPEC_HASH = "devshim.dev/spec-hash"
@@ -181,6 +189,8 @@ def _device(entry: PoolDevice, version: str, partitions: bool = True) -> dict[st
         ]
     if device.consumes_counters and partitions:
         described["consumesCounters"] = [_counters(c, "counterSet") for c in device.consumes_counters]
+    if device.allow_multiple_allocations and version != "v1alpha3":  # 1.34 on: never in v1alpha3
+        described["allowMultipleAllocations"] = True
     if version in ("v1beta1", "v1alpha3"):
         return {"name": entry.name, "basic": described}
     return {"name": entry.name, **described}

@@ -154,8 +154,13 @@ def device_from_json(obj: Any) -> tuple[Device, ContainerGrant | None]:
     capacity = field(obj, "capacity")
     taints = field(obj, "taints")
     sets, uses = field(obj, "counter_sets"), field(obj, "consumes_counters")
+    shared = field(obj, "allow_multiple_allocations")
     device = Device(device_id, health_from_json(field(obj, "health")), tuple(numa))
-    if attributes or capacity or taints or sets or uses:  # protocol 1.1 and 1.3; most lists have none
+    if attributes or capacity or taints or sets or uses or shared:  # protocol 1.1 and 1.3; most have none
+        if shared is not None and type(shared) is not bool:
+            raise DriverProtocolError(
+                f"device {device_id!r}: allow_multiple_allocations must be true or false"
+            )
         try:
             typed = (
                 attributes_from_json(attributes),
@@ -163,6 +168,7 @@ def device_from_json(obj: Any) -> tuple[Device, ContainerGrant | None]:
                 taints_from_json(taints),
                 counter_sets_from_json(sets),
                 counter_sets_from_json(uses, "consumes_counters"),
+                shared is True,
             )
         except ValueError as exc:
             raise DriverProtocolError(f"device {device_id!r}: {exc}") from None
@@ -217,6 +223,7 @@ def resource_from_json(obj: Any) -> ResourceInfo:
             deallocate=bool(field(obj, "deallocate")),
             post_stop=bool(field(obj, "post_stop")),
             admin_access=bool(field(obj, "admin_access")),
+            shares=bool(field(obj, "shares")),
         ),
     )
 
@@ -317,9 +324,15 @@ def allocate_params(resource: str, requests: Sequence[ContainerAllocateRequest])
 
 
 def _container(request: ContainerAllocateRequest) -> dict[str, Any]:
+    written: dict[str, Any] = {"device_ids": list(request.device_ids)}
     if request.admin_access:  # protocol 1.3, only ever sent to a resource that declares it
-        return {"device_ids": list(request.device_ids), "admin_access": True}
-    return {"device_ids": list(request.device_ids)}
+        written["admin_access"] = True
+    if request.shares:  # likewise
+        written["shares"] = [
+            {"device_id": s.device_id, "share_id": s.share_id, "consumed_capacity": dict(s.consumed_capacity)}
+            for s in request.shares
+        ]
+    return written
 
 
 def grants_from_json(result: Any, expected: int) -> list[ContainerGrant]:

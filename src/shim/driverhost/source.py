@@ -261,6 +261,11 @@ class DriverSource(DeviceSource):
                     f"{self.name}: an admin-access claim needs the driver to declare admin_access for "
                     "the resource (driver protocol 1.3), or a declared grant for each device"
                 )
+            if any(r.shares for r in requests) and not self.info.capabilities.shares:
+                raise RequestError(
+                    f"{self.name}: a shared allocation needs the driver to declare shares for the "
+                    "resource (driver protocol 1.3), or a declared grant for each device"
+                )
             count = len(requests)
             params = protocol.allocate_params(self.name, requests)
             granted = await self._call("allocate", params, lambda r: protocol.grants_from_json(r, count))
@@ -272,8 +277,8 @@ class DriverSource(DeviceSource):
         return grants.merge(self._declared[i] for i in device_ids)
 
     def _mark_in_use(self, requests: Sequence[ContainerAllocateRequest]) -> None:
-        # An admin-access request takes nothing: its devices stay with whoever holds them.
-        changed = [self._in_use.add(r.device_ids) for r in requests if not r.admin_access]
+        # An admin-access request takes nothing, nor does a share: the devices stay with the others.
+        changed = [self._in_use.add(r.device_ids) for r in requests if not (r.admin_access or r.shares)]
         if any(changed):  # the same devices again (an init container's, say) change nothing saved
             self._save_soon()
 

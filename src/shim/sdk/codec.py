@@ -227,6 +227,8 @@ def device_json(device: types.Device) -> dict[str, Any]:
             out["counter_sets"] = sets
         if uses:
             out["consumes_counters"] = uses
+    if device.allow_multiple_allocations:
+        out["allow_multiple_allocations"] = True
     return out
 
 

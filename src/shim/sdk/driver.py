@@ -21,7 +21,7 @@ from shim.sdk.codec import device_json, health_json, log_level_json, message_jso
 from shim.sdk.errors import NotImplementedByResource
 from shim.sdk.generated.devshim.driver import v1 as types
 
-OPTIONAL_METHODS = ("preferred_allocation", "prestart", "deallocate", "post_stop", "admin_access")
+OPTIONAL_METHODS = ("preferred_allocation", "prestart", "deallocate", "post_stop", "admin_access", "shares")
 
 
 class Driver(abc.ABC):
@@ -74,6 +74,14 @@ class Driver(abc.ABC):
         nothing; no prestart or deallocate follows. Called for a resource with
         ``admin_access=True`` (an allocate request whose container says ``admin_access``)."""
         raise NotImplementedByResource(resource, "admin_access")
+
+    async def shares(self, resource: str, shares: list[types.DeviceShare]) -> types.Grant:
+        """Claims share these devices (protocol 1.3, DRA consumable capacity): one share each, its
+        ``share_id`` and the capacity it consumes. Grant what the share needs (a memory limit, a
+        client slot); the device stays with its other shares, and no prestart or deallocate
+        follows. Called for a resource with ``shares=True`` whose devices set
+        ``allow_multiple_allocations``."""
+        raise NotImplementedByResource(resource, "shares")
 
     # The two hooks do nothing unless overridden: optional, so not abstract.
     async def on_initialize(self, params: types.InitializeParams) -> None:  # noqa: B027

@@ -113,6 +113,10 @@ class _Dispatcher:
     async def _allocate(self, params: Any) -> dict[str, Any]:
         request = decode(types.AllocateParams, "allocate", params)
         self._resource(request.resource)
+        if any(c.shares for c in request.containers):  # protocol 1.3: DRA, one container
+            self._resource(request.resource, "shares")
+            shared = [await self._driver.shares(request.resource, list(c.shares)) for c in request.containers]
+            return {"containers": [grant_json(g) for g in shared]}
         if any(c.admin_access for c in request.containers):  # protocol 1.3: DRA, one container
             self._resource(request.resource, "admin_access")
             if not all(c.admin_access for c in request.containers):

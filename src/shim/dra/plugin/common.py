@@ -126,6 +126,11 @@ class DraService:
             self.status.health_streams -= 1
 
 
+def _has_share_id(pb: ModuleType) -> bool:
+    """Whether this version's Device has share_id (v1 has, v1beta1 has not)."""
+    return "share_id" in pb.Device.DESCRIPTOR.fields_by_name
+
+
 def _prepared(pb: ModuleType, outcome: Outcome) -> Any:
     return pb.NodePrepareResourceResponse(
         devices=[
@@ -134,6 +139,7 @@ def _prepared(pb: ModuleType, outcome: Outcome) -> Any:
                 pool_name=d.pool,
                 device_name=d.device,
                 cdi_device_ids=list(d.cdi_device_ids),
+                **({"share_id": d.share_id} if d.share_id is not None and _has_share_id(pb) else {}),
             )
             for d in outcome.devices
         ],

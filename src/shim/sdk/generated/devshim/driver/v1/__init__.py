@@ -17,6 +17,7 @@ __all__ = (
     "CounterSet",
     "Device",
     "DeviceNode",
+    "DeviceShare",
     "DeviceTaint",
     "DevicesChangedParams",
     "DevicesParams",
@@ -208,6 +209,14 @@ class ContainerRequest(betterproto2.Message):
     resource that declares admin_access (docs/driver-protocol.md).
     """
 
+    shares: "list[DeviceShare]" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Protocol 1.3, DRA only: these devices are allocated as shares (one per
+    device, every device of the request): grant what the share needs; the
+    device stays with its other shares. No prestart or deallocate follows.
+    Sent only for a resource that declares shares.
+    """
+
 
 default_message_pool.register_message("devshim.driver.v1", "ContainerRequest", ContainerRequest)
 
@@ -320,6 +329,13 @@ class Device(betterproto2.Message):
     or all of them for the whole GPU): at most 2 sets.
     """
 
+    allow_multiple_allocations: "bool" = betterproto2.field(10, betterproto2.TYPE_BOOL)
+    """
+    Protocol 1.3, consumable capacity: claims may share this device, each
+    taking part of its capacity (published as allowMultipleAllocations).
+    Only for a resource that declares shares.
+    """
+
 
 default_message_pool.register_message("devshim.driver.v1", "Device", Device)
 
@@ -354,6 +370,33 @@ class DevicesChangedParams(betterproto2.Message):
 
 
 default_message_pool.register_message("devshim.driver.v1", "DevicesChangedParams", DevicesChangedParams)
+
+
+@dataclass(eq=False, repr=False)
+class DeviceShare(betterproto2.Message):
+    """
+    One claim's share of a device that allows multiple allocations.
+    """
+
+    device_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    share_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The allocation's shareID, unique among the device's shares.
+    """
+
+    consumed_capacity: "dict[str, str]" = betterproto2.field(
+        3,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+    """
+    Capacity name to the amount this share takes (every capacity of the
+    device, as the scheduler allocated it).
+    """
+
+
+default_message_pool.register_message("devshim.driver.v1", "DeviceShare", DeviceShare)
 
 
 @dataclass(eq=False, repr=False)
@@ -618,6 +661,12 @@ class Resource(betterproto2.Message):
     """
     Protocol 1.3: allocate takes admin-access requests (ContainerRequest's
     admin_access) for this resource's devices.
+    """
+
+    shares: "bool" = betterproto2.field(7, betterproto2.TYPE_BOOL)
+    """
+    Protocol 1.3: allocate takes shared requests (ContainerRequest's shares)
+    for devices that allow multiple allocations.
     """
 
 

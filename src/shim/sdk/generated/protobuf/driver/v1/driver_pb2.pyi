@@ -79,7 +79,7 @@ class DeviceNode(_message.Message):
     def __init__(self, container_path: _Optional[str] = ..., host_path: _Optional[str] = ..., permissions: _Optional[str] = ...) -> None: ...
 
 class Device(_message.Message):
-    __slots__ = ("id", "health", "numa_nodes", "grant", "attributes", "capacity", "taints", "counter_sets", "consumes_counters")
+    __slots__ = ("id", "health", "numa_nodes", "grant", "attributes", "capacity", "taints", "counter_sets", "consumes_counters", "allow_multiple_allocations")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -103,6 +103,7 @@ class Device(_message.Message):
     TAINTS_FIELD_NUMBER: _ClassVar[int]
     COUNTER_SETS_FIELD_NUMBER: _ClassVar[int]
     CONSUMES_COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_MULTIPLE_ALLOCATIONS_FIELD_NUMBER: _ClassVar[int]
     id: str
     health: Health
     numa_nodes: _containers.RepeatedScalarFieldContainer[int]
@@ -112,7 +113,25 @@ class Device(_message.Message):
     taints: _containers.RepeatedCompositeFieldContainer[DeviceTaint]
     counter_sets: _containers.RepeatedCompositeFieldContainer[CounterSet]
     consumes_counters: _containers.RepeatedCompositeFieldContainer[CounterConsumption]
-    def __init__(self, id: _Optional[str] = ..., health: _Optional[_Union[Health, str]] = ..., numa_nodes: _Optional[_Iterable[int]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., attributes: _Optional[_Mapping[str, Attribute]] = ..., capacity: _Optional[_Mapping[str, str]] = ..., taints: _Optional[_Iterable[_Union[DeviceTaint, _Mapping]]] = ..., counter_sets: _Optional[_Iterable[_Union[CounterSet, _Mapping]]] = ..., consumes_counters: _Optional[_Iterable[_Union[CounterConsumption, _Mapping]]] = ...) -> None: ...
+    allow_multiple_allocations: bool
+    def __init__(self, id: _Optional[str] = ..., health: _Optional[_Union[Health, str]] = ..., numa_nodes: _Optional[_Iterable[int]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., attributes: _Optional[_Mapping[str, Attribute]] = ..., capacity: _Optional[_Mapping[str, str]] = ..., taints: _Optional[_Iterable[_Union[DeviceTaint, _Mapping]]] = ..., counter_sets: _Optional[_Iterable[_Union[CounterSet, _Mapping]]] = ..., consumes_counters: _Optional[_Iterable[_Union[CounterConsumption, _Mapping]]] = ..., allow_multiple_allocations: _Optional[bool] = ...) -> None: ...
+
+class DeviceShare(_message.Message):
+    __slots__ = ("device_id", "share_id", "consumed_capacity")
+    class ConsumedCapacityEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
+    SHARE_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSUMED_CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    device_id: str
+    share_id: str
+    consumed_capacity: _containers.ScalarMap[str, str]
+    def __init__(self, device_id: _Optional[str] = ..., share_id: _Optional[str] = ..., consumed_capacity: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CounterSet(_message.Message):
     __slots__ = ("name", "counters")
@@ -167,20 +186,22 @@ class Attribute(_message.Message):
     def __init__(self, int: _Optional[int] = ..., bool: _Optional[bool] = ..., string: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
 
 class Resource(_message.Message):
-    __slots__ = ("name", "preferred_allocation", "prestart", "deallocate", "post_stop", "admin_access")
+    __slots__ = ("name", "preferred_allocation", "prestart", "deallocate", "post_stop", "admin_access", "shares")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PREFERRED_ALLOCATION_FIELD_NUMBER: _ClassVar[int]
     PRESTART_FIELD_NUMBER: _ClassVar[int]
     DEALLOCATE_FIELD_NUMBER: _ClassVar[int]
     POST_STOP_FIELD_NUMBER: _ClassVar[int]
     ADMIN_ACCESS_FIELD_NUMBER: _ClassVar[int]
+    SHARES_FIELD_NUMBER: _ClassVar[int]
     name: str
     preferred_allocation: bool
     prestart: bool
     deallocate: bool
     post_stop: bool
     admin_access: bool
-    def __init__(self, name: _Optional[str] = ..., preferred_allocation: _Optional[bool] = ..., prestart: _Optional[bool] = ..., deallocate: _Optional[bool] = ..., post_stop: _Optional[bool] = ..., admin_access: _Optional[bool] = ...) -> None: ...
+    shares: bool
+    def __init__(self, name: _Optional[str] = ..., preferred_allocation: _Optional[bool] = ..., prestart: _Optional[bool] = ..., deallocate: _Optional[bool] = ..., post_stop: _Optional[bool] = ..., admin_access: _Optional[bool] = ..., shares: _Optional[bool] = ...) -> None: ...
 
 class Allocation(_message.Message):
     __slots__ = ("resource", "device_ids")
@@ -266,12 +287,14 @@ class ListDevicesResult(_message.Message):
     def __init__(self, devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ...) -> None: ...
 
 class ContainerRequest(_message.Message):
-    __slots__ = ("device_ids", "admin_access")
+    __slots__ = ("device_ids", "admin_access", "shares")
     DEVICE_IDS_FIELD_NUMBER: _ClassVar[int]
     ADMIN_ACCESS_FIELD_NUMBER: _ClassVar[int]
+    SHARES_FIELD_NUMBER: _ClassVar[int]
     device_ids: _containers.RepeatedScalarFieldContainer[str]
     admin_access: bool
-    def __init__(self, device_ids: _Optional[_Iterable[str]] = ..., admin_access: _Optional[bool] = ...) -> None: ...
+    shares: _containers.RepeatedCompositeFieldContainer[DeviceShare]
+    def __init__(self, device_ids: _Optional[_Iterable[str]] = ..., admin_access: _Optional[bool] = ..., shares: _Optional[_Iterable[_Union[DeviceShare, _Mapping]]] = ...) -> None: ...
 
 class AllocateParams(_message.Message):
     __slots__ = ("resource", "containers")

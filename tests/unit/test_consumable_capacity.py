@@ -1,0 +1,125 @@
+"""Consumable capacity (protocol 1.3): a device several claims share, each claim's share read from
+the API server's allocation, held beside the others, kept across a restart, and published.
+
+Facts from k8s.io/api resource/v1 types.go at 1.37: Device.allowMultipleAllocations (under `basic`
+in v1beta1; none in v1alpha3), and an allocation result's shareID (a UID) and consumedCapacity
+(capacity name to quantity)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shim.core.holds import Holds
+from shim.dra.checkpoint import Checkpoint, Entry, Group, PreparedDevice
+from shim.dra.claims import ClaimProblem, ClaimRef, allocated
+from shim.dra.slices import Pool, dropped, spec
+from shim.driverhost import protocol
+from shim.driverhost.protocol import DriverProtocolError
+from shim.errors import DeviceHeld
+from shim.model import Device, DeviceShare, Health
+
+REF = ClaimRef("default", "c", "u-1")
+D = "d.example.com"
+SHARE_ID = "0c9a6b41-b1fd-4656-8cab-62e54a38ac08"
+
+
+def claim_with(**result: Any) -> dict[str, Any]:
+    base = {"request": "r", "driver": D, "pool": "n", "device": "gpu-0"}
+    return {
+        "metadata": {"uid": "u-1"},
+        "status": {
+            "allocation": {"devices": {"results": [base | result]}},
+            "reservedFor": [{"resource": "pods", "name": "p", "uid": "p-1"}],
+        },
+    }
+
+
+def test_a_results_share_is_read_with_its_capacity_sorted() -> None:
+    [result] = allocated(
+        claim_with(shareID=SHARE_ID, consumedCapacity={"memory": "8Gi", "cores": "2"}), REF, D, "n"
+    )
+    assert result.share == DeviceShare("gpu-0", SHARE_ID, (("cores", "2"), ("memory", "8Gi")))
+    [plain] = allocated(claim_with(), REF, D, "n")
+    assert plain.share is None
+
+
+@pytest.mark.parametrize(
+    ("result", "fragment"),
+    [
+        ({"shareID": 7}, "shareID '7', not a uid"),
+        ({"shareID": "has space"}, "not a uid"),
+        ({"shareID": SHARE_ID, "consumedCapacity": ["8Gi"]}, "consumedCapacity is not a map"),
+        ({"shareID": SHARE_ID, "consumedCapacity": {"memory": "-1"}}, "is not a quantity"),
+        ({"shareID": SHARE_ID, "consumedCapacity": {"1x": "1"}}, "C identifier"),
+    ],
+)
+def test_a_share_the_api_server_could_not_have_written_is_refused(
+    result: dict[str, Any], fragment: str
+) -> None:
+    with pytest.raises(ClaimProblem, match=fragment):
+        allocated(claim_with(**result), REF, D, "n")
+
+
+def test_a_device_says_whether_claims_may_share_it_and_the_host_sends_shares() -> None:
+    device, _ = protocol.device_from_json(
+        {"id": "g", "health": "HEALTHY", "allow_multiple_allocations": True}
+    )
+    assert device.allow_multiple_allocations
+    with pytest.raises(DriverProtocolError, match="allow_multiple_allocations must be true or false"):
+        protocol.device_from_json({"id": "g", "health": "HEALTHY", "allow_multiple_allocations": 1})
+    assert protocol.resource_from_json({"name": "example.com/gpu", "shares": True}).capabilities.shares
+
+
+def test_shares_hold_a_device_together_and_keep_a_whole_claim_and_the_device_plugin_out() -> None:
+    holds = Holds("example.com/gpu")
+    one, two, whole = "claim a/one (1)", "claim a/two (2)", "claim a/whole (3)"
+    holds.check_for_claim(["g"], one, shared=True)
+    assert holds.claim_prepared(["g"], one, shared=True)
+    holds.check_for_claim(["g"], two, shared=True)  # another share: fine
+    assert holds.claim_prepared(["g"], two, shared=True)
+    with pytest.raises(DeviceHeld, match=r"held by shares of claim a/one \(1\) and 1 more through DRA"):
+        holds.check_for_claim(["g"], whole)
+    with pytest.raises(DeviceHeld, match="shares of claim a/one"):
+        holds.check_for_plugin(["g"])
+    assert [d.health for d in holds.for_plugin((Device("g"),))] == [Health.UNHEALTHY]
+    assert holds.claim_freed(["g"], one) and holds.status()["dra"] == ["g"]
+    assert holds.claim_freed(["g"], two) and holds.status()["dra"] == []
+    holds.check_for_claim(["g"], whole)
+    holds.claims_restored({}, {"g": {one}})  # as a restarted devshim's checkpoint has it
+    with pytest.raises(DeviceHeld):
+        holds.check_for_claim(["g"], whole)
+
+
+async def test_the_checkpoint_keeps_a_share_and_its_answer(tmp_path: Path) -> None:
+    share = DeviceShare("gpu-0", SHARE_ID, (("memory", "8Gi"),))
+    groups = (Group("example.com/gpu", ("gpu-0",), shares=(share,)),)
+    devices = (PreparedDevice(("r",), "n", "gpu-0", ("x/claim=u-1-0",), SHARE_ID),)
+    checkpoint = Checkpoint(tmp_path, D)
+    await checkpoint.put("u-1", Entry("default", "c", groups, devices))
+    again = Checkpoint(tmp_path, D).get("u-1")
+    assert again is not None and again.groups == groups and again.devices == devices
+    written = json.loads(checkpoint.path.read_text())["claims"]["u-1"]
+    assert written["devices"][0]["share_id"] == SHARE_ID
+    # A claim without shares is written as an older devshim wrote it (the fields only where set).
+    await checkpoint.put("u-2", Entry("default", "d", (Group("example.com/gpu", ("gpu-1",)),), ()))
+    written = json.loads(checkpoint.path.read_text())["claims"]["u-2"]
+    assert written["groups"] == [{"resource": "example.com/gpu", "device_ids": ["gpu-1"]}]
+    assert written["devices"] == []
+
+
+@pytest.mark.parametrize(
+    ("version", "shown"), [("v1", True), ("v1beta2", True), ("v1beta1", True), ("v1alpha3", False)]
+)
+def test_a_shareable_device_is_published_so_where_the_version_has_the_field(
+    version: str, shown: bool
+) -> None:
+    pool = Pool.of(D, "n", [Device("gpu-0", allow_multiple_allocations=True)])
+    [device] = spec(pool, pool.chunks()[0], 1, 1, version)["devices"]
+    described = device.get("basic", device)
+    assert described.get("allowMultipleAllocations") is (True if shown else None)
+    sent = spec(pool, pool.chunks()[0], 1, 1, "v1")
+    assert dropped(sent, {**sent, "devices": [{"name": "gpu-0"}]}, "v1") == ["DRAConsumableCapacity"]
