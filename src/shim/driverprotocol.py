@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from shim.facts import SEMVER, is_dns_label, is_dns_subdomain, is_label_name, is_label_value
-from shim.model import Attribute, AttributeKind, CounterSet, DeviceTaint
+from shim.model import Attribute, AttributeKind, CounterSet, DeviceShare, DeviceTaint
 
 # Semver; the majors of devshim and a driver must be equal (docs/driver-protocol.md, "Lifecycle").
 # 1.1 added device attributes and capacity (DRA); 1.2 the CDI specs a driver ships in
@@ -219,3 +219,12 @@ def counter_sets_from_json(value: Any, what: str = "counter_sets") -> tuple[Coun
     if len({c.name for c in found}) != len(found):
         raise ValueError(f"{what}: a counter set is named twice")
     return tuple(found)
+
+
+def share_json(share: DeviceShare) -> dict[str, Any]:
+    """A DeviceShare in the schema's JSON form (devshim's checkpoint keeps it so too)."""
+    return {
+        "device_id": share.device_id,
+        "share_id": share.share_id,
+        "consumed_capacity": dict(share.consumed_capacity),
+    }

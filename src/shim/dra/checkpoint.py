@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 from loguru import logger
 
+from shim.driverprotocol import share_json
 from shim.files import UnreadableFile, read_bounded, write_atomically
 from shim.model import DeviceShare
 
@@ -172,10 +173,7 @@ def _group_json(group: Group) -> dict[str, Any]:
     if group.admin_access:  # only then: a file an older devshim wrote reads the same
         written["admin_access"] = True
     if group.shares:  # likewise
-        written["shares"] = [
-            {"device_id": s.device_id, "share_id": s.share_id, "consumed_capacity": dict(s.consumed_capacity)}
-            for s in group.shares
-        ]
+        written["shares"] = [share_json(s) for s in group.shares]
     return written
 
 

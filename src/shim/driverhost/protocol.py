@@ -26,6 +26,7 @@ from shim.driverprotocol import (
     attributes_from_json,
     capacity_from_json,
     counter_sets_from_json,
+    share_json,
     taints_from_json,
 )
 from shim.errors import RequestError, ShimError, SourceFailed, SourceTimeout, SourceUnavailable
@@ -328,10 +329,7 @@ def _container(request: ContainerAllocateRequest) -> dict[str, Any]:
     if request.admin_access:  # protocol 1.3, only ever sent to a resource that declares it
         written["admin_access"] = True
     if request.shares:  # likewise
-        written["shares"] = [
-            {"device_id": s.device_id, "share_id": s.share_id, "consumed_capacity": dict(s.consumed_capacity)}
-            for s in request.shares
-        ]
+        written["shares"] = [share_json(s) for s in request.shares]
     return written
 
 
