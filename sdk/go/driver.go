@@ -44,6 +44,23 @@ type Deallocator interface {
 	Deallocate(ctx context.Context, resource string, deviceIDs []string) error
 }
 
+// AdminAccessor answers an allocate for a DRA claim with admin access
+// (protocol 1.3) for a resource that sets Resource.AdminAccess: the devices
+// may be in use by other claims and stay theirs, so grant what monitoring or
+// management needs and take nothing. No prestart or deallocate follows.
+type AdminAccessor interface {
+	AdminAccess(ctx context.Context, resource string, deviceIDs []string) (Grant, error)
+}
+
+// Sharer answers an allocate for shares of devices that allow multiple
+// allocations (protocol 1.3, DRA consumable capacity) for a resource that sets
+// Resource.Shares: each share names its device, its share ID and the capacity
+// it consumes. The devices stay with their other shares: no prestart or
+// deallocate follows.
+type Sharer interface {
+	Shares(ctx context.Context, resource string, shares []DeviceShare) (Grant, error)
+}
+
 // PostStopper answers post_stop (a container stopped) for a resource that sets
 // Resource.PostStop.
 type PostStopper interface {

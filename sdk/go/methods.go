@@ -56,6 +56,7 @@ func (s *server) resource(name, optional string, implemented bool) error {
 		declared := map[string]bool{
 			MethodPreferredAllocation: r.PreferredAllocation, MethodPrestart: r.Prestart,
 			MethodDeallocate: r.Deallocate, MethodPostStop: r.PostStop, MethodAllocate: true,
+			capabilityAdminAccess: r.AdminAccess, capabilityShares: r.Shares,
 		}
 		if optional != "" && (!declared[optional] || !implemented) {
 			return notImplemented(name, optional)
@@ -138,6 +139,9 @@ func (s *server) allocate(ctx context.Context, params json.RawMessage) (any, err
 	if err := decode(MethodAllocate, params, &request); err != nil {
 		return nil, err
 	}
+	if len(request.Containers) > 0 && (request.Containers[0].AdminAccess || len(request.Containers[0].Shares) > 0) {
+		return s.allocateUnheld(ctx, request) // protocol 1.3: DRA, one container
+	}
 	allocator, ok := s.driver.(Allocator)
 	if err := s.resource(request.Resource, MethodAllocate, ok); err != nil {
 		return nil, err
@@ -154,6 +158,46 @@ func (s *server) allocate(ctx context.Context, params json.RawMessage) (any, err
 		return nil, fmt.Errorf("Allocate returned %d grants for %d containers", len(grants), len(containers))
 	}
 	return &AllocateResult{Containers: grants}, nil
+}
+
+// The capabilities of protocol 1.3 that an allocate request asks for: each a Resource flag and an
+// interface of its own, checked as an optional method is.
+const (
+	capabilityAdminAccess = "admin_access"
+	capabilityShares      = "shares"
+)
+
+// allocateUnheld answers an allocate whose containers take no device for themselves: admin access
+// or shares, every container alike.
+func (s *server) allocateUnheld(ctx context.Context, request AllocateParams) (any, error) {
+	admin, shared := request.Containers[0].AdminAccess, len(request.Containers[0].Shares) > 0
+	for _, c := range request.Containers {
+		if c.AdminAccess != admin || (len(c.Shares) > 0) != shared {
+			return nil, invalidParams(MethodAllocate, fmt.Errorf("admin_access or shares is set on some containers but not all"))
+		}
+	}
+	accessor, isAccessor := s.driver.(AdminAccessor)
+	sharer, isSharer := s.driver.(Sharer)
+	capability, implemented := capabilityAdminAccess, isAccessor
+	if shared {
+		capability, implemented = capabilityShares, isSharer
+	}
+	if err := s.resource(request.Resource, capability, implemented); err != nil {
+		return nil, err
+	}
+	result := &AllocateResult{Containers: make([]Grant, len(request.Containers))}
+	for i, c := range request.Containers {
+		var err error
+		if shared {
+			result.Containers[i], err = sharer.Shares(ctx, request.Resource, c.Shares)
+		} else {
+			result.Containers[i], err = accessor.AdminAccess(ctx, request.Resource, c.DeviceIDs)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return result, nil
 }
 
 func (s *server) preferredAllocation(ctx context.Context, params json.RawMessage) (any, error) {
@@ -215,6 +259,8 @@ func capabilityMismatches(d Driver, name string, resources []Resource) []string 
 	_, pre := d.(PreStarter)
 	_, dealloc := d.(Deallocator)
 	_, post := d.(PostStopper)
+	_, admin := d.(AdminAccessor)
+	_, sharer := d.(Sharer)
 	checks := []struct {
 		method, iface string
 		implemented   bool
@@ -224,6 +270,8 @@ func capabilityMismatches(d Driver, name string, resources []Resource) []string 
 		{MethodPrestart, "PreStarter", pre, func(r Resource) bool { return r.Prestart }},
 		{MethodDeallocate, "Deallocator", dealloc, func(r Resource) bool { return r.Deallocate }},
 		{MethodPostStop, "PostStopper", post, func(r Resource) bool { return r.PostStop }},
+		{capabilityAdminAccess, "AdminAccessor", admin, func(r Resource) bool { return r.AdminAccess }},
+		{capabilityShares, "Sharer", sharer, func(r Resource) bool { return r.Shares }},
 	}
 	var problems []string
 	for _, c := range checks {
