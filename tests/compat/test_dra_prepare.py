@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from shim.compat.realnode import ControlPlane
+from shim.dra.kube import ApiError, ApiServer
 from shim.generated.dra.v1beta1 import api_pb2 as dra_v1beta1
 from shim.generated.drahealth.v1 import api_pb2 as health_v1
 from shim.generated.drahealth.v1alpha1 import api_pb2 as health_v1alpha1
@@ -423,3 +424,18 @@ async def test_a_resource_listing_another_resources_device_ids_neither_takes_the
         await control(folder / "hostile", f"count {HOSTILE} 0")
         status = await dra_status(port, lambda s: s[GPU]["last_error"] is None, "the clash is over")
         assert status[GPU]["devices"] == 3
+
+
+async def test_a_claim_is_read_on_the_lean_path_as_the_api_server_holds_it(plane: ControlPlane) -> None:
+    """Claim reads go over devshim's own kept-alive HTTP/1.1 (shim/dra/http.py), not kr8s: the same
+    object the API server holds; a claim that is not there is ApiError 404, as through kr8s."""
+    claim = make_claim(plane, "v1", "lean-read", [("gpus", "gpu-0")], node=NODE)
+    api = await ApiServer.connect(plane.admin_kubeconfig)
+    read = await api.get_claim("v1", "default", "lean-read")
+    assert api.lean and read == plane.request(
+        "GET", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/lean-read"
+    )
+    assert read["metadata"]["uid"] == claim["metadata"]["uid"]
+    with pytest.raises(ApiError) as missing:
+        await api.get_claim("v1", "default", "no-such-claim")
+    assert missing.value.http_status == 404 and "not found" in str(missing.value)

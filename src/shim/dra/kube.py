@@ -23,6 +23,7 @@ import httpx
 import kr8s
 import kr8s.asyncio
 
+from shim.dra.http import Getter, HttpError
 from shim.dra.slices import GROUP, VERSIONS
 from shim.errors import ShimError
 
@@ -53,6 +54,8 @@ class ApiServer:
 
     def __init__(self, api: kr8s.asyncio.Api) -> None:
         self._api = api
+        self._getter: Getter | None = None  # claims' reads (dra/http.py), made on the first
+        self._lean = True  # False once the lean path cannot serve this server (a proxy, say)
 
     @classmethod
     async def connect(cls, kubeconfig: Path | None) -> ApiServer:
@@ -131,10 +134,47 @@ class ApiServer:
                 raise
 
     async def get_claim(self, version: str, namespace: str, name: str) -> dict[str, Any]:
-        """One ResourceClaim as the API server holds it (ApiError 404 if there is none)."""
+        """One ResourceClaim as the API server holds it (ApiError 404 if there is none): on the
+        lean path (dra/http.py), or through kr8s where that cannot (a proxy, expired
+        credentials: kr8s authenticates again, and the lean path takes its new ones)."""
         path = f"/apis/{GROUP}/{version}/namespaces/{namespace}/resourceclaims/{name}"
+        if self._lean:
+            getter = self._getter or await self._lean_getter()
+            if getter is not None:
+                try:
+                    response = await getter.get(path, REQUEST_TIMEOUT_S)
+                except (HttpError, OSError) as exc:
+                    raise ApiError(f"GET {path}: {exc}", getattr(exc, "status", 0)) from None
+                except TimeoutError:
+                    raise ApiError(f"GET {path}: no answer within {REQUEST_TIMEOUT_S:g} s") from None
+                if response.status == 200:
+                    found = _json_object(response.body)
+                    if found is not None:
+                        return found
+                elif response.status not in (401, 403):
+                    raise ApiError(
+                        f"GET {path}: {response.status} {_message(response.body)}", response.status
+                    )
+                getter.close()  # credentials to renew (kr8s does), or an answer to read its way
+                self._getter = None
         claim: dict[str, Any] = await self._call("GET", path)
         return claim
+
+    @property
+    def lean(self) -> bool:
+        """Whether the last claim read took the lean path (and keeps its connection)."""
+        return self._getter is not None
+
+    async def _lean_getter(self) -> Getter | None:
+        auth = self._api.auth
+        if auth.proxy:
+            self._lean = False
+            return None
+        context = await auth.ssl_context()  # type: ignore[no-untyped-call]  # kr8s's, unannotated
+        headers = {"Authorization": f"Bearer {auth.token}"} if auth.token else {}
+        tls = context if isinstance(context, ssl.SSLContext) else ssl.create_default_context()
+        self._getter = Getter(auth.server, tls, headers | {"User-Agent": "devshim"}, auth.tls_server_name)
+        return self._getter
 
     async def minor(self) -> int | None:
         """The API server's minor release (/version: "37" of 1.37, "37+" from some vendors); None
@@ -196,6 +236,21 @@ def _translated(what: str) -> Iterator[None]:
         raise ApiError(f"{what}: {unreachable(exc)}") from None
     except (httpx.HTTPError, kr8s.APITimeoutError, OSError, json.JSONDecodeError) as exc:
         raise ApiError(f"{what}: {exc or type(exc).__name__}") from None
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    try:
+        found = json.loads(body)
+    except (ValueError, RecursionError):
+        return None  # read again through kr8s, which says what is wrong with it
+    return found if isinstance(found, dict) else None
+
+
+def _message(body: bytes) -> str:
+    """A Status answer's message, or the start of the body."""
+    found = _json_object(body)
+    message = found.get("message") if found else None
+    return str(message)[:500] if message else body[:200].decode(errors="replace")
 
 
 def unreachable(exc: BaseException) -> str:
