@@ -3,8 +3,9 @@
 Usage: python -m bench [--quick] [--rows allocate,health,...] [--json FILE] [--claims N]
 Rows (docs/benchmarks.md): allocate, declared, preferred, goclient (a Go client, built on
 first use), health, listsize, reregister, failover, memory, footprint, startup, concurrency,
-opsflood, listflood, bound, dra, dra_prepare and dra_flood (a real kube-apiserver, built on first
-use). Default settings take about 6 minutes on 2 cores; --quick about two.
+opsflood, listflood, bound, dra, dra_prepare, dra_flood (a real kube-apiserver, built on first use),
+sdk_rss and sdk_allocate (a Go SDK driver beside the Python SDK's, built on first use). Default
+settings take about 6 minutes on 2 cores; --quick about two.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from bench import (
     memory,
     opsflood,
     reregister,
+    sdk_drivers,
 )
 from bench.common import Result, compile_bytecode, table
 
@@ -62,6 +64,8 @@ ROWS: dict[str, Row] = {
     "dra": dra.dra_publish,
     "dra_prepare": dra_prepare.dra_prepare,
     "dra_flood": dra_flood.dra_flood,
+    "sdk_rss": sdk_drivers.sdk_rss,
+    "sdk_allocate": sdk_drivers.sdk_allocate,
 }
 
 

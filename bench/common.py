@@ -222,7 +222,7 @@ def children(pid: int) -> list[int]:
     return found
 
 
-_UNITS = (("_per_s", "/s"), ("_mib", " MiB"), ("_mb", " MB"), ("_ms", " ms"), ("_s", " s"))
+_UNITS = (("_per_s", "/s"), ("_mib", " MiB"), ("_mb", " MB"), ("_ms", " ms"), ("_us", " µs"), ("_s", " s"))
 
 
 def number(value: float) -> str:

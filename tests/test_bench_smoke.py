@@ -42,3 +42,22 @@ def test_the_go_client_row_times_the_native_plugin_and_devshims_three_paths(tmp_
     targets = row["extra"]["targets"]
     assert set(targets) == {"native", "static", "sim", "legacy"}
     assert {t["n"] for t in targets.values()} == {400}
+
+
+def test_the_sdk_rows_measure_a_go_driver_beside_a_python_one(tmp_path: Path) -> None:
+    """Rows sdk_rss and sdk_allocate in one run: the Go drivers built (cached by source, a second
+    with Go's caches warm), each driver's RSS and Allocate through devshim; the shape, and that
+    each figure was measured (a driver that never answered fails the row), never how fast."""
+    toolchain("go", "the Go SDK rows (sdk_rss, sdk_allocate)")
+    out = tmp_path / "bench.json"
+    args = [sys.executable, "-m", "bench", "--quick", "--rows", "sdk_rss,sdk_allocate", "--json", str(out)]
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=110)
+    assert done.returncode == 0, done.stderr
+    rss, allocate = json.loads(out.read_text())["rows"]
+    assert rss["met"] in (True, False) and allocate["met"] in (True, False), (rss["note"], allocate["note"])
+    assert set(rss["devshim"]) == {"go_fpga_mb", "go_fans_mb"}
+    assert set(rss["baseline"]) == {"empty_go_mb", "python_fans_mb"}
+    assert all(mb > 0 for mb in [*rss["devshim"].values(), *rss["baseline"].values()])
+    assert {arm["n"] for arm in (allocate["extra"]["go"], allocate["extra"]["python"])} == {300}
+    assert set(allocate["extra"]["driver_cpu_us_per_call"]) == {"go", "python"}
+    assert "| idle RSS: a Go SDK driver" in done.stdout and "Go/Python p50" in done.stdout
