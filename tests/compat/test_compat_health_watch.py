@@ -32,16 +32,17 @@ def health_watch(tmp_path: Path, *args: str, env: dict[str, str] | None = None) 
 def test_a_change_the_driver_makes_and_notifies_passes_showing_it(tmp_path: Path) -> None:
     cell = health_watch(tmp_path, "--health-watch", "20")
     assert (cell.code, cell.status) == (0, "pass"), cell
-    assert cell.reason.startswith("example.com/flip: [('f-1', 'Unhealthy')] after ")
+    # Plain text, never the repr of a list of tuples (issue 45).
+    assert cell.reason.startswith("example.com/flip: f-1 Unhealthy after "), cell.reason
 
 
 def test_a_change_the_driver_never_notifies_fails_naming_both_views(tmp_path: Path) -> None:
     cell = health_watch(tmp_path, "--health-watch", "3", env={"FLIP_SILENTLY": "1"})
     assert (cell.code, cell.status) == (1, "fail"), cell
     assert cell.reason.startswith(
-        "example.com/flip: the driver lists [('f-0', 'Healthy'), ('f-1', 'Unhealthy')], "
-        "the kubelet still has [('f-0', 'Healthy'), ('f-1', 'Healthy')]"
-    )
+        "example.com/flip: the driver lists f-0 Healthy, f-1 Unhealthy; "
+        "the kubelet still has f-0 Healthy, f-1 Healthy (was the change notified"
+    ), cell.reason
 
 
 def test_without_a_watch_time_the_row_is_skipped_saying_how_to_ask_for_it(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from shim.compat.dra_matrix import Column, Pair, run_pairs
 from shim.compat.dra_plugin_world import PluginCell, PluginNode, registered
 from shim.compat.dra_scenarios import chosen_service, claims_version, known_services
 from shim.compat.dra_world import allocate_claim, claim_pod, unprepare_retrying
+from shim.compat.plain import listing
 from shim.compat.results import Failed, Result, expect
 from shim.compat.upstream.dra_manager import DraManagerError, Pod
 
@@ -101,7 +102,7 @@ async def register(cell: PluginCell) -> str:
         # Only 1.33 registers a plugin offering none it knows: it falls back to v1alpha4.Node.
         expect(
             any(v in known for v in got.versions),
-            f"{got.driver} offers {list(got.versions)}; the {cell.kubelet.name} kubelet knows only "
+            f"{got.driver} offers {listing(got.versions)}; the {cell.kubelet.name} kubelet knows only "
             f"{', '.join(known)}, and calls {chosen}",
         )
         expect(Path(got.endpoint).is_socket(), f"its endpoint {got.endpoint} is not a socket")
@@ -119,7 +120,7 @@ async def services(cell: PluginCell) -> str:
             if (why := await served(node.registration.endpoint, service)) is not None:
                 missing.append(f"{service} ({why})")
         expect(not missing, f"advertised but not served: {'; '.join(missing)}")
-        expect(bool(probed), f"no DRA service among {list(node.registration.versions)}")
+        expect(bool(probed), f"no DRA service among {listing(node.registration.versions)}")
         return f"serves {', '.join(probed)}"
 
 

@@ -29,6 +29,7 @@ from shim.compat.dra_world import (
     unprepare_retrying,
 )
 from shim.compat.driver_world import run_health_hook
+from shim.compat.plain import listing
 from shim.compat.realnode import ControlPlane
 from shim.compat.realnode.controlplane import apiserver_releases
 from shim.compat.results import Failed, Skip, expect
@@ -159,7 +160,7 @@ async def register(cell: DraCell) -> str:
         registrations = [r for r in await node.manager.registrations() if r.op == "register"]
         expect(len(registrations) == 1, f"the plugin manager registered {len(registrations)} times")
         [got] = registrations
-        expect(got.versions == OFFERED, f"devshim offered {got.versions}, not {OFFERED}")
+        expect(got.versions == OFFERED, f"devshim offered {listing(got.versions)}, not {listing(OFFERED)}")
         where = str(cell.folder / "plugins" / cell.driver / "dra.sock")
         expect(got.endpoint == where, f"the endpoint is {got.endpoint}, not {where}")
         return f"offered {', '.join(got.versions)}"

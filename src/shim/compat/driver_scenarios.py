@@ -17,6 +17,9 @@ from shim.compat.fakekubelet.records import HEALTHY, UNHEALTHY, ContainerSpec, D
 from .cdi_resolve import advice, unresolved
 from .driver_world import CDI_FOLDER, START_TIMEOUT_S, DriverWorld, ids, restart_kubelet
 from .modes import Kubelet
+from .plain import devices as plain_devices
+from .plain import flags, listing
+from .plain import health as plain_health
 from .results import Failed, Skip, expect
 
 Scenario = Callable[[DriverWorld], Awaitable[str | None]]
@@ -52,7 +55,10 @@ async def register(w: DriverWorld) -> None:
                 "post_stop_container_required": caps.post_stop,
             }
         seen = {name: getattr(options, name) for name in wanted}
-        expect(seen == wanted, f"{resource}: the kubelet got options {seen}, the driver declared {wanted}")
+        expect(
+            seen == wanted,
+            f"{resource}: the kubelet got options {flags(seen)}; the driver declared {flags(wanted)}",
+        )
 
 
 async def list_watch(w: DriverWorld) -> None:
@@ -64,16 +70,23 @@ async def list_watch(w: DriverWorld) -> None:
         expect(not session.stream_ended.is_set(), f"{resource}: ListAndWatch ended: {session.stream_error}")
         for devices in session.lists:
             expect(
-                len(set(ids(devices))) == len(devices), f"{resource}: a list repeats a device: {ids(devices)}"
+                len(set(ids(devices))) == len(devices),
+                f"{resource}: a list repeats a device: {listing(ids(devices))}",
             )
             odd = {d.health for d in devices} - {HEALTHY, UNHEALTHY}
             expect(
-                not odd, f"{resource}: health strings {sorted(odd)}; the kubelet knows only Healthy/Unhealthy"
+                not odd,
+                f"{resource}: health strings {listing(sorted(odd))}; the kubelet knows only "
+                "Healthy/Unhealthy",
             )
         driver = await w.host.sources[resource].list_devices()
         want = sorted((d.id, str(d.health), tuple(d.numa_nodes)) for d in driver)
         got = sorted((d.id, d.health, d.numa_nodes) for d in session.latest)
-        expect(got == want, f"{resource}: the kubelet's list {got} is not the driver's {want}")
+        expect(
+            got == want,
+            f"{resource}: the kubelet's list ({plain_devices(got)}) is not the driver's "
+            f"({plain_devices(want)})",
+        )
 
 
 async def health_change(w: DriverWorld) -> None:
@@ -97,7 +110,7 @@ async def health_change(w: DriverWorld) -> None:
         raise Failed(f"{resource}: {device} never reached the kubelet as Unhealthy") from None
     expect(
         sorted(ids(after)) == sorted(ids(before)),
-        f"{resource}: the list changed from {ids(before)} to {ids(after)}",
+        f"{resource}: the list changed from {listing(ids(before))} to {listing(ids(after))}",
     )
 
 
@@ -122,14 +135,15 @@ async def health_watch(w: DriverWorld) -> str:
         kubelet = _health(w.session(resource).latest)
         expect(
             driver == kubelet,
-            f"{resource}: the driver lists {driver}, the kubelet still has {kubelet} (was the change "
-            "notified with health_changed or devices_changed?)",
+            f"{resource}: the driver lists {plain_health(driver)}; the kubelet still has "
+            f"{plain_health(kubelet)} (was the change notified with health_changed or devices_changed?)",
         )
     if not changed:
         raise Skip(f"the driver changed no device's health within {wait_s:g} s")
     waited = wait_s - (deadline - loop.time())
     return "; ".join(
-        f"{r}: {sorted(set(_health(w.session(r).latest)) - set(before[r]))} after {waited:.1f} s"
+        f"{r}: {plain_health(sorted(set(_health(w.session(r).latest)) - set(before[r])))} "
+        f"after {waited:.1f} s"
         for r in changed
     )
 
@@ -256,7 +270,7 @@ async def _restart_into(w: DriverWorld, kubelet: Kubelet) -> None:
         for listed in session.lists:
             expect(
                 sorted(ids(listed)) == known,
-                f"{resource}: after the restart a list held {ids(listed)}, not {known}",
+                f"{resource}: after the restart a list held {listing(ids(listed))}, not {listing(known)}",
             )
     expect(w.driver_pid() == pid, "the driver was restarted")
 
@@ -303,7 +317,10 @@ async def socket_removed(w: DriverWorld) -> None:
                 loop.time() < deadline,
                 f"{resource}: no live registration after the socket was removed: {why}",
             )
-        expect(sorted(ids(session.latest)) == known, f"{resource}: listed {ids(session.latest)}, not {known}")
+        expect(
+            sorted(ids(session.latest)) == known,
+            f"{resource}: listed {listing(ids(session.latest))}, not {listing(known)}",
+        )
 
 
 async def devshim_restart(w: DriverWorld) -> None:
@@ -340,12 +357,19 @@ async def _options_become(w: DriverWorld, resource: str) -> None:
     except TimeoutError:
         raise Failed(
             f"{resource}: after devshim restarted the kubelet holds options (pre-start, preferred) "
-            f"{_options(w, resource)}, while the driver declares {wanted}"
+            f"{_shown(_options(w, resource))}, while the driver declares {_shown(wanted)}"
         ) from None
 
 
 def _registrations(w: DriverWorld, resource: str) -> int:
     return sum(r.ok for r in w.kubelet.registrations if r.resource_name == resource)
+
+
+def _shown(options: tuple[bool, bool] | None) -> str:
+    """(pre-start, preferred) as text: "pre-start yes, preferred no"."""
+    if options is None:
+        return "none (no registration)"
+    return flags({"pre-start": options[0], "preferred": options[1]})
 
 
 def _options(w: DriverWorld, resource: str) -> tuple[bool, bool] | None:
@@ -368,7 +392,7 @@ async def driver_crash(w: DriverWorld) -> None:
         down = next(ds for ds in lists if all(d.health == UNHEALTHY for d in ds))
         expect(
             sorted(ids(down)) == sorted(ids(devices)),
-            f"{resource}: during the outage the list was {ids(down)}, not {ids(devices)}",
+            f"{resource}: during the outage the list was {listing(ids(down))}, not {listing(ids(devices))}",
         )
         health = _health(devices)
 
@@ -378,7 +402,8 @@ async def driver_crash(w: DriverWorld) -> None:
         back = await _lists_since(w, resource, seen + lists.index(down), recovered)
         if back is None:
             raise Failed(
-                f"{resource}: not back to {health} within {RECOVERY_TIMEOUT_S:g} s of the crash; "
+                f"{resource}: not back to {plain_health(health)} within {RECOVERY_TIMEOUT_S:g} s of the "
+                "crash; "
                 f"the driver is {w.host.status}"
             )
 

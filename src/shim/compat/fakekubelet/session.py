@@ -262,7 +262,8 @@ class PluginSession:
             raise ValueError(f"count must be positive, not {count}")
         if not self._in_use.issuperset(reuse):
             raise ValueError(
-                f"{self.resource}: devices to reuse are not in use: {sorted(set(reuse) - self._in_use)}"
+                f"{self.resource}: devices to reuse are not in use: "
+                f"{', '.join(sorted(set(reuse) - self._in_use))}"
             )
         async with self._admission:
             reused = list(dict.fromkeys(reuse))[:count]
@@ -282,7 +283,7 @@ class PluginSession:
         """Return devices from a finished pod (the kubelet's UpdateAllocatedDevices)."""
         unknown = set(device_ids) - self._in_use
         if unknown:
-            raise ValueError(f"{self.resource}: not in use: {sorted(unknown)}")
+            raise ValueError(f"{self.resource}: not in use: {', '.join(sorted(unknown))}")
         self._in_use.difference_update(device_ids)
 
     async def _choose(self, count: int, reused: list[str]) -> list[str]:

@@ -16,6 +16,7 @@ import functools
 from collections.abc import Awaitable, Callable, Sequence
 
 from shim.compat.fakekubelet.records import HEALTHY
+from shim.compat.plain import devices, listing
 from shim.compat.results import Failed, Skip, expect
 
 from .harness import Container, Pod, checkpoint
@@ -35,6 +36,11 @@ Devices = list[tuple[str, str, tuple[int, ...]]]
 
 def _healthy(devices: Devices) -> Devices:
     return [d for d in devices if d[1] == HEALTHY]
+
+
+def _hints(preferred: Sequence[set[int]]) -> str:
+    """Each hint's NUMA nodes: "0, 1; 1"; "none" for no hint."""
+    return "; ".join(listing(sorted(nodes)) for nodes in preferred) or "none"
 
 
 def _with(w: JudgedWorld, feature: str, what: str) -> list[str]:
@@ -107,7 +113,11 @@ async def list_watch(w: JudgedWorld) -> None:
     for resource in w.resources:
         want = [(i, h, n) for i, h, n in _healthy(await w.expected(resource))]
         got = await w.allocatable(resource)
-        expect(got == want, f"{resource}: the manager's healthy devices {got} are not the driver's {want}")
+        expect(
+            got == want,
+            f"{resource}: the manager's healthy devices ({devices(got)}) are not the driver's "
+            f"({devices(want)})",
+        )
 
 
 async def health_change(w: JudgedWorld) -> None:
@@ -145,12 +155,14 @@ async def allocate(w: JudgedWorld) -> None:
         healthy = [d[0] for d in _healthy(await w.expected(resource))]
         ids = got.get(resource, [])
         expect(
-            len(ids) == 1 and ids[0] in healthy, f"{resource}: the container got {ids}, not one of {healthy}"
+            len(ids) == 1 and ids[0] in healthy,
+            f"{resource}: the container got {listing(ids)}, not one of {listing(healthy)}",
         )
     entries = checkpoint(w.kubelet.plugin_dir).get("Data", {}).get("PodDeviceEntries") or []
     recorded = {e.get("ResourceName") for e in entries if e.get("PodUID") == pod.uid}
     expect(
-        recorded == set(resources), f"the checkpoint records {sorted(recorded)} for the pod, not {resources}"
+        recorded == set(resources),
+        f"the checkpoint records {listing(sorted(recorded))} for the pod, not {listing(resources)}",
     )
     await w.kubelet.harness.run_options(pod.uid, "app")
     # The topology manager's view: hints for the devices the container holds, on their NUMA nodes.
@@ -162,7 +174,8 @@ async def allocate(w: JudgedWorld) -> None:
         preferred = [set(h["numa"]) for h in hints.get(resource, []) if h["preferred"]]
         expect(
             preferred == [nodes],
-            f"{resource}: preferred topology hints {preferred} for devices on NUMA nodes {sorted(nodes)}",
+            f"{resource}: preferred topology hints on NUMA nodes {_hints(preferred)} for devices on NUMA "
+            f"nodes {listing(sorted(nodes))}",
         )
 
 
@@ -177,7 +190,7 @@ async def preferred_allocation(w: JudgedWorld) -> None:
         ids = (await w.kubelet.admit(_pod(n, resource, 2)))["app"].get(resource, [])
         expect(
             len(set(ids)) == 2 and set(ids) <= set(healthy),
-            f"{resource}: allocated {ids}, not 2 of {healthy}",
+            f"{resource}: allocated {listing(ids)}, not 2 of {listing(healthy)}",
         )
         await w.wait_for_calls("preferred_allocation", before + 1)
 
