@@ -3,8 +3,8 @@
     python versioned.py VERSION_JSON
 
 VERSION_JSON is the ``protocol_version`` value as JSON ('"1.x"', '1.3'), so a test can have a
-driver answer what no SDK would send. It serves example.com/versioned, answers shutdown, and
-answers any other method "method not found"; the end of its stdin ends it.
+driver answer what no SDK would send. It serves example.com/versioned (one device, v-0), answers
+shutdown, and answers any other method "method not found"; the end of its stdin ends it.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ def answer(request: dict[str, Any], version: object) -> dict[str, Any]:
             "resources": [{"name": RESOURCE}],
         }
         return {"result": result}
+    if method == "list_devices":
+        return {"result": {"devices": [{"id": "v-0", "health": "HEALTHY"}]}}
     if method == "shutdown":
         return {"result": {}}
     return {"error": {"code": -32601, "message": f"method not found: {method}"}}
