@@ -33,8 +33,8 @@ ReadClaim = Callable[[ClaimRef], Awaitable[Any]]
 # calls together, and each claim costs devshim's loop a few ms of CPU (its read from the API
 # server, the driver's call, two files): with 8 at once the loop stayed busy and another
 # resource's Allocate p99 was 4.8-6.7x quiet (17 ms); with 2, each giving way to other ready
-# work first (shim/slices.py) while others wait, 6.9-8.7 ms, 1.59-3.2x of a quiet p99 that itself
-# moves from 2.4 to 5.3 ms on the 2-core VM, at 126-162 claims a second (bench/dra_flood.py).
+# work first (shim/slices.py) while others wait, 5.7-8.7 ms, 1.44-3.2x of a quiet p99 that itself
+# moves from 2.3 to 5.3 ms on the 2-core VM, at 126-187 claims a second (bench/dra_flood.py).
 CLAIMS_AT_ONCE = 2
 
 
