@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import shim
 from tests.deploy.tools import PROJECT, ROOT, require_tool
 
 DOCKERFILE = ROOT / "Dockerfile"
@@ -191,3 +192,17 @@ def test_install_script_builds_a_working_non_editable_install(tmp_path: Path) ->
     # The shipped configs run drivers as /opt/devshim/bin/<script>: every script is there.
     missing = [name for name in PROJECT["scripts"] if not (venv / "bin" / name).exists()]
     assert not missing
+
+
+def test_the_go_fpga_example_image_is_linted_too_and_builds_on_this_devshim(tmp_path: Path) -> None:
+    """examples/go-fpga/Dockerfile, the recipe a vendor copies: no hadolint finding at any
+    severity, and the devshim image it builds on is tagged with this devshim's version."""
+    example = DOCKERFILE.parent / "examples" / "go-fpga" / "Dockerfile"
+    hadolint = require_tool("hadolint")
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path)}
+    result = subprocess.run(
+        [hadolint, "--no-color", "--failure-threshold", "style", str(example)],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60,
+    )  # fmt: skip
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+    assert f"ARG DEVSHIM_VERSION={shim.__version__}\n" in example.read_text(encoding="utf-8")
