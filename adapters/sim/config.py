@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from shim.sdk.config import (
     MAX_NUMA_NODE,
     attributes_from_json,
+    capacity_defaults_from_json,
     capacity_from_json,
     check_extended_resource_name,
     counter_sets_from_json,
@@ -70,6 +71,8 @@ class DeviceConfig(_Published):
     counter_sets: list[dict[str, Any]] = []
     consumes_counters: list[dict[str, Any]] = []
     allow_multiple_allocations: bool = False  # claims may share it (the resource's shares: true)
+    # {capacity: {default: quantity}}: what a share asking for none of it takes.
+    capacity_policies: dict[str, dict[str, str]] = {}
 
     @model_validator(mode="after")
     def _dra_13(self) -> Self:
@@ -131,6 +134,9 @@ class ResourceConfig(_Published):
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
             raise ValueError(f"device ID(s) listed twice: {', '.join(dupes)}")
+        for device in self.initial_devices():  # with the resource's capacity, as devshim reads it
+            capacity = tuple(sorted(device.capacity.items()))
+            capacity_defaults_from_json(device.capacity_policies, capacity, device.allow_multiple_allocations)
         return self
 
     @property

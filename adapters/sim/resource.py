@@ -22,6 +22,7 @@ class SimDevice:
     counter_sets: list[types.CounterSet] = field(default_factory=list)
     consumes_counters: list[types.CounterConsumption] = field(default_factory=list)
     allow_multiple_allocations: bool = False
+    capacity_policies: dict[str, types.CapacityPolicy] = field(default_factory=dict)
 
 
 def _sim_device(config: DeviceConfig) -> SimDevice:
@@ -38,6 +39,7 @@ def _sim_device(config: DeviceConfig) -> SimDevice:
             for c in config.consumes_counters
         ],
         config.allow_multiple_allocations,
+        {name: types.CapacityPolicy(default=p["default"]) for name, p in config.capacity_policies.items()},
     )
 
 
@@ -97,6 +99,7 @@ class SimResource:
                 counter_sets=d.counter_sets,
                 consumes_counters=d.consumes_counters,
                 allow_multiple_allocations=d.allow_multiple_allocations,
+                capacity_policies=d.capacity_policies,
             )
             for d in self.devices.values()
         ]

@@ -230,6 +230,10 @@ type Device struct {
 	// taking part of its capacity (published as allowMultipleAllocations).
 	// Only for a resource that declares shares.
 	AllowMultipleAllocations bool `json:"allow_multiple_allocations,omitempty"`
+	// Protocol 1.3, with allow_multiple_allocations: how a share consumes a
+	// capacity of this device (published as the capacity's requestPolicy), by
+	// the capacity's name, which capacity must have.
+	CapacityPolicies map[string]CapacityPolicy `json:"capacity_policies,omitempty"`
 }
 
 // UnmarshalJSON reads a Device in the proto3 JSON mapping: proto or lowerCamelCase
@@ -257,6 +261,29 @@ func (m *Device) UnmarshalJSON(data []byte) error {
 			return true, readMessages[CounterConsumption](raw, &m.ConsumesCounters)
 		case "allow_multiple_allocations", "allowMultipleAllocations":
 			return true, readBool(raw, &m.AllowMultipleAllocations)
+		case "capacity_policies", "capacityPolicies":
+			return true, readMessageMap[CapacityPolicy](raw, &m.CapacityPolicies)
+		}
+		return false, nil
+	})
+}
+
+// CapacityPolicy is the schema's message CapacityPolicy.
+//
+// How shares consume one capacity of a device claims may share.
+type CapacityPolicy struct {
+	// What a share that asks for none of this capacity takes (a quantity, at
+	// most the capacity); without it such a share takes all of it.
+	Default string `json:"default,omitempty"`
+}
+
+// UnmarshalJSON reads a CapacityPolicy in the proto3 JSON mapping: proto or lowerCamelCase
+// names, null as the default; an unknown field or a value of the wrong type is an error.
+func (m *CapacityPolicy) UnmarshalJSON(data []byte) error {
+	return readObject(data, "CapacityPolicy", func(key string, raw []byte) (bool, error) {
+		switch key {
+		case "default":
+			return true, readString(raw, &m.Default)
 		}
 		return false, nil
 	})

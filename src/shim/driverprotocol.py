@@ -8,6 +8,7 @@ tests/unit/test_one_truth.py.
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 from typing import Any
 
 from shim.facts import SEMVER, is_dns_label, is_dns_subdomain, is_label_name, is_label_value
@@ -228,3 +229,54 @@ def share_json(share: DeviceShare) -> dict[str, Any]:
         "share_id": share.share_id,
         "consumed_capacity": dict(share.consumed_capacity),
     }
+
+
+def capacity_defaults_from_json(
+    value: Any, capacity: tuple[tuple[str, str], ...], shared: bool
+) -> tuple[tuple[str, str], ...]:
+    """A device's capacity_policies (protocol 1.3) as (capacity, default) pairs, checked: only on a
+    device claims may share (the API server forbids a requestPolicy elsewhere), only for a
+    capacity it has, a default a quantity no larger than it. ValueError says why not."""
+    if not value:
+        return ()
+    if not isinstance(value, dict):
+        raise ValueError("capacity_policies must be an object")
+    if not shared:
+        raise ValueError(
+            "capacity_policies need allow_multiple_allocations (a requestPolicy is for shared devices)"
+        )
+    has = dict(capacity)
+    found = []
+    for name, policy in value.items():
+        default = policy.get("default") if isinstance(policy, dict) else None
+        if name not in has:
+            raise ValueError(
+                f"capacity_policies names {str(name)[:80]!r}, which is not among the device's capacity"
+            )
+        if type(default) is not str:
+            raise ValueError(f"capacity_policies[{name!r}].default must be a quantity such as 4Gi")
+        if (problem := quantity_problem(default)) is not None:
+            raise ValueError(f"capacity_policies[{name!r}].default: {problem}")
+        if quantity_value(default) > quantity_value(has[name]):
+            raise ValueError(
+                f"capacity_policies[{name!r}].default {default} is more than the capacity, {has[name]}"
+            )
+        found.append((name, default))
+    return tuple(sorted(found))
+
+
+_SUFFIXES: dict[str, int | Fraction] = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "m": Fraction(1, 1000), "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+}  # fmt: skip
+
+
+def quantity_value(text: str) -> Fraction:
+    """A quantity that passed ``quantity_problem``, exactly (resource.Quantity's suffixes)."""
+    match = _QUANTITY.fullmatch(text)
+    assert match is not None, text
+    number, suffix = match.group(1), match.group(3) or ""
+    amount = Fraction(number + "0" if number.endswith(".") else number)  # "5." is a quantity
+    if suffix in _SUFFIXES:
+        return amount * _SUFFIXES[suffix]
+    return amount * Fraction(10) ** int(suffix[1:])  # an exponent: "1e3", "5E-1"

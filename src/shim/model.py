@@ -55,6 +55,8 @@ class Device:
     counter_sets: tuple[CounterSet, ...] = ()
     consumes_counters: tuple[CounterSet, ...] = ()
     allow_multiple_allocations: bool = False  # protocol 1.3: claims may share it (DRA)
+    # (capacity, the quantity a share asking for none of it takes), sorted: its requestPolicy.
+    capacity_defaults: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

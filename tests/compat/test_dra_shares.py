@@ -27,7 +27,15 @@ from tests.support.unix import short_temp_dir
 NODE = "node-shares"
 SIM: dict[str, Any] = {
     "name": "example.com/gpu",
-    "devices": [{"id": "gpu-0", "allow_multiple_allocations": True}, {"id": "gpu-1"}],
+    "devices": [
+        # A share asking for no memory takes 4Gi (the capacity's requestPolicy), not all 16Gi.
+        {
+            "id": "gpu-0",
+            "allow_multiple_allocations": True,
+            "capacity_policies": {"memory": {"default": "4Gi"}},
+        },
+        {"id": "gpu-1"},
+    ],
     "capacity": {"memory": "16Gi"},
     "grant": {"envs": {"SIM_DEVICES": "{ids}"}},
     "prestart": True,
@@ -81,6 +89,8 @@ async def test_two_claims_share_a_device_and_a_plain_claim_waits_for_both(
             pool["gpu-0"]["allowMultipleAllocations"] is True
             and "allowMultipleAllocations" not in pool["gpu-1"]
         )
+        assert pool["gpu-0"]["capacity"] == {"memory": {"value": "16Gi", "requestPolicy": {"default": "4Gi"}}}
+        assert pool["gpu-1"]["capacity"] == {"memory": {"value": "16Gi"}}
         answers = await prepare(shim, [one, two])
         for claim, said in ((one, first), (two, second)):
             answer = answers[claim["metadata"]["uid"]]

@@ -8,6 +8,7 @@ in v1beta1; none in v1alpha3), and an allocation result's shareID (a UID) and co
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from shim.dra.claims import ClaimProblem, ClaimRef, allocated
 from shim.dra.slices import Pool, dropped, spec
 from shim.driverhost import protocol
 from shim.driverhost.protocol import DriverProtocolError
+from shim.driverprotocol import quantity_value
 from shim.errors import DeviceHeld
 from shim.model import Device, DeviceShare, Health
 
@@ -123,3 +125,49 @@ def test_a_shareable_device_is_published_so_where_the_version_has_the_field(
     assert described.get("allowMultipleAllocations") is (True if shown else None)
     sent = spec(pool, pool.chunks()[0], 1, 1, "v1")
     assert dropped(sent, {**sent, "devices": [{"name": "gpu-0"}]}, "v1") == ["DRAConsumableCapacity"]
+
+
+def test_a_capacitys_default_share_is_published_as_its_request_policy() -> None:
+    """protocol 1.3's capacity_policies: a share asking for no memory takes 4Gi, not all 16Gi."""
+    device, _ = protocol.device_from_json({
+        "id": "gpu-0", "health": "HEALTHY", "allow_multiple_allocations": True,
+        "capacity": {"memory": "16Gi"}, "capacity_policies": {"memory": {"default": "4Gi"}},
+    })  # fmt: skip
+    assert device.capacity_defaults == (("memory", "4Gi"),)
+    pool = Pool.of(D, "n", [device])
+    [published] = spec(pool, pool.chunks()[0], 1, 1, "v1")["devices"]
+    assert published["capacity"] == {"memory": {"value": "16Gi", "requestPolicy": {"default": "4Gi"}}}
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        ({"capacity_policies": {"memory": {"default": "4Gi"}}}, "need allow_multiple_allocations"),
+        ({"allow_multiple_allocations": True, "capacity_policies": {"cores": {"default": "1"}}}, "not among"),
+        (
+            {"allow_multiple_allocations": True, "capacity_policies": {"memory": {"default": "17Gi"}}},
+            "more than",
+        ),
+        (
+            {"allow_multiple_allocations": True, "capacity_policies": {"memory": {"default": "lots"}}},
+            "quantity",
+        ),
+        ({"allow_multiple_allocations": True, "capacity_policies": {"memory": {}}}, "must be a quantity"),
+    ],
+)
+def test_a_request_policy_the_api_server_would_refuse_refuses_the_list(
+    extra: dict[str, Any], fragment: str
+) -> None:
+    with pytest.raises(DriverProtocolError, match=fragment):
+        protocol.device_from_json(
+            {"id": "gpu-0", "health": "HEALTHY", "capacity": {"memory": "16Gi"}, **extra}
+        )
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("1", 1), ("5.", 5), (".5", Fraction(1, 2)), ("80Gi", 80 * 2**30), ("1500m", Fraction(3, 2)),
+     ("1E", 10**18), ("1Ei", 2**60), ("1e3", 1000), ("2e-1", Fraction(1, 5)), ("+3k", 3000)],
+)  # fmt: skip
+def test_quantities_compare_by_their_exact_value(text: str, value: Fraction | int) -> None:
+    assert quantity_value(text) == value

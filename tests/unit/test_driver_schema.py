@@ -71,6 +71,7 @@ ACCEPTED_MAPS = {
     "Device.capacity": {"memory": "80Gi", "cores": "1500m"},
     "CounterSet.counters": {"memory": "80Gi", "slices": "7"},  # DNS labels to quantities
     "CounterConsumption.counters": {"memory": "40Gi"},
+    "Device.capacity_policies": {"memory": {"default": "8Gi"}},  # a capacity the device has
 }
 
 
@@ -101,7 +102,9 @@ def _value(f: FieldDescriptor) -> Any:
     key = _key(f)
     if _is_map(f):
         held = _held(f)
-        if held is not None:  # one entry per field, each of its own (a oneof holds one at a time)
+        if (
+            held is not None and key not in ACCEPTED_MAPS
+        ):  # one entry per field, each of its own (a oneof holds one at a time)
             return {f"{m.name}_entry": {m.name: _value(m)} for m in held.fields}
         return ACCEPTED_MAPS.get(key, {f"{key}.key": f"{key}.value"})
     one: Any

@@ -175,6 +175,8 @@ def _device(entry: PoolDevice, version: str, partitions: bool = True) -> dict[st
         capacity: dict[str, Any] = dict(device.capacity)
     else:
         capacity = {name: {"value": q} for name, q in device.capacity}
+        for name, default in device.capacity_defaults if device.allow_multiple_allocations else ():
+            capacity[name]["requestPolicy"] = {"default": default}
     described: dict[str, Any] = {}
     if attributes:
         described["attributes"] = attributes

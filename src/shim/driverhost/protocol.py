@@ -24,6 +24,7 @@ from shim.driverprotocol import (
     MAX_CDI_SPECS,
     PROTOCOL_VERSION,
     attributes_from_json,
+    capacity_defaults_from_json,
     capacity_from_json,
     counter_sets_from_json,
     share_json,
@@ -155,21 +156,23 @@ def device_from_json(obj: Any) -> tuple[Device, ContainerGrant | None]:
     capacity = field(obj, "capacity")
     taints = field(obj, "taints")
     sets, uses = field(obj, "counter_sets"), field(obj, "consumes_counters")
-    shared = field(obj, "allow_multiple_allocations")
+    shared, policies = field(obj, "allow_multiple_allocations"), field(obj, "capacity_policies")
     device = Device(device_id, health_from_json(field(obj, "health")), tuple(numa))
-    if attributes or capacity or taints or sets or uses or shared:  # protocol 1.1 and 1.3; most have none
+    if attributes or capacity or taints or sets or uses or shared or policies:  # 1.1, 1.3; most have none
         if shared is not None and type(shared) is not bool:
             raise DriverProtocolError(
                 f"device {device_id!r}: allow_multiple_allocations must be true or false"
             )
         try:
+            quantities = capacity_from_json(capacity)
             typed = (
                 attributes_from_json(attributes),
-                capacity_from_json(capacity),
+                quantities,
                 taints_from_json(taints),
                 counter_sets_from_json(sets),
                 counter_sets_from_json(uses, "consumes_counters"),
                 shared is True,
+                capacity_defaults_from_json(policies, quantities, shared is True),
             )
         except ValueError as exc:
             raise DriverProtocolError(f"device {device_id!r}: {exc}") from None

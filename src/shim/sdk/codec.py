@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 import betterproto2
 
-from shim.driverprotocol import counter_sets_from_json, taints_from_json
+from shim.driverprotocol import capacity_defaults_from_json, counter_sets_from_json, taints_from_json
 from shim.model import MAX_NUMA_NODE
 from shim.sdk.errors import InvalidParams
 from shim.sdk.generated.devshim.driver import v1 as types
@@ -229,6 +229,15 @@ def device_json(device: types.Device) -> dict[str, Any]:
             out["consumes_counters"] = uses
     if device.allow_multiple_allocations:
         out["allow_multiple_allocations"] = True
+    if device.capacity_policies:
+        policies = {name: {"default": p.default} for name, p in device.capacity_policies.items()}
+        try:  # checked where it is made, as taints are
+            capacity_defaults_from_json(
+                policies, tuple(device.capacity.items()), device.allow_multiple_allocations
+            )
+        except ValueError as exc:
+            raise ValueError(f"device {device.id!r}: {exc}") from None
+        out["capacity_policies"] = policies
     return out
 
 

@@ -9,6 +9,7 @@ __all__ = (
     "AllocateResult",
     "Allocation",
     "Attribute",
+    "CapacityPolicy",
     "CdiEdits",
     "CdiSpec",
     "CdiSpecDevice",
@@ -134,6 +135,22 @@ class Attribute(betterproto2.Message):
 
 
 default_message_pool.register_message("devshim.driver.v1", "Attribute", Attribute)
+
+
+@dataclass(eq=False, repr=False)
+class CapacityPolicy(betterproto2.Message):
+    """
+    How shares consume one capacity of a device claims may share.
+    """
+
+    default: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    What a share that asks for none of this capacity takes (a quantity, at
+    most the capacity); without it such a share takes all of it.
+    """
+
+
+default_message_pool.register_message("devshim.driver.v1", "CapacityPolicy", CapacityPolicy)
 
 
 @dataclass(eq=False, repr=False)
@@ -334,6 +351,17 @@ class Device(betterproto2.Message):
     Protocol 1.3, consumable capacity: claims may share this device, each
     taking part of its capacity (published as allowMultipleAllocations).
     Only for a resource that declares shares.
+    """
+
+    capacity_policies: "dict[str, CapacityPolicy]" = betterproto2.field(
+        11,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_MESSAGE),
+    )
+    """
+    Protocol 1.3, with allow_multiple_allocations: how a share consumes a
+    capacity of this device (published as the capacity's requestPolicy), by
+    the capacity's name, which capacity must have.
     """
 
 

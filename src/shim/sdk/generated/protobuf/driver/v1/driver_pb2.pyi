@@ -79,7 +79,7 @@ class DeviceNode(_message.Message):
     def __init__(self, container_path: _Optional[str] = ..., host_path: _Optional[str] = ..., permissions: _Optional[str] = ...) -> None: ...
 
 class Device(_message.Message):
-    __slots__ = ("id", "health", "numa_nodes", "grant", "attributes", "capacity", "taints", "counter_sets", "consumes_counters", "allow_multiple_allocations")
+    __slots__ = ("id", "health", "numa_nodes", "grant", "attributes", "capacity", "taints", "counter_sets", "consumes_counters", "allow_multiple_allocations", "capacity_policies")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -94,6 +94,13 @@ class Device(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class CapacityPoliciesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: CapacityPolicy
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[CapacityPolicy, _Mapping]] = ...) -> None: ...
     ID_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
     NUMA_NODES_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +111,7 @@ class Device(_message.Message):
     COUNTER_SETS_FIELD_NUMBER: _ClassVar[int]
     CONSUMES_COUNTERS_FIELD_NUMBER: _ClassVar[int]
     ALLOW_MULTIPLE_ALLOCATIONS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_POLICIES_FIELD_NUMBER: _ClassVar[int]
     id: str
     health: Health
     numa_nodes: _containers.RepeatedScalarFieldContainer[int]
@@ -114,7 +122,14 @@ class Device(_message.Message):
     counter_sets: _containers.RepeatedCompositeFieldContainer[CounterSet]
     consumes_counters: _containers.RepeatedCompositeFieldContainer[CounterConsumption]
     allow_multiple_allocations: bool
-    def __init__(self, id: _Optional[str] = ..., health: _Optional[_Union[Health, str]] = ..., numa_nodes: _Optional[_Iterable[int]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., attributes: _Optional[_Mapping[str, Attribute]] = ..., capacity: _Optional[_Mapping[str, str]] = ..., taints: _Optional[_Iterable[_Union[DeviceTaint, _Mapping]]] = ..., counter_sets: _Optional[_Iterable[_Union[CounterSet, _Mapping]]] = ..., consumes_counters: _Optional[_Iterable[_Union[CounterConsumption, _Mapping]]] = ..., allow_multiple_allocations: _Optional[bool] = ...) -> None: ...
+    capacity_policies: _containers.MessageMap[str, CapacityPolicy]
+    def __init__(self, id: _Optional[str] = ..., health: _Optional[_Union[Health, str]] = ..., numa_nodes: _Optional[_Iterable[int]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., attributes: _Optional[_Mapping[str, Attribute]] = ..., capacity: _Optional[_Mapping[str, str]] = ..., taints: _Optional[_Iterable[_Union[DeviceTaint, _Mapping]]] = ..., counter_sets: _Optional[_Iterable[_Union[CounterSet, _Mapping]]] = ..., consumes_counters: _Optional[_Iterable[_Union[CounterConsumption, _Mapping]]] = ..., allow_multiple_allocations: _Optional[bool] = ..., capacity_policies: _Optional[_Mapping[str, CapacityPolicy]] = ...) -> None: ...
+
+class CapacityPolicy(_message.Message):
+    __slots__ = ("default",)
+    DEFAULT_FIELD_NUMBER: _ClassVar[int]
+    default: str
+    def __init__(self, default: _Optional[str] = ...) -> None: ...
 
 class DeviceShare(_message.Message):
     __slots__ = ("device_id", "share_id", "consumed_capacity")
