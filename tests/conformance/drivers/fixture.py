@@ -12,6 +12,7 @@ from shim.sdk.errors import NotImplementedByResource
 CONF = "example.com/conf"
 DECLARED = "example.com/conf-declared"
 IDS = ("conf-0", "conf-1", "conf-2", "conf-3")
+MAINTENANCE = types.DeviceTaint(key="conf.example.com/maintenance", value="soon", effect="NoSchedule")
 
 
 def node(device_id: str) -> types.DeviceNode:
@@ -59,6 +60,8 @@ class Fixture(Driver):
                     "firmware": types.Attribute(version="1.2.3"),
                 },
                 capacity={"memory": "16Gi"},
+                # Protocol 1.3: conf-0 is going into maintenance.
+                taints=[MAINTENANCE] if i == "conf-0" else [],
             )
             for n, i in enumerate(IDS)
         ]
