@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from shim.dra.slices import PARTITIONS, Pool, dropped, spec, spec_hash
+from shim.dra.slices import PARTITIONS, Pool, PoolDevice, dropped, spec, spec_hash
 from shim.driverhost import protocol
 from shim.driverhost.protocol import DriverProtocolError
 from shim.model import CounterSet, Device
@@ -136,3 +136,28 @@ def test_a_server_that_drops_counters_is_found_out() -> None:
     stripped = {**sent, "devices": [{"name": d["name"]} for d in sent["devices"]]}
     assert dropped(sent, stripped, "v1") == [PARTITIONS]
     assert dropped(sent, sent, "v1") == []
+
+
+def test_a_driver_listed_later_can_neither_redefine_nor_use_up_anothers_counter_set() -> None:
+    """Counter sets are owned as device names are (shim/dra/ownership.py): the first resource in
+    the configured order keeps a set's name, whatever its devices are called; a hostile driver's
+    resource listed later that brings a set of that name, with more in it, loses it, and its
+    devices' consumption of it is not published."""
+    honest = [
+        PoolDevice("z-gpu", Device("z-gpu", counter_sets=(SET,)), "example.com/gpu"),
+        PoolDevice("z-gpu-a", Device("z-gpu-a", consumes_counters=TAKES), "example.com/gpu"),
+    ]
+    bigger = CounterSet("gpu-0", (("memory", "1Ti"),))
+    hostile = [
+        PoolDevice(
+            "a-evil", Device("a-evil", counter_sets=(bigger,), consumes_counters=TAKES), "example.com/evil"
+        )
+    ]
+    pool = Pool.named("gpu.example.com", "node-a", [*honest, *hostile])
+    assert pool.counter_sets() == (SET,)
+    by_name = {d.name: d.device for d in pool.devices}
+    assert by_name["a-evil"].counter_sets == () and by_name["a-evil"].consumes_counters == ()
+    assert by_name["z-gpu-a"].consumes_counters == TAKES
+    # A consumer of a set nobody brings now (its device held by a container) keeps it: unallocatable.
+    alone = Pool.named("gpu.example.com", "node-a", honest[1:])
+    assert alone.devices[0].device.consumes_counters == TAKES

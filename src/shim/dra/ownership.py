@@ -88,7 +88,7 @@ class Ownership:
         entries: list[PoolDevice] = []
         for resource, devices in lists.items():
             ids = self.ids.get(resource, {})
-            entries.extend(PoolDevice(ids[d.id], d) for d in devices if d.id in ids)
+            entries.extend(PoolDevice(ids[d.id], d, resource) for d in devices if d.id in ids)
         return entries
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
@@ -78,6 +78,7 @@ class NameCollision(ShimError):
 class PoolDevice:
     name: str
     device: Device
+    resource: str = ""  # whose device (shim/dra/ownership.py): counter sets are owned by resource
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,12 +102,14 @@ class Pool:
 
     @classmethod
     def named(cls, driver: str, node: str, devices: Iterable[PoolDevice], partitions: bool = True) -> Pool:
-        """Devices already named, each name once (shim/dra/ownership.py decided who keeps it)."""
-        return cls(driver, node, tuple(sorted(devices, key=_name)), partitions)
+        """Devices already named, each name once (shim/dra/ownership.py decided who keeps it), in
+        the configured order of their resources, which also decides who owns a counter set."""
+        entries = _counters_owned(list(devices))
+        return cls(driver, node, tuple(sorted(entries, key=_name)), partitions)
 
     def counter_sets(self) -> tuple[CounterSet, ...]:
-        """The counter sets the pool's devices bring, by name; of two devices naming one set, the
-        one whose name sorts first keeps it (as for device names: an order, not a race)."""
+        """The counter sets the pool's devices bring, by name (each brought by one resource alone:
+        ``named``)."""
         found: dict[str, CounterSet] = {}
         for entry in self.devices:
             for counter_set in entry.device.counter_sets:
@@ -138,6 +141,33 @@ Chunk = tuple[PoolDevice, ...] | tuple[CounterSet, ...]
 
 def _name(device: PoolDevice) -> str:
     return device.name
+
+
+def _counters_owned(entries: list[PoolDevice]) -> list[PoolDevice]:
+    """The devices with counter sets as their resources may have them: a set's name belongs to the
+    first resource (in the configured order, as a device name does: ownership.py) whose device
+    brings it, and to the first such device; a later device loses the set it names again, and a
+    device of another resource may not consume it (else a hostile driver listed later could
+    redefine, or use up, an honest driver's counters)."""
+    owner: dict[str, tuple[str, int]] = {}  # set name -> (resource, index of the device bringing it)
+    for i, entry in enumerate(entries):
+        for counter_set in entry.device.counter_sets:
+            owner.setdefault(counter_set.name, (entry.resource, i))
+    if not owner:
+        return entries  # most pools: nothing to decide
+    kept = []
+    for i, entry in enumerate(entries):
+        device = entry.device
+        sets = tuple(c for c in device.counter_sets if owner[c.name] == (entry.resource, i))
+        # A set nobody brings now (its device held by a container, say) keeps its consumers
+        # unallocatable: their consumption stays.
+        uses = tuple(
+            c for c in device.consumes_counters if owner.get(c.name, (entry.resource, -1))[0] == entry.resource
+        )
+        if sets != device.counter_sets or uses != device.consumes_counters:
+            entry = replace(entry, device=replace(device, counter_sets=sets, consumes_counters=uses))
+        kept.append(entry)
+    return kept
 
 
 def spec(
