@@ -132,7 +132,7 @@ async def test_the_sdk_routes_an_admin_access_request_to_admin_access_and_refuse
     grant = {"envs": {"SIM_DEVICES": "{ids}"}}
     config = {
         "resources": [
-            {"name": "example.com/gpu", "count": 2, "grant": grant, "admin_access": True},
+            {"name": "example.com/gpu", "count": 2, "grant": grant, "admin_access": True, "shares": True},
             {"name": "example.com/nic", "count": 1, "grant": grant},
         ]
     }
@@ -151,3 +151,14 @@ async def test_the_sdk_routes_an_admin_access_request_to_admin_access_and_refuse
             admin, {"device_ids": ["gpu-1"]}
         ]})  # fmt: skip
         assert mixed["error"]["code"] == -32602 and "some containers but not all" in mixed["error"]["message"]
+        share = {"device_id": "gpu-1", "share_id": "s-1", "consumed_capacity": {}}
+        shared = await sim.request(4, "allocate", {"resource": "example.com/gpu", "containers": [
+            {"device_ids": ["gpu-0"]}, {"device_ids": ["gpu-1"], "shares": [share]}
+        ]})  # fmt: skip
+        assert (
+            shared["error"]["code"] == -32602 and "some containers but not all" in shared["error"]["message"]
+        )
+        alone = await sim.request(5, "allocate", {"resource": "example.com/gpu", "containers": [
+            {"device_ids": ["gpu-1"], "shares": [share]}
+        ]})  # fmt: skip
+        assert alone["result"] == {"containers": [{"envs": {"SIM_DEVICES": "gpu-1"}}]}

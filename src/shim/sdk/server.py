@@ -113,19 +113,22 @@ class _Dispatcher:
     async def _allocate(self, params: Any) -> dict[str, Any]:
         request = decode(types.AllocateParams, "allocate", params)
         self._resource(request.resource)
-        if any(c.shares for c in request.containers):  # protocol 1.3: DRA, one container
-            self._resource(request.resource, "shares")
-            shared = [await self._driver.shares(request.resource, list(c.shares)) for c in request.containers]
-            return {"containers": [grant_json(g) for g in shared]}
-        if any(c.admin_access for c in request.containers):  # protocol 1.3: DRA, one container
-            self._resource(request.resource, "admin_access")
-            if not all(c.admin_access for c in request.containers):
-                raise InvalidParams("allocate", "admin_access is set on some containers but not all")
-            admin = [
-                await self._driver.admin_access(request.resource, list(c.device_ids))
+        if any(c.shares or c.admin_access for c in request.containers):  # protocol 1.3: DRA's, one
+            # container: every container alike, to the method of its capability.
+            first = request.containers[0]
+            if any(bool(c.shares) != bool(first.shares) or c.admin_access != first.admin_access
+                   for c in request.containers):  # fmt: skip
+                raise InvalidParams(
+                    "allocate", "admin_access or shares is set on some containers but not all"
+                )
+            capability = "shares" if first.shares else "admin_access"
+            self._resource(request.resource, capability)
+            unheld = [
+                await (self._driver.shares(request.resource, list(c.shares)) if c.shares
+                       else self._driver.admin_access(request.resource, list(c.device_ids)))
                 for c in request.containers
-            ]
-            return {"containers": [grant_json(g) for g in admin]}
+            ]  # fmt: skip
+            return {"containers": [grant_json(g) for g in unheld]}
         containers = [list(c.device_ids) for c in request.containers]
         grants = await self._driver.allocate(request.resource, containers)
         return {"containers": [grant_json(g) for g in grants]}
