@@ -161,9 +161,8 @@ def _counters_owned(entries: list[PoolDevice]) -> list[PoolDevice]:
         sets = tuple(c for c in device.counter_sets if owner[c.name] == (entry.resource, i))
         # A set nobody brings now (its device held by a container, say) keeps its consumers
         # unallocatable: their consumption stays.
-        uses = tuple(
-            c for c in device.consumes_counters if owner.get(c.name, (entry.resource, -1))[0] == entry.resource
-        )
+        mine = (entry.resource, -1)
+        uses = tuple(c for c in device.consumes_counters if owner.get(c.name, mine)[0] == entry.resource)
         if sets != device.counter_sets or uses != device.consumes_counters:
             entry = replace(entry, device=replace(device, counter_sets=sets, consumes_counters=uses))
         kept.append(entry)
