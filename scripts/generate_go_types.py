@@ -37,7 +37,7 @@ SCALARS = {
     F.TYPE_INT64: ("int64", "Int64"),
 }
 # Go's initialisms (Effective Go, "MixedCaps"; the Go wiki's CodeReviewComments "Initialisms").
-INITIALISMS = {"id": "ID", "ids": "IDs", "cdi": "CDI", "numa": "NUMA", "rpc": "RPC"}
+INITIALISMS = {"id": "ID", "ids": "IDs", "cdi": "CDI", "numa": "NUMA", "rpc": "RPC", "uid": "UID"}
 # Enum values outside their enum's own prefix (HEALTHY, DEBUG) take a prefix that reads well.
 VALUE_PREFIX = {"Health": "", "LogLevel": "Log"}
 

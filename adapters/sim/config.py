@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from shim.sdk.config import (
     MAX_NUMA_NODE,
     attributes_from_json,
+    binding_from_json,
     capacity_defaults_from_json,
     capacity_from_json,
     check_extended_resource_name,
@@ -73,9 +74,12 @@ class DeviceConfig(_Published):
     allow_multiple_allocations: bool = False  # claims may share it (the resource's shares: true)
     # {capacity: {default: quantity}}: what a share asking for none of it takes.
     capacity_policies: dict[str, dict[str, str]] = {}
+    # Protocol 1.4: {conditions, failure_conditions, binds_to_node} (the resource's attach: true).
+    binding: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _dra_13(self) -> Self:
+        binding_from_json(self.binding)
         taints_from_json(self.taints)
         counter_sets_from_json(self.counter_sets)
         counter_sets_from_json(self.consumes_counters, "consumes_counters")
@@ -115,6 +119,10 @@ class ResourceConfig(_Published):
     admin_access: bool = False
     # Protocol 1.3: shares of devices that allow multiple allocations get the devices' grant.
     shares: bool = False
+    # Protocol 1.4: devices with a binding are attached when allocated; "failed" answers the
+    # first failure condition True (the scheduler then places the pod again).
+    attach: bool = False
+    attach_answer: Literal["attached", "failed"] = "attached"
     delays: Delays = Delays()
     # Protocol 1.2: a CDI spec the simulator ships, one device per device ID named by the ID,
     # with these edits expanded for that one device as a grant is ({ids} in env values, {id} in

@@ -53,6 +53,12 @@ class SimDriver(Driver):
     async def shares(self, resource: str, shares: list[types.DeviceShare]) -> types.Grant:
         return await self.admin_access(resource, [s.device_id for s in shares])
 
+    async def attach(
+        self, resource: str, device_id: str, claim: str, claim_uid: str
+    ) -> list[types.BindingCondition]:
+        logger.info("{}: attaching {} for claim {}", resource, device_id, claim)
+        return self._resources[resource].attached(device_id)
+
     async def preferred_allocation(self, resource: str, request: types.PreferenceRequest) -> list[str]:
         sim = self._resources[resource]
         await _pause(sim.config.delays.preferred_allocation_s)

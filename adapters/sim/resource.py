@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from shim.sdk import UnknownDevice, types
+from shim.sdk.config import binding_from_json
 from shim.sdk.grants import ContainerGrant, expand, merge
 
 from .config import DeviceConfig, ResourceConfig
@@ -23,6 +24,19 @@ class SimDevice:
     consumes_counters: list[types.CounterConsumption] = field(default_factory=list)
     allow_multiple_allocations: bool = False
     capacity_policies: dict[str, types.CapacityPolicy] = field(default_factory=dict)
+    binding: types.DeviceBinding | None = None
+
+
+def _binding(config: DeviceConfig) -> types.DeviceBinding | None:
+    if config.binding is None:
+        return None
+    checked = binding_from_json(config.binding)
+    assert checked is not None
+    return types.DeviceBinding(
+        conditions=list(checked.conditions),
+        failure_conditions=list(checked.failure_conditions),
+        binds_to_node=checked.binds_to_node,
+    )
 
 
 def _sim_device(config: DeviceConfig) -> SimDevice:
@@ -40,6 +54,7 @@ def _sim_device(config: DeviceConfig) -> SimDevice:
         ],
         config.allow_multiple_allocations,
         {name: types.CapacityPolicy(default=p["default"]) for name, p in config.capacity_policies.items()},
+        _binding(config),
     )
 
 
@@ -80,6 +95,7 @@ class SimResource:
             post_stop=config.post_stop,
             admin_access=config.admin_access,
             shares=config.shares,
+            attach=config.attach,
         )
 
     def message(self) -> types.Resource:
@@ -100,6 +116,7 @@ class SimResource:
                 consumes_counters=d.consumes_counters,
                 allow_multiple_allocations=d.allow_multiple_allocations,
                 capacity_policies=d.capacity_policies,
+                binding=d.binding,
             )
             for d in self.devices.values()
         ]
@@ -173,3 +190,19 @@ class SimResource:
             if device_id not in self.devices:
                 self.devices[device_id] = _sim_device(self.config.with_defaults(DeviceConfig(id=device_id)))
             n += 1
+
+    def attached(self, device_id: str) -> list[types.BindingCondition]:
+        """attach's answer for ``device_id``: every binding condition True, or (``attach_answer``
+        failed) the first failure condition True."""
+        self.check([device_id])
+        binding = self.devices[device_id].binding
+        if binding is None:
+            return []
+        if self.config.attach_answer == "failed":
+            return [
+                types.BindingCondition(
+                    type=binding.failure_conditions[0], status=True, reason="AttachFailed",
+                    message=f"{device_id} could not be attached (simulated)",
+                )
+            ]  # fmt: skip
+        return [types.BindingCondition(type=c, status=True, reason="Attached") for c in binding.conditions]

@@ -61,6 +61,15 @@ type Sharer interface {
 	Shares(ctx context.Context, resource string, shares []DeviceShare) (Grant, error)
 }
 
+// Attacher answers attach (protocol 1.4, DRA binding conditions) for a
+// resource that sets Resource.Attach: the scheduler allocated deviceID, whose
+// Device.Binding names conditions, to claim ("namespace/name"). Attach it and
+// answer how its conditions stand; devshim writes them into the claim's
+// status, and the pod binds once every condition is true.
+type Attacher interface {
+	Attach(ctx context.Context, resource, deviceID, claim, claimUID string) ([]BindingCondition, error)
+}
+
 // PostStopper answers post_stop (a container stopped) for a resource that sets
 // Resource.PostStop.
 type PostStopper interface {

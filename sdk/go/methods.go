@@ -17,6 +17,7 @@ func (s *server) table() map[string]handler {
 		MethodListDevices:         s.listDevices,
 		MethodAllocate:            s.allocate,
 		MethodPreferredAllocation: s.preferredAllocation,
+		MethodAttach:              s.attach,
 		MethodShutdown:            s.shutdownRequest,
 	}
 	devicesMethods := map[string]func(context.Context, string, []string) error{}
@@ -56,7 +57,7 @@ func (s *server) resource(name, optional string, implemented bool) error {
 		declared := map[string]bool{
 			MethodPreferredAllocation: r.PreferredAllocation, MethodPrestart: r.Prestart,
 			MethodDeallocate: r.Deallocate, MethodPostStop: r.PostStop, MethodAllocate: true,
-			capabilityAdminAccess: r.AdminAccess, capabilityShares: r.Shares,
+			capabilityAdminAccess: r.AdminAccess, capabilityShares: r.Shares, MethodAttach: r.Attach,
 		}
 		if optional != "" && (!declared[optional] || !implemented) {
 			return notImplemented(name, optional)
@@ -220,6 +221,22 @@ func (s *server) preferredAllocation(ctx context.Context, params json.RawMessage
 	return result, nil
 }
 
+func (s *server) attach(ctx context.Context, params json.RawMessage) (any, error) {
+	var request AttachParams
+	if err := decode(MethodAttach, params, &request); err != nil {
+		return nil, err
+	}
+	attacher, ok := s.driver.(Attacher)
+	if err := s.resource(request.Resource, MethodAttach, ok); err != nil {
+		return nil, err
+	}
+	conditions, err := attacher.Attach(ctx, request.Resource, request.DeviceID, request.Claim, request.ClaimUID)
+	if err != nil {
+		return nil, err
+	}
+	return &AttachResult{Conditions: conditions}, nil
+}
+
 // devicesMethod handles prestart, deallocate or post_stop: call is nil when the driver does
 // not implement it.
 func (s *server) devicesMethod(method string, call func(context.Context, string, []string) error) handler {
@@ -261,6 +278,7 @@ func capabilityMismatches(d Driver, name string, resources []Resource) []string 
 	_, post := d.(PostStopper)
 	_, admin := d.(AdminAccessor)
 	_, sharer := d.(Sharer)
+	_, attacher := d.(Attacher)
 	checks := []struct {
 		method, iface string
 		implemented   bool
@@ -272,6 +290,7 @@ func capabilityMismatches(d Driver, name string, resources []Resource) []string 
 		{MethodPostStop, "PostStopper", post, func(r Resource) bool { return r.PostStop }},
 		{capabilityAdminAccess, "AdminAccessor", admin, func(r Resource) bool { return r.AdminAccess }},
 		{capabilityShares, "Sharer", sharer, func(r Resource) bool { return r.Shares }},
+		{MethodAttach, "Attacher", attacher, func(r Resource) bool { return r.Attach }},
 	}
 	var problems []string
 	for _, c := range checks {

@@ -4,7 +4,7 @@ package driver
 
 // ProtocolVersion is the driver protocol version this SDK speaks (semver); devshim and a
 // driver talk when their majors are equal.
-const ProtocolVersion = "1.3.0"
+const ProtocolVersion = "1.4.0"
 
 // The method names of the schema's service Driver: the requests devshim sends.
 const (
@@ -15,6 +15,7 @@ const (
 	MethodPrestart            = "prestart"
 	MethodDeallocate          = "deallocate"
 	MethodPostStop            = "post_stop"
+	MethodAttach              = "attach"
 	MethodShutdown            = "shutdown"
 )
 
@@ -234,6 +235,10 @@ type Device struct {
 	// capacity of this device (published as the capacity's requestPolicy), by
 	// the capacity's name, which capacity must have.
 	CapacityPolicies map[string]CapacityPolicy `json:"capacity_policies,omitempty"`
+	// Protocol 1.4, DRA binding conditions: the device needs an attach step
+	// before a pod using it binds to the node. Only for a resource that
+	// declares attach, in a DRA driver whose config sets binding_conditions.
+	Binding *DeviceBinding `json:"binding,omitempty"`
 }
 
 // UnmarshalJSON reads a Device in the proto3 JSON mapping: proto or lowerCamelCase
@@ -263,6 +268,41 @@ func (m *Device) UnmarshalJSON(data []byte) error {
 			return true, readBool(raw, &m.AllowMultipleAllocations)
 		case "capacity_policies", "capacityPolicies":
 			return true, readMessageMap[CapacityPolicy](raw, &m.CapacityPolicies)
+		case "binding":
+			return true, readMessage[DeviceBinding](raw, &m.Binding)
+		}
+		return false, nil
+	})
+}
+
+// DeviceBinding is the schema's message DeviceBinding.
+//
+// What the scheduler waits for before it binds a pod to a device's node
+// (resource.k8s.io's bindingConditions, bindingFailureConditions and
+// bindsToNode). devshim asks the driver to attach (the attach method) once
+// the device is allocated and writes its answer into the claim's status.
+type DeviceBinding struct {
+	// Condition types that must all be True before the pod binds: 1 to 4
+	// label names ("gpu.example.com/attached").
+	Conditions []string `json:"conditions,omitempty"`
+	// Condition types any of which True fails the binding (the scheduler
+	// frees the claim and tries again): 1 to 4, none also in conditions.
+	FailureConditions []string `json:"failure_conditions,omitempty"`
+	// The allocation holds on this node alone (published as bindsToNode).
+	BindsToNode bool `json:"binds_to_node,omitempty"`
+}
+
+// UnmarshalJSON reads a DeviceBinding in the proto3 JSON mapping: proto or lowerCamelCase
+// names, null as the default; an unknown field or a value of the wrong type is an error.
+func (m *DeviceBinding) UnmarshalJSON(data []byte) error {
+	return readObject(data, "DeviceBinding", func(key string, raw []byte) (bool, error) {
+		switch key {
+		case "conditions":
+			return true, readList(raw, &m.Conditions, readString)
+		case "failure_conditions", "failureConditions":
+			return true, readList(raw, &m.FailureConditions, readString)
+		case "binds_to_node", "bindsToNode":
+			return true, readBool(raw, &m.BindsToNode)
 		}
 		return false, nil
 	})
@@ -442,6 +482,8 @@ type Resource struct {
 	// Protocol 1.3: allocate takes shared requests (ContainerRequest's shares)
 	// for devices that allow multiple allocations.
 	Shares bool `json:"shares,omitempty"`
+	// Protocol 1.4: attach is implemented, for devices with a binding.
+	Attach bool `json:"attach,omitempty"`
 }
 
 // UnmarshalJSON reads a Resource in the proto3 JSON mapping: proto or lowerCamelCase
@@ -463,6 +505,8 @@ func (m *Resource) UnmarshalJSON(data []byte) error {
 			return true, readBool(raw, &m.AdminAccess)
 		case "shares":
 			return true, readBool(raw, &m.Shares)
+		case "attach":
+			return true, readBool(raw, &m.Attach)
 		}
 		return false, nil
 	})
@@ -512,7 +556,7 @@ func (m *DriverInfo) UnmarshalJSON(data []byte) error {
 
 // InitializeParams is the schema's message InitializeParams.
 type InitializeParams struct {
-	// The protocol version devshim speaks, semver ("1.3.0").
+	// The protocol version devshim speaks, semver ("1.4.0").
 	ProtocolVersion string `json:"protocol_version,omitempty"`
 	DevshimVersion  string `json:"devshim_version,omitempty"`
 	// What is in use now, so a restarted driver can rebuild its state.
@@ -839,6 +883,84 @@ func (m *DevicesParams) UnmarshalJSON(data []byte) error {
 			return true, readString(raw, &m.Resource)
 		case "device_ids", "deviceIds":
 			return true, readList(raw, &m.DeviceIDs, readString)
+		}
+		return false, nil
+	})
+}
+
+// AttachParams is the schema's message AttachParams.
+//
+// Protocol 1.4: a device with a binding was allocated to a claim; attach it
+// and answer how each of its binding conditions stands.
+type AttachParams struct {
+	Resource string `json:"resource,omitempty"`
+	DeviceID string `json:"device_id,omitempty"`
+	// The claim, "namespace/name", and its UID.
+	Claim    string `json:"claim,omitempty"`
+	ClaimUID string `json:"claim_uid,omitempty"`
+}
+
+// UnmarshalJSON reads an AttachParams in the proto3 JSON mapping: proto or lowerCamelCase
+// names, null as the default; an unknown field or a value of the wrong type is an error.
+func (m *AttachParams) UnmarshalJSON(data []byte) error {
+	return readObject(data, "AttachParams", func(key string, raw []byte) (bool, error) {
+		switch key {
+		case "resource":
+			return true, readString(raw, &m.Resource)
+		case "device_id", "deviceId":
+			return true, readString(raw, &m.DeviceID)
+		case "claim":
+			return true, readString(raw, &m.Claim)
+		case "claim_uid", "claimUid":
+			return true, readString(raw, &m.ClaimUID)
+		}
+		return false, nil
+	})
+}
+
+// AttachResult is the schema's message AttachResult.
+type AttachResult struct {
+	// Conditions of the device's binding, each at most once; one not named
+	// stays unset (the scheduler keeps waiting for it).
+	Conditions []BindingCondition `json:"conditions,omitempty"`
+}
+
+// UnmarshalJSON reads an AttachResult in the proto3 JSON mapping: proto or lowerCamelCase
+// names, null as the default; an unknown field or a value of the wrong type is an error.
+func (m *AttachResult) UnmarshalJSON(data []byte) error {
+	return readObject(data, "AttachResult", func(key string, raw []byte) (bool, error) {
+		switch key {
+		case "conditions":
+			return true, readMessages[BindingCondition](raw, &m.Conditions)
+		}
+		return false, nil
+	})
+}
+
+// BindingCondition is the schema's message BindingCondition.
+type BindingCondition struct {
+	// One of the device's binding.conditions or binding.failure_conditions.
+	Type   string `json:"type,omitempty"`
+	Status bool   `json:"status,omitempty"`
+	// CamelCase, at most 128 characters ("Attached"); devshim's own if empty.
+	Reason string `json:"reason,omitempty"`
+	// At most 1,024 characters.
+	Message string `json:"message,omitempty"`
+}
+
+// UnmarshalJSON reads a BindingCondition in the proto3 JSON mapping: proto or lowerCamelCase
+// names, null as the default; an unknown field or a value of the wrong type is an error.
+func (m *BindingCondition) UnmarshalJSON(data []byte) error {
+	return readObject(data, "BindingCondition", func(key string, raw []byte) (bool, error) {
+		switch key {
+		case "type":
+			return true, readString(raw, &m.Type)
+		case "status":
+			return true, readBool(raw, &m.Status)
+		case "reason":
+			return true, readString(raw, &m.Reason)
+		case "message":
+			return true, readString(raw, &m.Message)
 		}
 		return false, nil
 	})

@@ -12,12 +12,21 @@ from fractions import Fraction
 from typing import Any
 
 from shim.facts import SEMVER, is_dns_label, is_dns_subdomain, is_label_name, is_label_value
-from shim.model import Attribute, AttributeKind, CounterSet, DeviceShare, DeviceTaint
+from shim.model import (
+    Attribute,
+    AttributeKind,
+    BindingCondition,
+    CounterSet,
+    DeviceBinding,
+    DeviceShare,
+    DeviceTaint,
+)
 
 # Semver; the majors of devshim and a driver must be equal (docs/driver-protocol.md, "Lifecycle").
 # 1.1 added device attributes and capacity (DRA); 1.2 the CDI specs a driver ships in
-# initialize; 1.3 device taints (DRA). An older driver leaves them out.
-PROTOCOL_VERSION = "1.3.0"
+# initialize; 1.3 device taints, partitions, shares and admin access (DRA); 1.4 binding conditions
+# and attach (DRA). An older driver leaves them out.
+PROTOCOL_VERSION = "1.4.0"
 PROTOCOL_MAJOR = PROTOCOL_VERSION.split(".")[0]
 
 # --- protocol 1.2: the CDI specs a driver ships (devshim's bounds: a node's few device kinds, and
@@ -42,6 +51,14 @@ TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 MAX_DEVICE_COUNTER_SETS = 8  # the sets one device brings (a slice takes 8: ResourceSliceMaxCounterSets)
 MAX_COUNTERS = 32  # per set, and per consumption
 MAX_CONSUMPTIONS = 2  # counter sets one device consumes from
+
+# --- protocol 1.4: binding conditions (resource.k8s.io BindingConditionsMaxSize, ...FailureConditions...)
+
+MAX_BINDING_CONDITIONS = 4  # each of conditions and failure_conditions
+MAX_CONDITION_REASON = 128  # devshim's bound (metav1.Condition allows 1,024)
+MAX_CONDITION_MESSAGE = 1024  # devshim's bound (metav1.Condition allows 32,768)
+# metav1.Condition's reason: CamelCase, a letter first (apimachinery's ValidateCondition).
+_CONDITION_REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 
 # --- protocol 1.1: what DRA publishes per device (resource.k8s.io's limits, every version) ----
 
@@ -280,3 +297,73 @@ def quantity_value(text: str) -> Fraction:
     if suffix in _SUFFIXES:
         return amount * _SUFFIXES[suffix]
     return amount * Fraction(10) ** int(suffix[1:])  # an exponent: "1e3", "5E-1"
+
+
+def _condition_types(value: Any, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_BINDING_CONDITIONS:
+        raise ValueError(f"{what} must be a list of 1 to {MAX_BINDING_CONDITIONS} condition types")
+    for i, name in enumerate(value):
+        if type(name) is not str or not is_label_name(name):
+            raise ValueError(
+                f"{what}[{i}]: {repr(name)[:80]} is not a condition type (a label name such as "
+                "gpu.example.com/attached)"
+            )
+    if len(set(value)) != len(value):
+        raise ValueError(f"{what} names a condition twice")
+    return tuple(value)
+
+
+def binding_from_json(value: Any) -> DeviceBinding | None:
+    """A device's binding (protocol 1.4) in its JSON form, checked as the API server checks a
+    device's bindingConditions and bindingFailureConditions; ValueError says why not."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError("binding must be an object")
+    conditions = _condition_types(value.get("conditions"), "binding.conditions")
+    failures = value.get("failure_conditions", value.get("failureConditions"))
+    failure_conditions = _condition_types(failures, "binding.failure_conditions")
+    if overlap := sorted(set(conditions) & set(failure_conditions)):
+        raise ValueError(f"binding: {overlap[0]!r} is both a condition and a failure condition")
+    binds = value.get("binds_to_node", value.get("bindsToNode", False))
+    if type(binds) is not bool:
+        raise ValueError("binding.binds_to_node must be true or false")
+    return DeviceBinding(conditions, failure_conditions, binds)
+
+
+def conditions_from_json(value: Any, binding: DeviceBinding) -> tuple[BindingCondition, ...]:
+    """attach's answer: each condition one of ``binding``'s (a driver sets only what its device
+    declared), at most once, its reason and message within devshim's bounds; ValueError says why
+    not."""
+    conditions = value.get("conditions", []) if isinstance(value, dict) else None
+    if not isinstance(conditions, list):
+        raise ValueError("attach's result must be an object with a list of conditions")
+    declared = binding.conditions + binding.failure_conditions
+    found: list[BindingCondition] = []
+    for i, item in enumerate(conditions):
+        if not isinstance(item, dict):
+            raise ValueError(f"conditions[{i}] must be an object with type and status")
+        kind, status = item.get("type"), item.get("status", False)
+        reason, message = item.get("reason", ""), item.get("message", "")
+        if kind not in declared:
+            raise ValueError(
+                f"conditions[{i}]: type {repr(kind)[:80]} is not one the device declares "
+                f"({', '.join(declared)})"
+            )
+        if any(c.type == kind for c in found):
+            raise ValueError(f"conditions[{i}]: {kind!r} is answered twice")
+        if type(status) is not bool:
+            raise ValueError(f"conditions[{i}]: status must be true or false")
+        if type(reason) is not str or (
+            reason and (len(reason) > MAX_CONDITION_REASON or not _CONDITION_REASON.fullmatch(reason))
+        ):
+            raise ValueError(
+                f"conditions[{i}]: reason {repr(reason)[:80]} is not CamelCase of at most "
+                f"{MAX_CONDITION_REASON} characters (letters, digits, _ , :), a letter first"
+            )
+        if type(message) is not str or len(message) > MAX_CONDITION_MESSAGE:
+            raise ValueError(
+                f"conditions[{i}]: message must be a string of at most {MAX_CONDITION_MESSAGE} characters"
+            )
+        found.append(BindingCondition(kind, status, reason, message))
+    return tuple(found)

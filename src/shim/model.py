@@ -57,6 +57,27 @@ class Device:
     allow_multiple_allocations: bool = False  # protocol 1.3: claims may share it (DRA)
     # (capacity, the quantity a share asking for none of it takes), sorted: its requestPolicy.
     capacity_defaults: tuple[tuple[str, str], ...] = ()
+    binding: DeviceBinding | None = None  # protocol 1.4: an attach step before a pod binds (DRA)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceBinding:
+    """What the scheduler waits for before binding a pod to the device's node (DRA binding
+    conditions): every one of ``conditions`` True in the claim's status, none of ``failure_conditions``."""
+
+    conditions: tuple[str, ...]
+    failure_conditions: tuple[str, ...]
+    binds_to_node: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BindingCondition:
+    """How one of a device's binding conditions stands, as its driver's attach answered."""
+
+    type: str
+    status: bool
+    reason: str = ""
+    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,3 +194,5 @@ class Capabilities:
     admin_access: bool = False
     # Protocol 1.3: prepares shares of devices that allow multiple allocations (DRA).
     shares: bool = False
+    # Protocol 1.4: attaches devices with binding conditions once allocated (DRA).
+    attach: bool = False

@@ -183,6 +183,8 @@ class DriverTimeouts(StrictModel):
     prestart_s: Annotated[float, Field(gt=0, lt=KUBELET_PRESTART_DEADLINE_S)] = PRESTART_TIMEOUT_S
     deallocate_s: Annotated[float, Field(gt=0, le=600)] = 10.0
     post_stop_s: Annotated[float, Field(gt=0, le=600)] = 10.0
+    # Attaching hardware may take a while; the scheduler waits 10 minutes by default.
+    attach_s: Annotated[float, Field(gt=0, le=600)] = 60.0
     shutdown_s: Annotated[float, Field(gt=0, le=600)] = 5.0
 
 
@@ -401,6 +403,11 @@ class DraDriverSettings(StrictModel):
     # time (docs/dra.md, "Both APIs at once"); false: through DRA only, the last stage of a
     # migration (docs/dra.md, "From the device plugin to DRA").
     device_plugin: bool = True
+    # Publish the binding conditions the driver's devices declare (driver protocol 1.4): devshim
+    # then watches the ResourceClaims (every namespace's) and writes each allocated device's
+    # conditions from the driver's attach answer (docs/dra.md, "Binding conditions"). Off: the
+    # devices are published without them, and pods bind without waiting.
+    binding_conditions: bool = False
 
     @field_validator("name")
     @classmethod

@@ -545,6 +545,42 @@ def test_two_pods_share_one_devices_capacity_and_a_third_waits(cluster: Connecte
         assert held["dra"] == ["gpu-0"], held  # by both shares
 
 
+def test_a_pod_binds_once_devshim_writes_its_devices_binding_conditions(cluster: ConnectedNode) -> None:
+    """Issue 44, item 3, binding conditions (protocol 1.4; beta and on in 1.36) with the real
+    kube-scheduler: gpu-0 needs an attach step; the scheduler allocates it, copies its conditions
+    into the claim and waits before binding the pod; devshim asks the sim's attach and writes
+    gpu.example.com/attached True into the claim's status; the scheduler binds the pod, and it runs."""
+    attached, failed = "gpu.example.com/attached", "gpu.example.com/attach-failed"
+    binding = {"conditions": [attached], "failure_conditions": [failed], "binds_to_node": True}
+    sim = {
+        "name": GPU,
+        "attach": True,
+        "grant": {"envs": {"SIM_DEVICES": "{ids}"}},
+        "devices": [{"id": "gpu-0", "binding": binding}],
+    }
+    settings = _devshim_settings(cluster)
+    settings["drivers"] = [_sim_driver(cluster.node.folder, "attach-sim", sim, {"envs": ["SIM_DEVICES"]})]
+    settings["dra"]["drivers"][0]["binding_conditions"] = True
+    with Devshim(cluster.node, settings) as devshim:
+        pool = Published(cluster.plane, "v1", NODE_NAME)
+        wait_until(lambda: ((pool.pool() or {}).get("gpu-0") or {}).get("bindingConditions"),
+                   "gpu-0 published with its binding conditions")  # fmt: skip
+        wait_until(lambda: _dra_status(devshim).get("kubelet", {}).get("registered"),
+                   "the kubelet's plugin watcher registered devshim's DRA plugin")  # fmt: skip
+        _device_class(cluster)
+        _claim(cluster, "attached", count=1)
+        cluster.create_pod(api_pod("attached", "exec sleep infinity", claims={"gpu": "attached"}))
+        pod = cluster.wait_for_pod("attached", _running, "running once its device was attached")
+        assert pod is not None and pod["spec"]["nodeName"] == NODE_NAME
+        status = cluster.request("GET", f"{CLAIMS}/attached")["status"]
+        [result] = status["allocation"]["devices"]["results"]
+        assert result["bindingConditions"] == [attached] and result["bindingFailureConditions"] == [failed]
+        [entry] = status["devices"]
+        assert (entry["driver"], entry["pool"], entry["device"]) == (GPU_DRIVER, NODE_NAME, "gpu-0")
+        assert [(c["type"], c["status"]) for c in entry["conditions"]] == [(attached, "True")]
+        assert _dra_status(devshim)["binding"]["attached"] == 1
+
+
 # -- the pure parts, in every run ------------------------------------------------------------------
 
 _CDI_RUNTIME = containerd.Runtime("/c/containerd", "/c/shim", "/c/ctr", "v2.4.2", cdi=True)

@@ -155,9 +155,10 @@ def make_claim(
     namespace: str = "default",
     admin: bool = False,
     shared: dict[str, Any] | None = None,
+    binding: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """shim.compat.dra_world.allocate_claim, for GPU_DRIVER unless told."""
     return world.allocate_claim(
         plane, version, name, results, node=node, driver=driver, pods=pods, namespace=namespace, admin=admin,
-        shared=shared,
+        shared=shared, binding=binding,
     )  # fmt: skip

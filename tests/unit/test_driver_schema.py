@@ -31,7 +31,13 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from shim.driverhost import protocol
 from shim.driverprotocol import PROTOCOL_VERSION
 from shim.jsonrpc import MAX_LINE_BYTES, Peer, StreamTransport
-from shim.model import MAX_NUMA_NODE, ContainerAllocateRequest, DeviceShare, PreferredAllocationRequest
+from shim.model import (
+    MAX_NUMA_NODE,
+    ContainerAllocateRequest,
+    DeviceBinding,
+    DeviceShare,
+    PreferredAllocationRequest,
+)
 from shim.sdk import Driver, codec, serve, types
 from shim.sdk.generated.protobuf.driver.v1 import driver_pb2
 
@@ -54,6 +60,7 @@ HOST_IGNORES = {
 HOST_CHECKS = {
     "InitializeResult.protocol_version": "checked against devshim's major (a wrong one is refused)",
 }
+ATTACHED, FAILED = "example.com/attached", "example.com/attach-failed"
 # Values the host would refuse: these fields get one it accepts.
 ACCEPTED = {
     "InitializeResult.protocol_version": PROTOCOL_VERSION,
@@ -65,6 +72,10 @@ ACCEPTED = {
     "DeviceTaint.effect": "NoExecute",
     "CounterSet.name": "gpu-0",  # a DNS label
     "CounterConsumption.counter_set": "gpu-0",
+    "DeviceBinding.conditions": ATTACHED,  # condition types: label names
+    "DeviceBinding.failure_conditions": FAILED,
+    "BindingCondition.type": ATTACHED,  # one the device declares
+    "BindingCondition.reason": "Attached",  # CamelCase
 }
 # Maps whose keys and values the host checks: these get entries it accepts.
 ACCEPTED_MAPS = {
@@ -245,6 +256,11 @@ class Full(Driver):
     async def prestart(self, resource: str, device_ids: list[str]) -> None:
         pass
 
+    async def attach(
+        self, resource: str, device_id: str, claim: str, claim_uid: str
+    ) -> list[types.BindingCondition]:
+        return list(message(types.AttachResult).conditions)
+
 
 @dataclass
 class Devshim:
@@ -303,6 +319,9 @@ SDK_SENDS: dict[str, Callable[[Devshim], Awaitable[Any]]] = {
         "preferred_allocation", {"resource": RESOURCE, "containers": [{"available": ["d0"], "size": 1}]}
     ),
     "Empty": lambda d: d.call("prestart", {"resource": RESOURCE, "device_ids": ["d0"]}),
+    "AttachResult": lambda d: d.call(
+        "attach", {"resource": RESOURCE, "device_id": "d0", "claim": "default/c", "claim_uid": "u-1"}
+    ),
     "DevicesChangedParams": lambda d: d.notification(
         "devices_changed", d.driver.devices_changed(*_devices_changed())
     ),
@@ -337,6 +356,9 @@ HOST_READS: dict[str, Callable[[Any], object]] = {
     "AllocateResult": lambda result: protocol.grants_from_json(result, 1),
     "PreferredAllocationResult": protocol.preference_from_json,
     "Empty": lambda result: None,
+    "AttachResult": lambda result: protocol.conditions_from_result(
+        result, "d0", DeviceBinding((ATTACHED,), (FAILED,))
+    ),
     "DevicesChangedParams": lambda p: (protocol.field(p, "resource"), protocol.devices_from_json(p)),
     "HealthChangedParams": lambda p: (protocol.field(p, "resource"), protocol.health_changes_from_json(p)),
     "ResourcesChangedParams": protocol.resources_from_json,
@@ -360,6 +382,7 @@ HOST_WRITES: dict[str, Callable[[], dict[str, Any]]] = {
         "example.com/a", PreferredAllocationRequest(("a0", "a1"), ("a0",), 1)
     ),
     "DevicesParams": lambda: protocol.devices_params("example.com/a", ["a0"]),
+    "AttachParams": lambda: protocol.attach_params("example.com/a", "a0", "default/c", "u-1"),
     "ShutdownParams": dict,  # DriverProcess.stop sends it as it is: no fields
 }
 

@@ -17,7 +17,7 @@
 //                                   request does not hold up the others)
 "use strict";
 
-const PROTOCOL_VERSION = "1.3.0";
+const PROTOCOL_VERSION = "1.4.0";
 const PROTOCOL_MAJOR = 1;
 const DRIVER = { name: "node-example", version: "0.1.0" };
 const RESOURCE = "example.com/node";

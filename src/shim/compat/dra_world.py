@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -100,12 +101,15 @@ def allocate_claim(
     namespace: str = "default",
     admin: bool = False,
     shared: dict[str, Any] | None = None,
+    binding: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A ResourceClaim allocated and reserved as the scheduler leaves it: ``results`` are
     (request, device) pairs from ``driver``'s pool on ``node``, ``pods`` (name, uid) pairs
     reserve it (default: one pod named after the claim); ``admin``: every request asks for admin
     access (the namespace must carry resource.kubernetes.io/admin-access); ``shared``: what every
-    result says of its share (shareID, consumedCapacity). Returns the claim as stored."""
+    result says of its share (shareID, consumedCapacity); ``binding``: what every result copies of
+    its device's binding (bindingConditions, bindingFailureConditions), the allocation stamped
+    with its time as the scheduler does. Returns the claim as stored."""
     counts = {request: sum(r == request for r, _ in results) for request, _ in results}
     extra = {"adminAccess": True} if admin else {}
     spec: list[dict[str, Any]]
@@ -128,10 +132,21 @@ def allocate_claim(
         "allocation": {
             "devices": {
                 "results": [
-                    {"request": r, "driver": driver, "pool": node, "device": d, **extra, **(shared or {})}
+                    {
+                        "request": r,
+                        "driver": driver,
+                        "pool": node,
+                        "device": d,
+                        **extra,
+                        **(shared or {}),
+                        **(binding or {}),
+                    }
                     for r, d in results
-                ]
-            }
+                ]  # fmt: skip
+            },
+            **(
+                {"allocationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())} if binding else {}
+            ),
         },
         "reservedFor": [
             {"resource": "pods", "name": pod, "uid": uid}

@@ -12,6 +12,7 @@ from collections.abc import AsyncGenerator, Iterable, Sequence
 from typing import Protocol
 
 from shim.model import (
+    BindingCondition,
     Capabilities,
     ContainerAllocateRequest,
     ContainerGrant,
@@ -68,3 +69,4 @@ class ClaimResource(Protocol):
         shares: tuple[DeviceShare, ...] = (),
     ) -> None: ...
     async def claim_gone(self, device_ids: Sequence[str], claim: str) -> None: ...
+    async def attach(self, device_id: str, claim: str, claim_uid: str) -> tuple[BindingCondition, ...]: ...

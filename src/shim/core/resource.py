@@ -18,6 +18,7 @@ from shim.core.holds import Holds
 from shim.errors import (
     GrantRefused,
     RequestError,
+    SourceFailed,
     SourceTimeout,
     SourceUnavailable,
     UnhealthyDevice,
@@ -26,6 +27,7 @@ from shim.errors import (
 from shim.facts import PRESTART_TIMEOUT_S
 from shim.latest import Latest
 from shim.model import (
+    BindingCondition,
     Capabilities,
     ContainerAllocateRequest,
     ContainerGrant,
@@ -382,6 +384,16 @@ class ResourceService:
                 f"{self.name}: pre-start of {', '.join(device_ids)} "
                 f"took longer than {self._prestart_timeout_s}s"
             ) from None
+
+    async def attach(self, device_id: str, claim: str, claim_uid: str) -> tuple[BindingCondition, ...]:
+        """DRA binding conditions: the driver attaches a device the scheduler allocated to
+        ``claim`` and says how the device's conditions stand (shim/dra/binding.py writes them)."""
+        device = self._by_id.get(device_id)
+        if device is None:
+            raise UnknownDevice(self.name, device_id)
+        if device.binding is None or not self.capabilities().attach:
+            raise SourceFailed(f"{self.name}: {device_id!r} has no binding conditions its driver attaches")
+        return await self.source.attach(device_id, claim, claim_uid, device.binding)
 
     def _check_usable(self, device_ids: Sequence[str]) -> None:
         for device_id in device_ids:

@@ -198,17 +198,48 @@ class ApiServer:
     ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
         """(type, object) events from resourceVersion ``since`` until the API server ends the
         watch; ApiError on a failure (410 Gone: list again)."""
-        params = {
+        async for event in self._watch(version, "resourceslices", since, {"fieldSelector": selector}):
+            yield event
+
+    async def list_claims(self, version: str) -> tuple[list[dict[str, Any]], str]:
+        """Every ResourceClaim in every namespace, and the list's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            params = {"limit": str(PAGE)} | ({"continue": token} if token else {})
+            page = await self._call("GET", f"/apis/{GROUP}/{version}/resourceclaims", params=params)
+            items += page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return items, (page.get("metadata") or {}).get("resourceVersion", "")
+
+    async def watch_claims(
+        self, version: str, since: str
+    ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
+        """As ``watch_slices``, for the ResourceClaims of every namespace."""
+        async for event in self._watch(version, "resourceclaims", since, {}):
+            yield event
+
+    async def replace_claim_status(self, version: str, claim: dict[str, Any]) -> dict[str, Any]:
+        """PUT the claim's status, holding its metadata.resourceVersion: a 409 if it changed."""
+        meta = claim["metadata"]
+        path = f"/apis/{GROUP}/{version}/namespaces/{meta['namespace']}/resourceclaims/{meta['name']}/status"
+        replaced: dict[str, Any] = await self._call("PUT", path, json=claim)
+        return replaced
+
+    async def _watch(
+        self, version: str, resource: str, since: str, params: dict[str, str]
+    ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
+        params = params | {
             "watch": "true",
-            "fieldSelector": selector,
             "resourceVersion": since,
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(WATCH_TIMEOUT_S),
         }
-        path = f"/apis/{GROUP}/{version}/resourceslices"
+        path = f"/apis/{GROUP}/{version}/{resource}"
         with _translated(f"watch {path}"):
             async with self._api.call_api(
-                "GET", version="", base=f"/apis/{GROUP}", url=f"{version}/resourceslices",
+                "GET", version="", base=f"/apis/{GROUP}", url=f"{version}/{resource}",
                 params=params, stream=True, timeout=WATCH_TIMEOUT_S + 30,
             ) as response:  # fmt: skip
                 async for line in response.aiter_lines():

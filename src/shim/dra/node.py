@@ -13,6 +13,7 @@ from typing import Any
 
 from shim.cdi import SpecDir
 from shim.core.api import ClaimResource
+from shim.dra.binding import ClaimBinder
 from shim.dra.checkpoint import Checkpoint
 from shim.dra.claims import ClaimRef
 from shim.dra.health import PoolHealth
@@ -72,9 +73,21 @@ class DraDrivers:
             driver.name: PoolOwners(driver.resources, services, last_known) for driver in dra.drivers
         }
         self._publishers = {
-            driver.name: PoolPublisher(driver.name, node, self._devices_of(driver), kubeconfig=dra.kubeconfig)
+            driver.name: PoolPublisher(
+                driver.name, node, self._devices_of(driver), kubeconfig=dra.kubeconfig,
+                bindings=driver.binding_conditions,
+            )
             for driver in dra.drivers
-        }
+        }  # fmt: skip
+        self._pool_known = {driver.name: asyncio.Event() for driver in dra.drivers}
+        self._binders = {
+            driver.name: ClaimBinder(
+                driver.name, node, self._owners[driver.name], services,
+                kubeconfig=dra.kubeconfig, pool_known=self._pool_known[driver.name],
+            )
+            for driver in dra.drivers
+            if driver.binding_conditions
+        }  # fmt: skip
         specs = SpecDir(dra.cdi_dir)
         self._plugins: dict[str, DraPluginServer] = {}
         self._preparers: dict[str, ClaimPreparer] = {}
@@ -113,6 +126,7 @@ class DraDrivers:
                 if not self._waited and not self._in_use_known.is_set():
                     return None  # what containers hold is not known yet: it may not be published
                 self._complete.add(driver.name)  # from now on, what is served is the pool
+                self._pool_known[driver.name].set()
             ownership = owners()
             lists = {r: served[r].dra_devices for r in driver.resources if r in served}
             return Offer(ownership.published(lists), ownership.problem())
@@ -124,6 +138,7 @@ class DraDrivers:
             asyncio.create_task(self._when_in_use_known(), name="dra:in-use"),
             *(asyncio.create_task(p.run(), name=f"dra:{name}") for name, p in self._publishers.items()),
             *(asyncio.create_task(p.run(), name=f"dra-plugin:{name}") for name, p in self._plugins.items()),
+            *(asyncio.create_task(b.run(), name=f"dra-binding:{name}") for name, b in self._binders.items()),
         ]
         asyncio.get_running_loop().call_later(FIRST_POOL_WAIT_S, self._stop_waiting)
 
@@ -173,7 +188,8 @@ class DraDrivers:
 
     def status(self) -> dict[str, Any]:
         plugins = {name: dataclasses.asdict(p.service.status) for name, p in self._plugins.items()}
+        binders = {name: {"binding": dataclasses.asdict(b.status)} for name, b in self._binders.items()}
         return {
-            name: dataclasses.asdict(p.status) | {"kubelet": plugins[name]}
+            name: dataclasses.asdict(p.status) | {"kubelet": plugins[name]} | binders.get(name, {})
             for name, p in sorted(self._publishers.items())
         }

@@ -93,7 +93,9 @@ class PoolPublisher:
         *,
         kubeconfig: Path | None = None,
         connect: Callable[[Path | None], Any] = ApiServer.connect,
+        bindings: bool = False,
     ) -> None:
+        """``bindings``: publish the devices' binding conditions (a ClaimBinder answers them)."""
         self.status = PublisherStatus(driver, node)
         self._driver, self._node = driver, node
         self._devices = devices
@@ -108,6 +110,8 @@ class PoolPublisher:
         self._selector = f"spec.driver={driver},spec.nodeName={node}"
         self._clash: str | None = None  # what the offer last said is refused
         self._partitions = True  # the server takes 1.36's shape of partitionable devices
+        self._bindings = bindings
+        self._bindings_said = False  # the warning that a pool's binding conditions are left out
 
     def changed(self) -> None:
         self._dirty.set()
@@ -224,7 +228,14 @@ class PoolPublisher:
             else:
                 logger.info("DRA {}: no device names clash in the pool any more", self._driver)
             self._clash = offer.problem
-        pool = Pool.named(self._driver, self._node, offer.devices, self._partitions)
+        pool = Pool.named(self._driver, self._node, offer.devices, self._partitions, self._bindings)
+        if pool.bindings_unpublished() and not self._bindings_said:
+            logger.warning(
+                "DRA {}: devices declare binding conditions, published without them: "
+                "dra.drivers[].binding_conditions is off, so pods using them bind without an attach",
+                self._driver,
+            )
+            self._bindings_said = True
         chunks = pool.chunks()
         observed = sorted(self._observed.values(), key=lambda o: o["metadata"]["name"])
         seen = max((_generation(o) for o in observed), default=0)

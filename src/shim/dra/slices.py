@@ -25,6 +25,11 @@ False), and said so as dropped.
 Consumable capacity (protocol 1.3): a device several claims may share carries
 `allowMultipleAllocations: true` (v1beta1 on, 1.34 on; the DRAConsumableCapacity gate, alpha and
 off in 1.34-1.35, beta and on in 1.36); its capacities are then what the shares consume.
+
+Binding conditions (protocol 1.4): `bindingConditions`, `bindingFailureConditions` and
+`bindsToNode` beside the attributes (v1beta1 on, 1.34 on; the DRADeviceBindingConditions gate,
+alpha and off in 1.34-1.35, beta and on in 1.36). Published only for a DRA driver whose config
+sets `binding_conditions` (``bindings``): devshim then watches its claims (shim/dra/binding.py).
 """
 
 from __future__ import annotations
@@ -50,11 +55,13 @@ MAX_DEVICES_PER_SLICE_WITH_TAINTS = 64  # ResourceSliceMaxDevicesWithAdvancedFea
 MAX_COUNTER_SETS_PER_SLICE = 8  # ResourceSliceMaxCounterSets
 PARTITIONS_SINCE = 36  # the first release with 1.36's shape of partitionable devices
 PARTITIONS = "DRAPartitionableDevices"
+BINDINGS = "DRADeviceBindingConditions"
 # What a device may carry that an API server drops where its feature gate is off, by the gate.
 GATED = {
     "taints": "DRADeviceTaints",
     "consumesCounters": PARTITIONS,
     "allowMultipleAllocations": "DRAConsumableCapacity",
+    "bindingConditions": BINDINGS,
 }
 # What the publisher writes on each slice: the hash of the spec it meant (the API server
 # rewrites quantities in canonical form, so the spec read back cannot be compared as written).
@@ -89,6 +96,7 @@ class Pool:
     node: str
     devices: tuple[PoolDevice, ...]
     partitions: bool = True  # counter sets and their consumption published (1.36's shape)
+    bindings: bool = False  # binding conditions published (the DRA driver's binding_conditions)
 
     @classmethod
     def of(cls, driver: str, node: str, devices: Iterable[Device]) -> Pool:
@@ -101,11 +109,18 @@ class Pool:
         return cls.named(driver, node, (PoolDevice(device_name(d.id), d) for d in listed))
 
     @classmethod
-    def named(cls, driver: str, node: str, devices: Iterable[PoolDevice], partitions: bool = True) -> Pool:
+    def named(
+        cls,
+        driver: str,
+        node: str,
+        devices: Iterable[PoolDevice],
+        partitions: bool = True,
+        bindings: bool = False,
+    ) -> Pool:
         """Devices already named, each name once (shim/dra/ownership.py decided who keeps it), in
         the configured order of their resources, which also decides who owns a counter set."""
         entries = _counters_owned(list(devices))
-        return cls(driver, node, tuple(sorted(entries, key=_name)), partitions)
+        return cls(driver, node, tuple(sorted(entries, key=_name)), partitions, bindings)
 
     def counter_sets(self) -> tuple[CounterSet, ...]:
         """The counter sets the pool's devices bring, by name (each brought by one resource alone:
@@ -121,6 +136,10 @@ class Pool:
         return not self.partitions and any(
             d.device.counter_sets or d.device.consumes_counters for d in self.devices
         )
+
+    def bindings_unpublished(self) -> bool:
+        """Binding conditions the pool's devices have but devshim's config does not publish."""
+        return not self.bindings and any(d.device.binding for d in self.devices)
 
     def chunks(self) -> list[Chunk]:
         """The devices of each slice, then the counter sets of each; a pool with neither is one
@@ -182,7 +201,7 @@ def spec(
         written["sharedCounters"] = [_counters(c, "name") for c in chunk if isinstance(c, CounterSet)]
     else:
         written["devices"] = [
-            _device(d, version, pool.partitions) for d in chunk if isinstance(d, PoolDevice)
+            _device(d, version, pool.partitions, pool.bindings) for d in chunk if isinstance(d, PoolDevice)
         ]
     return written
 
@@ -191,7 +210,9 @@ def _counters(counter_set: CounterSet, key: str) -> dict[str, Any]:
     return {key: counter_set.name, "counters": {name: {"value": q} for name, q in counter_set.counters}}
 
 
-def _device(entry: PoolDevice, version: str, partitions: bool = True) -> dict[str, Any]:
+def _device(
+    entry: PoolDevice, version: str, partitions: bool = True, bindings: bool = False
+) -> dict[str, Any]:
     device = entry.device
     attributes = {name: {a.kind.value: a.value} for name, a in device.attributes}
     if (
@@ -222,6 +243,11 @@ def _device(entry: PoolDevice, version: str, partitions: bool = True) -> dict[st
         described["consumesCounters"] = [_counters(c, "counterSet") for c in device.consumes_counters]
     if device.allow_multiple_allocations and version != "v1alpha3":  # 1.34 on: never in v1alpha3
         described["allowMultipleAllocations"] = True
+    if device.binding and bindings and version != "v1alpha3":  # 1.34 on: never in v1alpha3
+        described["bindingConditions"] = list(device.binding.conditions)
+        described["bindingFailureConditions"] = list(device.binding.failure_conditions)
+        if device.binding.binds_to_node:
+            described["bindsToNode"] = True
     if version in ("v1beta1", "v1alpha3"):
         return {"name": entry.name, "basic": described}
     return {"name": entry.name, **described}

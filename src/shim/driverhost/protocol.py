@@ -24,8 +24,10 @@ from shim.driverprotocol import (
     MAX_CDI_SPECS,
     PROTOCOL_VERSION,
     attributes_from_json,
+    binding_from_json,
     capacity_defaults_from_json,
     capacity_from_json,
+    conditions_from_json,
     counter_sets_from_json,
     share_json,
     taints_from_json,
@@ -35,12 +37,14 @@ from shim.facts import cdi_device_name_problem, cdi_kind_problem
 from shim.jsonrpc import ConnectionClosed, ErrorCode, RemoteError
 from shim.model import (
     MAX_NUMA_NODE,
+    BindingCondition,
     Capabilities,
     CdiSpec,
     CdiSpecDevice,
     ContainerAllocateRequest,
     ContainerGrant,
     Device,
+    DeviceBinding,
     DeviceNode,
     Health,
     Mount,
@@ -164,7 +168,8 @@ def device_from_json(obj: Any) -> tuple[Device, ContainerGrant | None]:
     taints = field(obj, "taints")
     sets, uses = field(obj, "counter_sets"), field(obj, "consumes_counters")
     shared, policies = field(obj, "allow_multiple_allocations"), field(obj, "capacity_policies")
-    if attributes or capacity or taints or sets or uses or shared or policies:  # 1.1, 1.3
+    binding = field(obj, "binding")
+    if attributes or capacity or taints or sets or uses or shared or policies or binding:  # 1.1-1.4
         if shared is not None and type(shared) is not bool:
             raise DriverProtocolError(
                 f"device {device_id!r}: allow_multiple_allocations must be true or false"
@@ -179,6 +184,7 @@ def device_from_json(obj: Any) -> tuple[Device, ContainerGrant | None]:
                 counter_sets_from_json(uses, "consumes_counters"),
                 shared is True,
                 capacity_defaults_from_json(policies, quantities, shared is True),
+                binding_from_json(binding),
             )
         except ValueError as exc:
             raise DriverProtocolError(f"device {device_id!r}: {exc}") from None
@@ -234,6 +240,7 @@ def resource_from_json(obj: Any) -> ResourceInfo:
             post_stop=bool(field(obj, "post_stop")),
             admin_access=bool(field(obj, "admin_access")),
             shares=bool(field(obj, "shares")),
+            attach=bool(field(obj, "attach")),
         ),
     )
 
@@ -340,6 +347,19 @@ def _container(request: ContainerAllocateRequest) -> dict[str, Any]:
     if request.shares:  # likewise
         written["shares"] = [share_json(s) for s in request.shares]
     return written
+
+
+def attach_params(resource: str, device_id: str, claim: str, claim_uid: str) -> dict[str, Any]:
+    return {"resource": resource, "device_id": device_id, "claim": claim, "claim_uid": claim_uid}
+
+
+def conditions_from_result(
+    result: Any, device_id: str, binding: DeviceBinding
+) -> tuple[BindingCondition, ...]:
+    try:
+        return conditions_from_json(result, binding)
+    except ValueError as exc:
+        raise DriverProtocolError(f"attach of {device_id!r}: {exc}") from None
 
 
 def grants_from_json(result: Any, expected: int) -> list[ContainerGrant]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import operator
 from collections.abc import Awaitable, Callable, Sequence
@@ -24,10 +25,12 @@ from shim.errors import RequestError, ShimError, SourceUnavailable
 from shim.groups import DeviceGroups, Group
 from shim.inventory import InventoryStore, SavedResource
 from shim.model import (
+    BindingCondition,
     Capabilities,
     ContainerAllocateRequest,
     ContainerGrant,
     Device,
+    DeviceBinding,
     Health,
     PreferredAllocationRequest,
 )
@@ -315,6 +318,14 @@ class DriverSource(DeviceSource):
     async def post_stop(self, device_ids: Sequence[str]) -> None:
         if self.info.capabilities.post_stop:
             await self._call("post_stop", protocol.devices_params(self.name, device_ids), _ignored)
+
+    async def attach(
+        self, device_id: str, claim: str, claim_uid: str, binding: DeviceBinding
+    ) -> tuple[BindingCondition, ...]:
+        params = protocol.attach_params(self.name, device_id, claim, claim_uid)
+        parse = functools.partial(protocol.conditions_from_result, device_id=device_id, binding=binding)
+        conditions: tuple[BindingCondition, ...] = await self._call("attach", params, parse)
+        return conditions
 
     async def prestart(self, device_ids: Sequence[str]) -> None:
         try:

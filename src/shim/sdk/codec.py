@@ -30,7 +30,12 @@ from typing import Any, TypeVar
 
 import betterproto2
 
-from shim.driverprotocol import capacity_defaults_from_json, counter_sets_from_json, taints_from_json
+from shim.driverprotocol import (
+    binding_from_json,
+    capacity_defaults_from_json,
+    counter_sets_from_json,
+    taints_from_json,
+)
 from shim.model import MAX_NUMA_NODE
 from shim.sdk.errors import InvalidParams
 from shim.sdk.generated.devshim.driver import v1 as types
@@ -238,6 +243,18 @@ def device_json(device: types.Device) -> dict[str, Any]:
         except ValueError as exc:
             raise ValueError(f"device {device.id!r}: {exc}") from None
         out["capacity_policies"] = policies
+    if device.binding is not None:
+        binding: dict[str, Any] = {
+            "conditions": device.binding.conditions,
+            "failure_conditions": device.binding.failure_conditions,
+        }
+        if device.binding.binds_to_node:
+            binding["binds_to_node"] = True
+        try:  # checked where it is made, as taints are
+            binding_from_json(binding)
+        except ValueError as exc:
+            raise ValueError(f"device {device.id!r}: {exc}") from None
+        out["binding"] = binding
     return out
 
 

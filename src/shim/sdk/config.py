@@ -19,6 +19,7 @@ from shim.configfile import ConfigError, format_validation_error, read_config_fi
 from shim.driverprotocol import (
     MAX_ATTRIBUTE_VALUE_LENGTH,
     attributes_from_json,
+    binding_from_json,
     capacity_defaults_from_json,
     capacity_from_json,
     counter_sets_from_json,
@@ -32,6 +33,7 @@ __all__ = [
     "MAX_NUMA_NODE",
     "ConfigError",
     "attributes_from_json",
+    "binding_from_json",
     "capacity_defaults_from_json",
     "capacity_from_json",
     "check_extended_resource_name",

@@ -21,7 +21,15 @@ from shim.sdk.codec import device_json, health_json, log_level_json, message_jso
 from shim.sdk.errors import NotImplementedByResource
 from shim.sdk.generated.devshim.driver import v1 as types
 
-OPTIONAL_METHODS = ("preferred_allocation", "prestart", "deallocate", "post_stop", "admin_access", "shares")
+OPTIONAL_METHODS = (
+    "preferred_allocation",
+    "prestart",
+    "deallocate",
+    "post_stop",
+    "admin_access",
+    "shares",
+    "attach",
+)
 
 
 class Driver(abc.ABC):
@@ -82,6 +90,16 @@ class Driver(abc.ABC):
         follows. Called for a resource with ``shares=True`` whose devices set
         ``allow_multiple_allocations``."""
         raise NotImplementedByResource(resource, "shares")
+
+    async def attach(
+        self, resource: str, device_id: str, claim: str, claim_uid: str
+    ) -> list[types.BindingCondition]:
+        """The scheduler allocated this device, which has a ``binding`` (protocol 1.4, DRA binding
+        conditions), to ``claim`` ("namespace/name"): attach it (over a fabric, say) and answer
+        how its binding conditions stand. devshim writes them into the claim's status; the pod
+        binds once every condition is True, and is placed again elsewhere if a failure condition
+        is. Called once per allocation, for a resource with ``attach=True``."""
+        raise NotImplementedByResource(resource, "attach")
 
     # The two hooks do nothing unless overridden: optional, so not abstract.
     async def on_initialize(self, params: types.InitializeParams) -> None:  # noqa: B027

@@ -75,6 +75,7 @@ class _Dispatcher:
             "list_devices": self._list_devices,
             "allocate": self._allocate,
             "preferred_allocation": self._preferred_allocation,
+            "attach": self._attach,
             **{name: self._devices_method(name, call) for name, call in devices_methods.items()},
             "shutdown": self._shutdown,
         }
@@ -132,6 +133,14 @@ class _Dispatcher:
         containers = [list(c.device_ids) for c in request.containers]
         grants = await self._driver.allocate(request.resource, containers)
         return {"containers": [grant_json(g) for g in grants]}
+
+    async def _attach(self, params: Any) -> dict[str, Any]:
+        request = decode(types.AttachParams, "attach", params)
+        self._resource(request.resource, "attach")
+        conditions = await self._driver.attach(
+            request.resource, request.device_id, request.claim, request.claim_uid
+        )
+        return message_json(types.AttachResult(conditions=conditions))
 
     async def _preferred_allocation(self, params: Any) -> dict[str, Any]:
         request = decode(types.PreferredAllocationParams, "preferred_allocation", params)

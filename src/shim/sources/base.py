@@ -5,11 +5,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 
+from shim.errors import SourceFailed
 from shim.model import (
+    BindingCondition,
     Capabilities,
     ContainerAllocateRequest,
     ContainerGrant,
     Device,
+    DeviceBinding,
     Health,
     PreferredAllocationRequest,
 )
@@ -67,6 +70,13 @@ class DeviceSource(ABC):
 
     async def prestart(self, device_ids: Sequence[str]) -> None:  # noqa: B027 - optional hook
         """Prepare devices before a container starts (only if capabilities say so)."""
+
+    async def attach(
+        self, device_id: str, claim: str, claim_uid: str, binding: DeviceBinding
+    ) -> tuple[BindingCondition, ...]:
+        """Attach a device with a binding, allocated to ``claim`` (only if capabilities say
+        attach); how each of its binding conditions stands."""
+        raise SourceFailed(f"{device_id!r} has binding conditions but its source cannot attach")
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release whatever the source holds."""

@@ -8,7 +8,10 @@ __all__ = (
     "AllocateParams",
     "AllocateResult",
     "Allocation",
+    "AttachParams",
+    "AttachResult",
     "Attribute",
+    "BindingCondition",
     "CapacityPolicy",
     "CdiEdits",
     "CdiSpec",
@@ -17,6 +20,7 @@ __all__ = (
     "CounterConsumption",
     "CounterSet",
     "Device",
+    "DeviceBinding",
     "DeviceNode",
     "DeviceShare",
     "DeviceTaint",
@@ -111,6 +115,40 @@ default_message_pool.register_message("devshim.driver.v1", "Allocation", Allocat
 
 
 @dataclass(eq=False, repr=False)
+class AttachParams(betterproto2.Message):
+    """
+    Protocol 1.4: a device with a binding was allocated to a claim; attach it
+    and answer how each of its binding conditions stands.
+    """
+
+    resource: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    device_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    claim: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The claim, "namespace/name", and its UID.
+    """
+
+    claim_uid: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("devshim.driver.v1", "AttachParams", AttachParams)
+
+
+@dataclass(eq=False, repr=False)
+class AttachResult(betterproto2.Message):
+    conditions: "list[BindingCondition]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Conditions of the device's binding, each at most once; one not named
+    stays unset (the scheduler keeps waiting for it).
+    """
+
+
+default_message_pool.register_message("devshim.driver.v1", "AttachResult", AttachResult)
+
+
+@dataclass(eq=False, repr=False)
 class Attribute(betterproto2.Message):
     """
     One typed attribute value: exactly one of these is set.
@@ -135,6 +173,29 @@ class Attribute(betterproto2.Message):
 
 
 default_message_pool.register_message("devshim.driver.v1", "Attribute", Attribute)
+
+
+@dataclass(eq=False, repr=False)
+class BindingCondition(betterproto2.Message):
+    type: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    One of the device's binding.conditions or binding.failure_conditions.
+    """
+
+    status: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+
+    reason: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    CamelCase, at most 128 characters ("Attached"); devshim's own if empty.
+    """
+
+    message: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    At most 1,024 characters.
+    """
+
+
+default_message_pool.register_message("devshim.driver.v1", "BindingCondition", BindingCondition)
 
 
 @dataclass(eq=False, repr=False)
@@ -364,8 +425,45 @@ class Device(betterproto2.Message):
     the capacity's name, which capacity must have.
     """
 
+    binding: "DeviceBinding | None" = betterproto2.field(12, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Protocol 1.4, DRA binding conditions: the device needs an attach step
+    before a pod using it binds to the node. Only for a resource that
+    declares attach, in a DRA driver whose config sets binding_conditions.
+    """
+
 
 default_message_pool.register_message("devshim.driver.v1", "Device", Device)
+
+
+@dataclass(eq=False, repr=False)
+class DeviceBinding(betterproto2.Message):
+    """
+    What the scheduler waits for before it binds a pod to a device's node
+    (resource.k8s.io's bindingConditions, bindingFailureConditions and
+    bindsToNode). devshim asks the driver to attach (the attach method) once
+    the device is allocated and writes its answer into the claim's status.
+    """
+
+    conditions: "list[str]" = betterproto2.field(1, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Condition types that must all be True before the pod binds: 1 to 4
+    label names ("gpu.example.com/attached").
+    """
+
+    failure_conditions: "list[str]" = betterproto2.field(2, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Condition types any of which True fails the binding (the scheduler
+    frees the claim and tries again): 1 to 4, none also in conditions.
+    """
+
+    binds_to_node: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
+    """
+    The allocation holds on this node alone (published as bindsToNode).
+    """
+
+
+default_message_pool.register_message("devshim.driver.v1", "DeviceBinding", DeviceBinding)
 
 
 @dataclass(eq=False, repr=False)
@@ -695,6 +793,11 @@ class Resource(betterproto2.Message):
     """
     Protocol 1.3: allocate takes shared requests (ContainerRequest's shares)
     for devices that allow multiple allocations.
+    """
+
+    attach: "bool" = betterproto2.field(8, betterproto2.TYPE_BOOL)
+    """
+    Protocol 1.4: attach is implemented, for devices with a binding.
     """
 
 

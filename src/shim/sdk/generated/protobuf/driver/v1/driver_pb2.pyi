@@ -79,7 +79,7 @@ class DeviceNode(_message.Message):
     def __init__(self, container_path: _Optional[str] = ..., host_path: _Optional[str] = ..., permissions: _Optional[str] = ...) -> None: ...
 
 class Device(_message.Message):
-    __slots__ = ("id", "health", "numa_nodes", "grant", "attributes", "capacity", "taints", "counter_sets", "consumes_counters", "allow_multiple_allocations", "capacity_policies")
+    __slots__ = ("id", "health", "numa_nodes", "grant", "attributes", "capacity", "taints", "counter_sets", "consumes_counters", "allow_multiple_allocations", "capacity_policies", "binding")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -112,6 +112,7 @@ class Device(_message.Message):
     CONSUMES_COUNTERS_FIELD_NUMBER: _ClassVar[int]
     ALLOW_MULTIPLE_ALLOCATIONS_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_POLICIES_FIELD_NUMBER: _ClassVar[int]
+    BINDING_FIELD_NUMBER: _ClassVar[int]
     id: str
     health: Health
     numa_nodes: _containers.RepeatedScalarFieldContainer[int]
@@ -123,7 +124,18 @@ class Device(_message.Message):
     consumes_counters: _containers.RepeatedCompositeFieldContainer[CounterConsumption]
     allow_multiple_allocations: bool
     capacity_policies: _containers.MessageMap[str, CapacityPolicy]
-    def __init__(self, id: _Optional[str] = ..., health: _Optional[_Union[Health, str]] = ..., numa_nodes: _Optional[_Iterable[int]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., attributes: _Optional[_Mapping[str, Attribute]] = ..., capacity: _Optional[_Mapping[str, str]] = ..., taints: _Optional[_Iterable[_Union[DeviceTaint, _Mapping]]] = ..., counter_sets: _Optional[_Iterable[_Union[CounterSet, _Mapping]]] = ..., consumes_counters: _Optional[_Iterable[_Union[CounterConsumption, _Mapping]]] = ..., allow_multiple_allocations: _Optional[bool] = ..., capacity_policies: _Optional[_Mapping[str, CapacityPolicy]] = ...) -> None: ...
+    binding: DeviceBinding
+    def __init__(self, id: _Optional[str] = ..., health: _Optional[_Union[Health, str]] = ..., numa_nodes: _Optional[_Iterable[int]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., attributes: _Optional[_Mapping[str, Attribute]] = ..., capacity: _Optional[_Mapping[str, str]] = ..., taints: _Optional[_Iterable[_Union[DeviceTaint, _Mapping]]] = ..., counter_sets: _Optional[_Iterable[_Union[CounterSet, _Mapping]]] = ..., consumes_counters: _Optional[_Iterable[_Union[CounterConsumption, _Mapping]]] = ..., allow_multiple_allocations: _Optional[bool] = ..., capacity_policies: _Optional[_Mapping[str, CapacityPolicy]] = ..., binding: _Optional[_Union[DeviceBinding, _Mapping]] = ...) -> None: ...
+
+class DeviceBinding(_message.Message):
+    __slots__ = ("conditions", "failure_conditions", "binds_to_node")
+    CONDITIONS_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_CONDITIONS_FIELD_NUMBER: _ClassVar[int]
+    BINDS_TO_NODE_FIELD_NUMBER: _ClassVar[int]
+    conditions: _containers.RepeatedScalarFieldContainer[str]
+    failure_conditions: _containers.RepeatedScalarFieldContainer[str]
+    binds_to_node: bool
+    def __init__(self, conditions: _Optional[_Iterable[str]] = ..., failure_conditions: _Optional[_Iterable[str]] = ..., binds_to_node: _Optional[bool] = ...) -> None: ...
 
 class CapacityPolicy(_message.Message):
     __slots__ = ("default",)
@@ -201,7 +213,7 @@ class Attribute(_message.Message):
     def __init__(self, int: _Optional[int] = ..., bool: _Optional[bool] = ..., string: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
 
 class Resource(_message.Message):
-    __slots__ = ("name", "preferred_allocation", "prestart", "deallocate", "post_stop", "admin_access", "shares")
+    __slots__ = ("name", "preferred_allocation", "prestart", "deallocate", "post_stop", "admin_access", "shares", "attach")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PREFERRED_ALLOCATION_FIELD_NUMBER: _ClassVar[int]
     PRESTART_FIELD_NUMBER: _ClassVar[int]
@@ -209,6 +221,7 @@ class Resource(_message.Message):
     POST_STOP_FIELD_NUMBER: _ClassVar[int]
     ADMIN_ACCESS_FIELD_NUMBER: _ClassVar[int]
     SHARES_FIELD_NUMBER: _ClassVar[int]
+    ATTACH_FIELD_NUMBER: _ClassVar[int]
     name: str
     preferred_allocation: bool
     prestart: bool
@@ -216,7 +229,8 @@ class Resource(_message.Message):
     post_stop: bool
     admin_access: bool
     shares: bool
-    def __init__(self, name: _Optional[str] = ..., preferred_allocation: _Optional[bool] = ..., prestart: _Optional[bool] = ..., deallocate: _Optional[bool] = ..., post_stop: _Optional[bool] = ..., admin_access: _Optional[bool] = ..., shares: _Optional[bool] = ...) -> None: ...
+    attach: bool
+    def __init__(self, name: _Optional[str] = ..., preferred_allocation: _Optional[bool] = ..., prestart: _Optional[bool] = ..., deallocate: _Optional[bool] = ..., post_stop: _Optional[bool] = ..., admin_access: _Optional[bool] = ..., shares: _Optional[bool] = ..., attach: _Optional[bool] = ...) -> None: ...
 
 class Allocation(_message.Message):
     __slots__ = ("resource", "device_ids")
@@ -362,6 +376,36 @@ class DevicesParams(_message.Message):
     resource: str
     device_ids: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, resource: _Optional[str] = ..., device_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AttachParams(_message.Message):
+    __slots__ = ("resource", "device_id", "claim", "claim_uid")
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_UID_FIELD_NUMBER: _ClassVar[int]
+    resource: str
+    device_id: str
+    claim: str
+    claim_uid: str
+    def __init__(self, resource: _Optional[str] = ..., device_id: _Optional[str] = ..., claim: _Optional[str] = ..., claim_uid: _Optional[str] = ...) -> None: ...
+
+class AttachResult(_message.Message):
+    __slots__ = ("conditions",)
+    CONDITIONS_FIELD_NUMBER: _ClassVar[int]
+    conditions: _containers.RepeatedCompositeFieldContainer[BindingCondition]
+    def __init__(self, conditions: _Optional[_Iterable[_Union[BindingCondition, _Mapping]]] = ...) -> None: ...
+
+class BindingCondition(_message.Message):
+    __slots__ = ("type", "status", "reason", "message")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    status: bool
+    reason: str
+    message: str
+    def __init__(self, type: _Optional[str] = ..., status: _Optional[bool] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ShutdownParams(_message.Message):
     __slots__ = ()
