@@ -7,6 +7,7 @@ values examples run. helm is the pinned build of scripts/build_helm.py (tests/de
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import shlex
@@ -680,3 +681,32 @@ def test_the_policy_declares_every_configured_dra_driver(tmp_path: Path, no_devs
     settings, _, _ = loaded_settings(docs, tmp_path)
     assert_paths_on_host_volumes(one(docs, "DaemonSet"), settings)
     assert declared_drivers(render("--set", "dra.enabled=true")) == []
+
+
+def test_binding_conditions_grant_the_claim_watch_and_status_writes_of_those_drivers_alone() -> None:
+    """A DRA driver with binding_conditions (docs/dra.md, "Binding conditions") adds claims' list
+    and watch, status updates, and status.devices of that driver alone (resourceclaims/driver on
+    the claim's own node, 1.36 on); without one, claims stay get-only."""
+    drivers = [
+        {"name": "gpu.example.com", "resources": ["example.com/gpu"], "binding_conditions": True},
+        {"name": "nic.example.com", "resources": ["example.com/nic"]},
+    ]
+    values = f"config.dra.drivers={json.dumps(drivers)}"
+    rules = one(render("--set", "dra.enabled=true", "--set-json", values), "ClusterRole")["rules"]
+    assert {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaims"],
+        "verbs": ["list", "watch"],
+    } in rules
+    assert {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaims/status"],
+        "verbs": ["update"],
+    } in rules
+    assert {
+        "apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/driver"],
+        "resourceNames": ["gpu.example.com"], "verbs": ["associated-node:update"],
+    } in rules  # fmt: skip
+    plain = one(render("--set", "dra.enabled=true"), "ClusterRole")["rules"]
+    assert [r["verbs"] for r in plain if "resourceclaims" in r["resources"]] == [["get"]]
+    assert not [r for r in plain if {"resourceclaims/status", "resourceclaims/driver"} & set(r["resources"])]

@@ -85,6 +85,18 @@ lowercase DNS subdomain (as devshim requires), or the render fails: it names a h
 {{- toJson $names }}
 {{- end }}
 
+{{/* The DRA drivers whose config sets binding_conditions: devshim watches claims and writes their
+status.devices for them (docs/dra.md, "Binding conditions"), a JSON list. */}}
+{{- define "devshim.draBindingDriverNames" -}}
+{{- $names := list }}
+{{- range $driver := (dig "dra" "drivers" list .Values.config) }}
+{{- if and (kindIs "map" $driver) (get $driver "binding_conditions") }}
+{{- $names = append $names (get $driver "name" | toString) }}
+{{- end }}
+{{- end }}
+{{- toJson $names }}
+{{- end }}
+
 {{/* Where devshim writes the prepared claims' CDI specs, mounted from the same host path. */}}
 {{- define "devshim.cdiDir" -}}
 {{- dig "dra" "cdi_dir" "/var/run/cdi" .Values.config | default "/var/run/cdi" }}
