@@ -26,7 +26,14 @@ from typing import TypeVar
 
 from loguru import logger
 
-from shim.driverprotocol import attributes_from_json, capacity_from_json
+from shim.driverprotocol import (
+    attributes_from_json,
+    binding_from_json,
+    capacity_defaults_from_json,
+    capacity_from_json,
+    counter_sets_from_json,
+    taints_from_json,
+)
 from shim.files import UnreadableFile, read_bounded, write_atomically
 from shim.incremental import EncodedList
 from shim.model import Capabilities, Device, Health
@@ -82,6 +89,26 @@ def _device_json(device: Device) -> str:
         saved["attributes"] = {name: {a.kind.value: a.value} for name, a in device.attributes}
     if device.capacity:
         saved["capacity"] = dict(device.capacity)
+    # Protocol 1.3 and 1.4's fields too: a restarted devshim must not publish a tainted device
+    # untainted, a partition that consumes nothing, or a device that needs attaching without it.
+    if device.taints:
+        saved["taints"] = [{"key": t.key, "value": t.value, "effect": t.effect} for t in device.taints]
+    if device.counter_sets:
+        saved["counter_sets"] = [{"name": c.name, "counters": dict(c.counters)} for c in device.counter_sets]
+    if device.consumes_counters:
+        saved["consumes_counters"] = [
+            {"counter_set": c.name, "counters": dict(c.counters)} for c in device.consumes_counters
+        ]
+    if device.allow_multiple_allocations:
+        saved["allow_multiple_allocations"] = True
+    if device.capacity_defaults:
+        saved["capacity_policies"] = {name: {"default": q} for name, q in device.capacity_defaults}
+    if device.binding is not None:
+        saved["binding"] = {
+            "conditions": list(device.binding.conditions),
+            "failure_conditions": list(device.binding.failure_conditions),
+            "binds_to_node": device.binding.binds_to_node,
+        }
     return json.dumps(saved)
 
 
@@ -138,9 +165,18 @@ def _device(raw: object, index: int) -> Device:
     try:
         attributes = attributes_from_json(raw.get("attributes"))
         capacity = capacity_from_json(raw.get("capacity"))
+        shared = raw.get("allow_multiple_allocations", False) is True
+        return Device(
+            device_id, Health(health), tuple(numa), attributes, capacity,
+            taints_from_json(raw.get("taints")),
+            counter_sets_from_json(raw.get("counter_sets")),
+            counter_sets_from_json(raw.get("consumes_counters"), "consumes_counters"),
+            shared,
+            capacity_defaults_from_json(raw.get("capacity_policies"), capacity, shared),
+            binding_from_json(raw.get("binding")),
+        )  # fmt: skip
     except ValueError as exc:
         raise _Invalid(f"{where}{exc}") from None
-    return Device(device_id, Health(health), tuple(numa), attributes, capacity)
 
 
 def _decode(text: str, resource: str) -> SavedResource:

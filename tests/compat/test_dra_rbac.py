@@ -18,6 +18,7 @@ and v1beta1).
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -508,3 +509,89 @@ async def test_devshim_prepares_a_claim_with_this_rbac_alone(plane: ControlPlane
         assert [(d.pool_name, d.device_name) for d in answer.devices] == [("node-a", "gpu-2")]
         # The sim grants no container edits, so there is no CDI spec; the checkpoint holds the claim.
         assert uid in (folder / "state" / "dra" / f"{GPU_DRIVER}.json").read_text()
+
+
+# -- binding conditions: the extra rules docs/dra.md gives ---------------------------------------
+
+BINDING_RBAC = re.compile(r"^```yaml binding-rbac\n(.*?)^```", re.MULTILINE | re.DOTALL)
+ATTACHED, FAILED = "gpu.example.com/attached", "gpu.example.com/attach-failed"
+COPIED = {"bindingConditions": [ATTACHED], "bindingFailureConditions": [FAILED]}
+GRANULAR_SINCE = 36  # DRAResourceClaimGranularStatusAuthorization: beta and on in 1.36
+
+
+def binding_rules() -> list[dict[str, Any]]:
+    found = BINDING_RBAC.search((DEPLOY.parent / "docs" / "dra.md").read_text(encoding="utf-8"))
+    assert found is not None, "docs/dra.md lost its ```yaml binding-rbac block"
+    rules: list[dict[str, Any]] = yaml.safe_load(found.group(1))
+    return rules
+
+
+def with_binding_rules(plane: ControlPlane, token: str) -> None:
+    """docs/dra.md's binding-conditions rules granted to devshim's account (idempotent), once the
+    authorizer lets the token list claims."""
+    name = "devshim-dra-binding"
+    plane.ensure(COLLECTIONS["ClusterRole"], {"metadata": {"name": name}, "rules": binding_rules()})
+    plane.ensure(COLLECTIONS["ClusterRoleBinding"], {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}],
+    })  # fmt: skip
+
+    def listed() -> bool:
+        try:
+            plane.request("GET", claims("v1", None), None, token)
+        except APIError:
+            return False
+        return True
+
+    deadline = time.monotonic() + ENFORCED_TIMEOUT_S
+    while not listed():
+        assert time.monotonic() < deadline, "the binding rules were not in force in time"
+        time.sleep(0.1)
+
+
+def conditions(plane: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:
+    devices = plane.request("GET", f"{claims('v1', namespace)}/{name}").get("status", {}).get("devices") or []
+    return [c for d in devices for c in d.get("conditions") or ()]
+
+
+async def test_devshim_answers_binding_conditions_with_the_documented_rules_alone(
+    plane: ControlPlane, token: str
+) -> None:
+    """`devshim run` with node-a's token and docs/dra.md's extra rules: a claim allocated on node-a
+    from its pool gets the driver's answer in status.devices (the watch, the status update and,
+    from 1.36, resourceclaims/driver's associated-node:update suffice); the same token cannot
+    write the conditions of a claim allocated on node-b."""
+    if plane.minor < GRANULAR_SINCE:
+        pytest.skip(f"binding conditions are off by default before 1.{GRANULAR_SINCE}")
+    with_binding_rules(plane, token)
+    plane.ensure("/api/v1/namespaces", {"metadata": {"name": OTHER_NAMESPACE}})
+    mine = make_claim(plane, "v1", "attach-a", [("gpus", "gpu-0")], node="node-a", namespace=OTHER_NAMESPACE,
+                      binding=COPIED)  # fmt: skip
+    binding = {"conditions": [ATTACHED], "failure_conditions": [FAILED]}
+    sim = SIM_GPUS | {"attach": True, "devices": [{"id": "gpu-0", "binding": binding}, {"id": "gpu-1"}]}
+    with short_temp_dir("ds-rbac-") as folder:
+        kubeconfig = plane.kubeconfig_for_token(token, folder / "devshim.kubeconfig")
+        configured = config(folder, plane, "node-a", sim, kubeconfig=kubeconfig)
+        settings = yaml.safe_load(configured.read_text())
+        settings["dra"]["drivers"][0]["binding_conditions"] = True
+        configured.write_text(yaml.safe_dump(settings))
+        async with running_devshim(configured) as (_, port):
+            status = await dra_status(port, lambda s: s[GPU_DRIVER]["binding"]["attached"] == 1, "answered")
+    assert status[GPU_DRIVER]["binding"]["last_error"] is None
+    said = conditions(plane, OTHER_NAMESPACE, "attach-a")
+    assert [(c["type"], c["status"]) for c in said] == [(ATTACHED, "True")]
+    assert mine["metadata"]["uid"]
+    # node-b's claim: devshim on node-a may not write its devices' conditions.
+    theirs = make_claim(plane, "v1", "attach-b", [("gpus", "gpu-0")], node="node-b",
+                        namespace=OTHER_NAMESPACE, binding=COPIED)  # fmt: skip
+    entry = {"driver": GPU_DRIVER, "pool": "node-b", "device": "gpu-0", "conditions": [
+        {"type": ATTACHED, "status": "True", "reason": "Forged", "message": "",
+         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}  # fmt: skip
+    forged = {**theirs, "status": {**theirs["status"], "devices": [entry]}}
+    path = f"{claims('v1', OTHER_NAMESPACE)}/attach-b/status"
+    error = refusal(plane.request, "PUT", path, forged, token)
+    # A Forbidden field of the update (pkg/registry/resource: AuthorizedForDeviceStatus), so 422.
+    refused = 'cannot arbitrary-node:update resource "resourceclaims/driver"'
+    assert error.status == 422 and refused in error.body["message"], error
+    assert conditions(plane, OTHER_NAMESPACE, "attach-b") == []

@@ -13,7 +13,16 @@ import pytest
 from loguru import logger
 
 from shim.inventory import InventoryStore, SavedResource
-from shim.model import Attribute, AttributeKind, Capabilities, Device, Health
+from shim.model import (
+    Attribute,
+    AttributeKind,
+    Capabilities,
+    CounterSet,
+    Device,
+    DeviceBinding,
+    DeviceTaint,
+    Health,
+)
 
 RESOURCE = "example.com/gpu"
 SAVED = SavedResource(
@@ -28,6 +37,17 @@ SAVED = SavedResource(
                 ("model", Attribute(AttributeKind.STRING, "A")),
             ),
             capacity=(("memory", "80Gi"),),
+        ),
+        # Protocol 1.3 and 1.4's fields: a tainted partition of a shared GPU that needs attaching.
+        Device(
+            "gpu4",
+            capacity=(("memory", "40Gi"),),
+            taints=(DeviceTaint("gpu.example.com/ecc", "3", "NoExecute"),),
+            counter_sets=(CounterSet("gpu-4", (("memory", "80Gi"),)),),
+            consumes_counters=(CounterSet("gpu-4", (("memory", "40Gi"),)),),
+            allow_multiple_allocations=True,
+            capacity_defaults=(("memory", "8Gi"),),
+            binding=DeviceBinding(("gpu.example.com/attached",), ("gpu.example.com/failed",), True),
         ),
     ),
     in_use=(("gpu1", "gpu0"), ("gpu2",)),
@@ -50,8 +70,9 @@ def saved_json(store_dir: Path) -> dict[str, Any]:
 
 
 def test_a_saved_inventory_loads_back_unchanged(tmp_path: Path) -> None:
-    """Ids, health, NUMA nodes, DRA attributes and capacity, allocation groups and their order all
-    survive a save and load."""
+    """Ids, health, NUMA nodes, every field DRA publishes (attributes, capacity, taints, counters,
+    shares, binding), allocation groups and their order all survive a save and load: a restarted
+    devshim whose driver is down publishes its devices as they were."""
     store = InventoryStore(tmp_path)
     store.save(RESOURCE, SAVED)
     assert store.load(RESOURCE) == SAVED
@@ -93,6 +114,22 @@ def test_the_file_is_named_after_the_resource_and_holds_the_documented_fields(tm
             "numa_nodes": [],
             "attributes": {"cores": {"int": 108}, "model": {"string": "A"}},
             "capacity": {"memory": "80Gi"},
+        },
+        {
+            "id": "gpu4",
+            "health": "Healthy",
+            "numa_nodes": [],
+            "capacity": {"memory": "40Gi"},
+            "taints": [{"key": "gpu.example.com/ecc", "value": "3", "effect": "NoExecute"}],
+            "counter_sets": [{"name": "gpu-4", "counters": {"memory": "80Gi"}}],
+            "consumes_counters": [{"counter_set": "gpu-4", "counters": {"memory": "40Gi"}}],
+            "allow_multiple_allocations": True,
+            "capacity_policies": {"memory": {"default": "8Gi"}},
+            "binding": {
+                "conditions": ["gpu.example.com/attached"],
+                "failure_conditions": ["gpu.example.com/failed"],
+                "binds_to_node": True,
+            },
         },
     ]
     assert raw["in_use"] == [["gpu1", "gpu0"], ["gpu2"]]

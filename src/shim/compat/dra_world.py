@@ -144,9 +144,7 @@ def allocate_claim(
                     for r, d in results
                 ]  # fmt: skip
             },
-            **(
-                {"allocationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())} if binding else {}
-            ),
+            **(_bound_to(node) if binding else {}),
         },
         "reservedFor": [
             {"resource": "pods", "name": pod, "uid": uid}
@@ -155,6 +153,16 @@ def allocate_claim(
     }
     updated: dict[str, Any] = plane.request("PUT", f"{path}/{name}/status", claim)
     return updated
+
+
+def _bound_to(node: str) -> dict[str, Any]:
+    """What the scheduler adds to an allocation with binding conditions: its time, and the node
+    (the API server lets only a service account on that node write the devices' conditions)."""
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    return {
+        "allocationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "nodeSelector": {"nodeSelectorTerms": [term]},
+    }
 
 
 def claim_pod(claim: str) -> Pod:
