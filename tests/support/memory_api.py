@@ -14,18 +14,16 @@ from shim.dra.kube import ApiError
 Event = tuple[int, str, dict[str, Any]]
 
 
-class MemoryApi:
-    """The calls PoolPublisher makes, on slices kept here; resourceVersions count up as etcd's do.
-    ``before_reply`` runs once a create is stored and before its reply is returned."""
+class MemoryCollection:
+    """One collection's objects by name, each change an event in ``log`` at the next
+    resourceVersion (counting up as etcd's revisions do), and watches that deliver the log."""
 
     def __init__(self) -> None:
         self.version = 0
-        self.slices: dict[str, dict[str, Any]] = {}
+        self.objects: dict[str, dict[str, Any]] = {}
         self.log: list[Event] = []
-        self.lists = 0
         self.delivered = 0  # the last resourceVersion a watcher has taken in (asked for more after)
         self.watching = 0  # watches open now
-        self.before_reply: Callable[[dict[str, Any]], Awaitable[None]] | None = None
         self._changed = asyncio.Event()
         self._ending = False  # the open watches are to end...
         self._failure: ApiError | None = None  # ...with this error, if any
@@ -34,12 +32,46 @@ class MemoryApi:
         self.version += 1
         obj["metadata"]["resourceVersion"] = str(self.version)
         if kind == "DELETED":
-            self.slices.pop(obj["metadata"]["name"])
+            self.objects.pop(obj["metadata"]["name"])
         else:
-            self.slices[obj["metadata"]["name"]] = obj
+            self.objects[obj["metadata"]["name"]] = obj
         self.log.append((self.version, kind, copy.deepcopy(obj)))
         self._changed.set()
         return copy.deepcopy(obj)
+
+    def end_watches(self, error: ApiError | None = None) -> None:
+        """The API server ends the open watches (their timeout), or fails them with ``error``."""
+        self._ending, self._failure = True, error
+        self._changed.set()
+
+    async def _watch(self, since: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        self._ending = False
+        sent = int(since)
+        self.watching += 1
+        try:
+            while True:
+                for rv, kind, obj in [e for e in self.log if e[0] > sent]:
+                    yield kind, copy.deepcopy(obj)
+                    sent = self.delivered = rv
+                if self._ending:
+                    if self._failure is not None:
+                        raise self._failure
+                    return
+                self._changed.clear()
+                await self._changed.wait()
+        finally:
+            self.watching -= 1
+
+
+class MemoryApi(MemoryCollection):
+    """The calls PoolPublisher makes, on slices kept here. ``before_reply`` runs once a create is
+    stored and before its reply is returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slices = self.objects
+        self.lists = 0
+        self.before_reply: Callable[[dict[str, Any]], Awaitable[None]] | None = None
 
     async def slice_versions(self) -> list[str]:
         return ["v1"]
@@ -81,27 +113,7 @@ class MemoryApi:
             self._store("DELETED", copy.deepcopy(self.slices[name]))
         return self.version
 
-    def end_watches(self, error: ApiError | None = None) -> None:
-        """The API server ends the open watches (their timeout), or fails them with ``error``."""
-        self._ending, self._failure = True, error
-        self._changed.set()
-
-    async def watch_slices(
+    def watch_slices(
         self, version: str, selector: str, since: str
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        self._ending = False
-        sent = int(since)
-        self.watching += 1
-        try:
-            while True:
-                for rv, kind, obj in [e for e in self.log if e[0] > sent]:
-                    yield kind, copy.deepcopy(obj)
-                    sent = self.delivered = rv
-                if self._ending:
-                    if self._failure is not None:
-                        raise self._failure
-                    return
-                self._changed.clear()
-                await self._changed.wait()
-        finally:
-            self.watching -= 1
+        return self._watch(since)

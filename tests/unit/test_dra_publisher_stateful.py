@@ -16,14 +16,13 @@ which keeps resourceVersions and delivers watch events as the real one does.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
+from hypothesis.stateful import rule, run_state_machine_as_test
 
 from shim.dra import publisher as publisher_module
 from shim.dra.kube import ApiError
@@ -32,6 +31,7 @@ from shim.dra.publisher import PoolPublisher
 from shim.dra.slices import MAX_DEVICES_PER_SLICE, Pool, PoolDevice, spec
 from shim.model import Device
 from tests.fuzz.profiles import examples
+from tests.support.loop_machine import LoopMachine
 from tests.support.memory_api import MemoryApi
 from tests.support.waiting import until
 
@@ -45,10 +45,9 @@ def _devices(first: int, count: int) -> list[PoolDevice]:
     ]
 
 
-class PoolAgainstTheApiServer(RuleBasedStateMachine):
+class PoolAgainstTheApiServer(LoopMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.loop = asyncio.new_event_loop()
         self.api = MemoryApi()
         self.offer = Offer(_devices(0, 3))
         self.highest = 0  # the highest generation seen published
@@ -57,20 +56,8 @@ class PoolAgainstTheApiServer(RuleBasedStateMachine):
             return self.api
 
         self.publisher = PoolPublisher(DRIVER, NODE, lambda: self.offer, connect=connect)
-        self.task = self.loop.create_task(self.publisher.run())
+        self.start(self.publisher.run())
         self.settles()
-
-    def run(self, coroutine: Any) -> Any:
-        return self.loop.run_until_complete(coroutine)
-
-    def teardown(self) -> None:
-        try:
-            self.settles()
-        finally:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                self.run(self.task)
-            self.loop.close()
 
     # --- events ----------------------------------------------------------------------------
 
@@ -105,14 +92,6 @@ class PoolAgainstTheApiServer(RuleBasedStateMachine):
                 await asyncio.sleep(0)
 
         self.api.before_reply = deleted_first
-
-    @rule(turns=st.integers(1, 40))
-    def runs_a_while(self, turns: int) -> None:
-        async def turns_of_the_loop() -> None:
-            for _ in range(turns):
-                await asyncio.sleep(0)
-
-        self.run(turns_of_the_loop())
 
     # --- what must hold --------------------------------------------------------------------
 

@@ -13,7 +13,8 @@ The invariant: every result allocated from this node's pool with binding conditi
 timeout, a device it no longer serves), the first failure condition True with the reason; within
 one attach timeout of the allocation being seen, again after any failure to reach the API
 server. An entry answered already (before devshim restarted) is not asked for again, and an
-answer for an allocation that has gone or changed meanwhile is not written.
+answer for an allocation that has gone or changed meanwhile is not written
+(tests/unit/test_dra_binding_stateful.py searches event orders for a violation).
 """
 
 from __future__ import annotations
