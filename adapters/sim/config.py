@@ -17,8 +17,8 @@ from shim.sdk.config import (
     MAX_NUMA_NODE,
     attributes_from_json,
     binding_from_json,
-    capacity_defaults_from_json,
     capacity_from_json,
+    capacity_policies_from_json,
     check_extended_resource_name,
     counter_sets_from_json,
     format_validation_error,
@@ -72,8 +72,9 @@ class DeviceConfig(_Published):
     counter_sets: list[dict[str, Any]] = []
     consumes_counters: list[dict[str, Any]] = []
     allow_multiple_allocations: bool = False  # claims may share it (the resource's shares: true)
-    # {capacity: {default: quantity}}: what a share asking for none of it takes.
-    capacity_policies: dict[str, dict[str, str]] = {}
+    # {capacity: {default: quantity, valid_values: [...] or valid_range: {min, max, step}}}: what
+    # a share asking for none of it takes, and what a share may take.
+    capacity_policies: dict[str, dict[str, Any]] = {}
     # Protocol 1.4: {conditions, failure_conditions, binds_to_node} (the resource's attach: true).
     binding: dict[str, Any] | None = None
 
@@ -144,7 +145,7 @@ class ResourceConfig(_Published):
             raise ValueError(f"device ID(s) listed twice: {', '.join(dupes)}")
         for device in self.initial_devices():  # with the resource's capacity, as devshim reads it
             capacity = tuple(sorted(device.capacity.items()))
-            capacity_defaults_from_json(device.capacity_policies, capacity, device.allow_multiple_allocations)
+            capacity_policies_from_json(device.capacity_policies, capacity, device.allow_multiple_allocations)
         return self
 
     @property

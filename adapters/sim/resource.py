@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from shim.sdk import UnknownDevice, types
 from shim.sdk.config import binding_from_json
@@ -25,6 +26,15 @@ class SimDevice:
     allow_multiple_allocations: bool = False
     capacity_policies: dict[str, types.CapacityPolicy] = field(default_factory=dict)
     binding: types.DeviceBinding | None = None
+
+
+def _policy(policy: dict[str, Any]) -> types.CapacityPolicy:
+    ranged = policy.get("valid_range")
+    return types.CapacityPolicy(
+        default=policy["default"],
+        valid_values=list(policy.get("valid_values") or []),
+        valid_range=types.CapacityRange(**ranged) if ranged else None,
+    )
 
 
 def _binding(config: DeviceConfig) -> types.DeviceBinding | None:
@@ -53,7 +63,7 @@ def _sim_device(config: DeviceConfig) -> SimDevice:
             for c in config.consumes_counters
         ],
         config.allow_multiple_allocations,
-        {name: types.CapacityPolicy(default=p["default"]) for name, p in config.capacity_policies.items()},
+        {name: _policy(p) for name, p in config.capacity_policies.items()},
         _binding(config),
     )
 

@@ -315,6 +315,12 @@ type CapacityPolicy struct {
 	// What a share that asks for none of this capacity takes (a quantity, at
 	// most the capacity); without it such a share takes all of it.
 	Default string `json:"default,omitempty"`
+	// Protocol 1.4: the amounts a share may take (a request is rounded up to
+	// the next one): 1 to 10 quantities, ascending, each at most the capacity,
+	// default among them. Not with valid_range.
+	ValidValues []string `json:"valid_values,omitempty"`
+	// Protocol 1.4: the range a share may take. Not with valid_values.
+	ValidRange *CapacityRange `json:"valid_range,omitempty"`
 }
 
 // UnmarshalJSON reads a CapacityPolicy in the proto3 JSON mapping: proto or lowerCamelCase
@@ -324,6 +330,37 @@ func (m *CapacityPolicy) UnmarshalJSON(data []byte) error {
 		switch key {
 		case "default":
 			return true, readString(raw, &m.Default)
+		case "valid_values", "validValues":
+			return true, readList(raw, &m.ValidValues, readString)
+		case "valid_range", "validRange":
+			return true, readMessage[CapacityRange](raw, &m.ValidRange)
+		}
+		return false, nil
+	})
+}
+
+// CapacityRange is the schema's message CapacityRange.
+//
+// A range of amounts a share may take, each a quantity: min (required, at
+// most default), max (optional, at least default, at most the capacity) and
+// step (optional, a whole number: default and max are min plus whole steps).
+type CapacityRange struct {
+	Min  string `json:"min,omitempty"`
+	Max  string `json:"max,omitempty"`
+	Step string `json:"step,omitempty"`
+}
+
+// UnmarshalJSON reads a CapacityRange in the proto3 JSON mapping: proto or lowerCamelCase
+// names, null as the default; an unknown field or a value of the wrong type is an error.
+func (m *CapacityRange) UnmarshalJSON(data []byte) error {
+	return readObject(data, "CapacityRange", func(key string, raw []byte) (bool, error) {
+		switch key {
+		case "min":
+			return true, readString(raw, &m.Min)
+		case "max":
+			return true, readString(raw, &m.Max)
+		case "step":
+			return true, readString(raw, &m.Step)
 		}
 		return false, nil
 	})

@@ -7,6 +7,7 @@ tests/unit/test_one_truth.py.
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 from typing import Any
@@ -16,6 +17,7 @@ from shim.model import (
     Attribute,
     AttributeKind,
     BindingCondition,
+    CapacityPolicy,
     CounterSet,
     DeviceBinding,
     DeviceShare,
@@ -248,12 +250,14 @@ def share_json(share: DeviceShare) -> dict[str, Any]:
     }
 
 
-def capacity_defaults_from_json(
+def capacity_policies_from_json(
     value: Any, capacity: tuple[tuple[str, str], ...], shared: bool
-) -> tuple[tuple[str, str], ...]:
-    """A device's capacity_policies (protocol 1.3) as (capacity, default) pairs, checked: only on a
-    device claims may share (the API server forbids a requestPolicy elsewhere), only for a
-    capacity it has, a default a quantity no larger than it. ValueError says why not."""
+) -> tuple[tuple[str, CapacityPolicy], ...]:
+    """A device's capacity_policies (protocol 1.3; 1.4 valid values and range) as (capacity,
+    policy) pairs, checked as every release with consumable capacity checks a requestPolicy: only
+    on a device claims may share, only for a capacity it has, a default no larger than it, and a
+    choice of valid values or a range that holds the default (1.34's integer arithmetic: a range
+    with a step is in whole numbers). ValueError says why not."""
     if not value:
         return ()
     if not isinstance(value, dict):
@@ -265,21 +269,94 @@ def capacity_defaults_from_json(
     has = dict(capacity)
     found = []
     for name, policy in value.items():
-        default = policy.get("default") if isinstance(policy, dict) else None
         if name not in has:
             raise ValueError(
                 f"capacity_policies names {str(name)[:80]!r}, which is not among the device's capacity"
             )
-        if type(default) is not str:
-            raise ValueError(f"capacity_policies[{name!r}].default must be a quantity such as 4Gi")
-        if (problem := quantity_problem(default)) is not None:
-            raise ValueError(f"capacity_policies[{name!r}].default: {problem}")
-        if quantity_value(default) > quantity_value(has[name]):
+        if not isinstance(policy, dict):
+            raise ValueError(f"capacity_policies[{name!r}] must be an object with a default")
+        where = f"capacity_policies[{name!r}]"
+        most = quantity_value(has[name])
+        default = _quantity(policy.get("default"), f"{where}.default")
+        if default[1] > most:
+            raise ValueError(f"{where}.default {default[0]} is more than the capacity, {has[name]}")
+        values = policy.get("valid_values", policy.get("validValues")) or []
+        ranged = policy.get("valid_range", policy.get("validRange"))
+        if values and ranged:
+            raise ValueError(f"{where}: valid_values or valid_range, not both")
+        found.append((name, CapacityPolicy(
+            default[0],
+            _valid_values(values, default, most, where),
+            _valid_range(ranged, default, most, where) if ranged else None,
+        )))  # fmt: skip
+    return tuple(sorted(found, key=lambda pair: pair[0]))
+
+
+MAX_VALID_VALUES = 10  # CapacityRequestPolicyDiscreteMaxOptions
+
+
+def policy_json(policy: CapacityPolicy) -> dict[str, Any]:
+    """A CapacityPolicy in the schema's JSON form (devshim's inventory keeps it so too)."""
+    written: dict[str, Any] = {"default": policy.default}
+    if policy.valid_values:
+        written["valid_values"] = list(policy.valid_values)
+    if policy.valid_range is not None:
+        ranged = zip(("min", "max", "step"), policy.valid_range, strict=True)
+        written["valid_range"] = {key: text for key, text in ranged if text}
+    return written
+
+
+def _quantity(text: Any, what: str) -> tuple[str, Fraction]:
+    if type(text) is not str:
+        raise ValueError(f"{what} must be a quantity such as 4Gi")
+    if (problem := quantity_problem(text)) is not None:
+        raise ValueError(f"{what}: {problem}")
+    return text, quantity_value(text)
+
+
+def _valid_values(values: Any, default: tuple[str, Fraction], most: Fraction, where: str) -> tuple[str, ...]:
+    if not values:
+        return ()
+    if not isinstance(values, list) or len(values) > MAX_VALID_VALUES:
+        raise ValueError(f"{where}.valid_values must be a list of at most {MAX_VALID_VALUES} quantities")
+    read = [_quantity(v, f"{where}.valid_values[{i}]") for i, v in enumerate(values)]
+    amounts = [amount for _, amount in read]
+    if amounts != sorted(amounts):
+        raise ValueError(f"{where}.valid_values must be in ascending order")
+    # Told apart as the API server's integer keys tell them (Quantity.Value(), rounded up).
+    if len({math.ceil(a) for a in amounts}) != len(amounts):
+        raise ValueError(f"{where}.valid_values holds one value twice (in whole units)")
+    if amounts[-1] > most:
+        raise ValueError(f"{where}.valid_values: {read[-1][0]} is more than the capacity")
+    if default[1] not in amounts:
+        raise ValueError(f"{where}.valid_values must hold the default, {default[0]}")
+    return tuple(text for text, _ in read)
+
+
+def _valid_range(
+    ranged: Any, default: tuple[str, Fraction], most: Fraction, where: str
+) -> tuple[str, str, str]:
+    if not isinstance(ranged, dict):
+        raise ValueError(f"{where}.valid_range must be an object with min, max and step")
+    least = _quantity(ranged.get("min"), f"{where}.valid_range.min")
+    top = _quantity(ranged["max"], f"{where}.valid_range.max") if ranged.get("max") else None
+    step = _quantity(ranged["step"], f"{where}.valid_range.step") if ranged.get("step") else None
+    if not least[1] <= default[1] <= (top[1] if top else most) <= most:
+        raise ValueError(
+            f"{where}.valid_range: min {least[0]} <= default {default[0]} <= max "
+            f"{top[0] if top else '(none)'} <= the capacity must hold"
+        )
+    if step is not None:
+        whole = [q for q in (least, default, top, step) if q is not None]
+        if step[1] <= 0 or any(q[1].denominator != 1 for q in whole):
             raise ValueError(
-                f"capacity_policies[{name!r}].default {default} is more than the capacity, {has[name]}"
+                f"{where}.valid_range: a step, and the values it steps, are whole numbers above 0"
             )
-        found.append((name, default))
-    return tuple(sorted(found))
+        if least[1] + step[1] > most:
+            raise ValueError(f"{where}.valid_range: min plus one step is more than the capacity")
+        if any((q[1] - least[1]) % step[1] for q in (default, top) if q is not None):
+            raise ValueError(f"{where}.valid_range: default and max must be min plus whole steps")
+    return least[0], top[0] if top else "", step[0] if step else ""
 
 
 _SUFFIXES: dict[str, int | Fraction] = {

@@ -29,9 +29,10 @@ from loguru import logger
 from shim.driverprotocol import (
     attributes_from_json,
     binding_from_json,
-    capacity_defaults_from_json,
     capacity_from_json,
+    capacity_policies_from_json,
     counter_sets_from_json,
+    policy_json,
     taints_from_json,
 )
 from shim.files import UnreadableFile, read_bounded, write_atomically
@@ -101,8 +102,8 @@ def _device_json(device: Device) -> str:
         ]
     if device.allow_multiple_allocations:
         saved["allow_multiple_allocations"] = True
-    if device.capacity_defaults:
-        saved["capacity_policies"] = {name: {"default": q} for name, q in device.capacity_defaults}
+    if device.capacity_policies:
+        saved["capacity_policies"] = {name: policy_json(p) for name, p in device.capacity_policies}
     if device.binding is not None:
         saved["binding"] = {
             "conditions": list(device.binding.conditions),
@@ -172,7 +173,7 @@ def _device(raw: object, index: int) -> Device:
             counter_sets_from_json(raw.get("counter_sets")),
             counter_sets_from_json(raw.get("consumes_counters"), "consumes_counters"),
             shared,
-            capacity_defaults_from_json(raw.get("capacity_policies"), capacity, shared),
+            capacity_policies_from_json(raw.get("capacity_policies"), capacity, shared),
             binding_from_json(raw.get("binding")),
         )  # fmt: skip
     except ValueError as exc:

@@ -55,9 +55,20 @@ class Device:
     counter_sets: tuple[CounterSet, ...] = ()
     consumes_counters: tuple[CounterSet, ...] = ()
     allow_multiple_allocations: bool = False  # protocol 1.3: claims may share it (DRA)
-    # (capacity, the quantity a share asking for none of it takes), sorted: its requestPolicy.
-    capacity_defaults: tuple[tuple[str, str], ...] = ()
+    # (capacity, how shares consume it), sorted: its requestPolicy.
+    capacity_policies: tuple[tuple[str, CapacityPolicy], ...] = ()
     binding: DeviceBinding | None = None  # protocol 1.4: an attach step before a pod binds (DRA)
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityPolicy:
+    """How the shares of a device claims may share consume one capacity (resource.k8s.io's
+    CapacityRequestPolicy): ``default`` for a share asking for none, and at most one of the amounts
+    a share may take, ``valid_values``, or the range (min, max, step; max and step may be "")."""
+
+    default: str
+    valid_values: tuple[str, ...] = ()
+    valid_range: tuple[str, str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,11 +28,16 @@ NODE = "node-shares"
 SIM: dict[str, Any] = {
     "name": "example.com/gpu",
     "devices": [
-        # A share asking for no memory takes 4Gi (the capacity's requestPolicy), not all 16Gi.
+        # A share asking for no memory takes 4Gi (the capacity's requestPolicy), not all 16Gi; it
+        # may take 4, 8 or 16Gi, and 1 to 8 cores (protocol 1.4's valid values and range).
         {
             "id": "gpu-0",
             "allow_multiple_allocations": True,
-            "capacity_policies": {"memory": {"default": "4Gi"}},
+            "capacity": {"cores": "8"},
+            "capacity_policies": {
+                "memory": {"default": "4Gi", "valid_values": ["4Gi", "8Gi", "16Gi"]},
+                "cores": {"default": "1", "valid_range": {"min": "1", "max": "8", "step": "1"}},
+            },
         },
         {"id": "gpu-1"},
     ],
@@ -89,7 +94,16 @@ async def test_two_claims_share_a_device_and_a_plain_claim_waits_for_both(
             pool["gpu-0"]["allowMultipleAllocations"] is True
             and "allowMultipleAllocations" not in pool["gpu-1"]
         )
-        assert pool["gpu-0"]["capacity"] == {"memory": {"value": "16Gi", "requestPolicy": {"default": "4Gi"}}}
+        assert pool["gpu-0"]["capacity"] == {
+            "memory": {
+                "value": "16Gi",
+                "requestPolicy": {"default": "4Gi", "validValues": ["4Gi", "8Gi", "16Gi"]},
+            },
+            "cores": {
+                "value": "8",
+                "requestPolicy": {"default": "1", "validRange": {"min": "1", "max": "8", "step": "1"}},
+            },
+        }
         assert pool["gpu-1"]["capacity"] == {"memory": {"value": "16Gi"}}
         answers = await prepare(shim, [one, two])
         for claim, said in ((one, first), (two, second)):

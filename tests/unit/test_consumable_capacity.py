@@ -22,7 +22,7 @@ from shim.driverhost import protocol
 from shim.driverhost.protocol import DriverProtocolError
 from shim.driverprotocol import quantity_value
 from shim.errors import DeviceHeld
-from shim.model import Device, DeviceShare, Health
+from shim.model import CapacityPolicy, Device, DeviceShare, Health
 
 REF = ClaimRef("default", "c", "u-1")
 D = "d.example.com"
@@ -127,16 +127,58 @@ def test_a_shareable_device_is_published_so_where_the_version_has_the_field(
     assert dropped(sent, {**sent, "devices": [{"name": "gpu-0"}]}, "v1") == ["DRAConsumableCapacity"]
 
 
+def _shared(policy: dict[str, Any]) -> dict[str, Any]:
+    return {"allow_multiple_allocations": True, "capacity_policies": {"memory": policy}}
+
+
 def test_a_capacitys_default_share_is_published_as_its_request_policy() -> None:
     """protocol 1.3's capacity_policies: a share asking for no memory takes 4Gi, not all 16Gi."""
     device, _ = protocol.device_from_json({
         "id": "gpu-0", "health": "HEALTHY", "allow_multiple_allocations": True,
         "capacity": {"memory": "16Gi"}, "capacity_policies": {"memory": {"default": "4Gi"}},
     })  # fmt: skip
-    assert device.capacity_defaults == (("memory", "4Gi"),)
+    assert device.capacity_policies == (("memory", CapacityPolicy("4Gi")),)
     pool = Pool.of(D, "n", [device])
     [published] = spec(pool, pool.chunks()[0], 1, 1, "v1")["devices"]
     assert published["capacity"] == {"memory": {"value": "16Gi", "requestPolicy": {"default": "4Gi"}}}
+
+
+def test_valid_values_and_a_range_are_published_in_the_request_policy() -> None:
+    """protocol 1.4: the amounts a share may take, or their range, beside the default."""
+    device, _ = protocol.device_from_json({
+        "id": "gpu-0", "health": "HEALTHY", "allow_multiple_allocations": True,
+        "capacity": {"memory": "16Gi", "cores": "8"},
+        "capacity_policies": {
+            "memory": {"default": "4Gi", "valid_values": ["2Gi", "4Gi", "8Gi"]},
+            "cores": {"default": "2", "valid_range": {"min": "1", "max": "7", "step": "1"}},
+        },
+    })  # fmt: skip
+    assert device.capacity_policies == (
+        ("cores", CapacityPolicy("2", valid_range=("1", "7", "1"))),
+        ("memory", CapacityPolicy("4Gi", valid_values=("2Gi", "4Gi", "8Gi"))),
+    )
+    pool = Pool.of(D, "n", [device])
+    [published] = spec(pool, pool.chunks()[0], 1, 1, "v1")["devices"]
+    assert published["capacity"] == {
+        "memory": {
+            "value": "16Gi",
+            "requestPolicy": {"default": "4Gi", "validValues": ["2Gi", "4Gi", "8Gi"]},
+        },
+        "cores": {
+            "value": "8",
+            "requestPolicy": {"default": "2", "validRange": {"min": "1", "max": "7", "step": "1"}},
+        },
+    }
+    minimal, _ = protocol.device_from_json({
+        "id": "gpu-1", "health": "HEALTHY", "capacity": {"memory": "16Gi"},
+        **_shared({"default": "4Gi", "valid_range": {"min": "1Gi"}}),
+    })  # fmt: skip
+    pool = Pool.of(D, "n", [minimal])
+    [published] = spec(pool, pool.chunks()[0], 1, 1, "v1")["devices"]
+    assert published["capacity"]["memory"]["requestPolicy"] == {
+        "default": "4Gi",
+        "validRange": {"min": "1Gi"},
+    }
 
 
 @pytest.mark.parametrize(
@@ -153,6 +195,29 @@ def test_a_capacitys_default_share_is_published_as_its_request_policy() -> None:
             "quantity",
         ),
         ({"allow_multiple_allocations": True, "capacity_policies": {"memory": {}}}, "must be a quantity"),
+        # Protocol 1.4: valid values (at most 10, ascending, distinct in whole units, at most the
+        # capacity, the default among them) or a range (min <= default <= max <= capacity; with a
+        # step, whole numbers, min + step within the capacity, default and max on a step).
+        (_shared({"default": "4Gi", "valid_values": ["4Gi"], "valid_range": {"min": "1Gi"}}), "not both"),
+        (_shared({"default": "4Gi", "valid_values": ["8Gi", "4Gi"]}), "ascending"),
+        (_shared({"default": "4Gi", "valid_values": ["4Gi", "32Gi"]}), "more than the capacity"),
+        (_shared({"default": "4Gi", "valid_values": ["2Gi", "8Gi"]}), "must hold the default"),
+        (_shared({"default": "1", "valid_values": ["100m", "1"]}), "holds one value twice"),
+        (_shared({"default": "1Gi", "valid_values": [f"{n}Gi" for n in range(1, 12)]}), "at most 10"),
+        (_shared({"default": "4Gi", "valid_values": "4Gi"}), "at most 10"),
+        (_shared({"default": "4Gi", "valid_range": {"max": "8Gi"}}), "valid_range.min must be a quantity"),
+        (_shared({"default": "1Gi", "valid_range": {"min": "2Gi"}}), "min 2Gi <= default 1Gi"),
+        (_shared({"default": "4Gi", "valid_range": {"min": "1Gi", "max": "2Gi"}}), "<= max 2Gi"),
+        (_shared({"default": "4Gi", "valid_range": {"min": "1Gi", "max": "32Gi"}}), "<= the capacity"),
+        (_shared({"default": "4Gi", "valid_range": {"min": "1Gi", "step": "0"}}), "whole numbers above 0"),
+        (_shared({"default": "1", "valid_range": {"min": "500m", "step": "1"}}), "whole numbers above 0"),
+        (_shared({"default": "4Gi", "valid_range": {"min": "1Gi", "step": "16Gi"}}), "min plus one step"),
+        (_shared({"default": "4Gi", "valid_range": {"min": "1Gi", "step": "2Gi"}}), "min plus whole steps"),
+        (
+            _shared({"default": "3Gi", "valid_range": {"min": "1Gi", "max": "4Gi", "step": "2Gi"}}),
+            "whole steps",
+        ),
+        (_shared({"default": "4Gi", "valid_range": ["1Gi"]}), "must be an object"),
     ],
 )
 def test_a_request_policy_the_api_server_would_refuse_refuses_the_list(

@@ -82,7 +82,11 @@ ACCEPTED_MAPS = {
     "Device.capacity": {"memory": "80Gi", "cores": "1500m"},
     "CounterSet.counters": {"memory": "80Gi", "slices": "7"},  # DNS labels to quantities
     "CounterConsumption.counters": {"memory": "40Gi"},
-    "Device.capacity_policies": {"memory": {"default": "8Gi"}},  # a capacity the device has
+    # Capacities the device has; valid values or a range, one a policy (protocol 1.4).
+    "Device.capacity_policies": {
+        "memory": {"default": "8Gi", "valid_values": ["8Gi", "16Gi"]},
+        "cores": {"default": "1", "valid_range": {"min": "0", "max": "1", "step": "1"}},
+    },
 }
 
 

@@ -17,6 +17,7 @@ from shim.model import (
     Attribute,
     AttributeKind,
     Capabilities,
+    CapacityPolicy,
     CounterSet,
     Device,
     DeviceBinding,
@@ -46,7 +47,7 @@ SAVED = SavedResource(
             counter_sets=(CounterSet("gpu-4", (("memory", "80Gi"),)),),
             consumes_counters=(CounterSet("gpu-4", (("memory", "40Gi"),)),),
             allow_multiple_allocations=True,
-            capacity_defaults=(("memory", "8Gi"),),
+            capacity_policies=(("memory", CapacityPolicy("8Gi", valid_range=("4Gi", "16Gi", "4Gi"))),),
             binding=DeviceBinding(("gpu.example.com/attached",), ("gpu.example.com/failed",), True),
         ),
     ),
@@ -124,7 +125,9 @@ def test_the_file_is_named_after_the_resource_and_holds_the_documented_fields(tm
             "counter_sets": [{"name": "gpu-4", "counters": {"memory": "80Gi"}}],
             "consumes_counters": [{"counter_set": "gpu-4", "counters": {"memory": "40Gi"}}],
             "allow_multiple_allocations": True,
-            "capacity_policies": {"memory": {"default": "8Gi"}},
+            "capacity_policies": {
+                "memory": {"default": "8Gi", "valid_range": {"min": "4Gi", "max": "16Gi", "step": "4Gi"}}
+            },
             "binding": {
                 "conditions": ["gpu.example.com/attached"],
                 "failure_conditions": ["gpu.example.com/failed"],

@@ -45,7 +45,7 @@ import grpc
 from shim.dra.names import collisions, device_name
 from shim.driverprotocol import MAX_ATTRIBUTES_AND_CAPACITIES
 from shim.errors import ShimError
-from shim.model import CounterSet, Device
+from shim.model import CapacityPolicy, CounterSet, Device
 
 GROUP = "resource.k8s.io"
 # Newest first: the publisher takes the first the API server serves.
@@ -225,8 +225,8 @@ def _device(
         capacity: dict[str, Any] = dict(device.capacity)
     else:
         capacity = {name: {"value": q} for name, q in device.capacity}
-        for name, default in device.capacity_defaults if device.allow_multiple_allocations else ():
-            capacity[name]["requestPolicy"] = {"default": default}
+        for name, policy in device.capacity_policies if device.allow_multiple_allocations else ():
+            capacity[name]["requestPolicy"] = _request_policy(policy)
     described: dict[str, Any] = {}
     if attributes:
         described["attributes"] = attributes
@@ -251,6 +251,18 @@ def _device(
     if version in ("v1beta1", "v1alpha3"):
         return {"name": entry.name, "basic": described}
     return {"name": entry.name, **described}
+
+
+def _request_policy(policy: CapacityPolicy) -> dict[str, Any]:
+    written: dict[str, Any] = {"default": policy.default}
+    if policy.valid_values:
+        written["validValues"] = list(policy.valid_values)
+    if policy.valid_range is not None:
+        least, most, step = policy.valid_range
+        written["validRange"] = (
+            {"min": least} | ({"max": most} if most else {}) | ({"step": step} if step else {})
+        )
+    return written
 
 
 def spec_hash(pool: Pool, chunk: Sequence[PoolDevice | CounterSet], generation: int, count: int) -> str:

@@ -25,8 +25,8 @@ from shim.driverprotocol import (
     PROTOCOL_VERSION,
     attributes_from_json,
     binding_from_json,
-    capacity_defaults_from_json,
     capacity_from_json,
+    capacity_policies_from_json,
     conditions_from_json,
     counter_sets_from_json,
     share_json,
@@ -183,7 +183,7 @@ def device_from_json(obj: Any) -> tuple[Device, ContainerGrant | None]:
                 counter_sets_from_json(sets),
                 counter_sets_from_json(uses, "consumes_counters"),
                 shared is True,
-                capacity_defaults_from_json(policies, quantities, shared is True),
+                capacity_policies_from_json(policies, quantities, shared is True),
                 binding_from_json(binding),
             )
         except ValueError as exc:

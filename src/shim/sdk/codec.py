@@ -32,7 +32,7 @@ import betterproto2
 
 from shim.driverprotocol import (
     binding_from_json,
-    capacity_defaults_from_json,
+    capacity_policies_from_json,
     counter_sets_from_json,
     taints_from_json,
 )
@@ -174,6 +174,18 @@ def _device_node_json(node: types.DeviceNode) -> dict[str, Any]:
     return out
 
 
+def _policy_json(policy: types.CapacityPolicy) -> dict[str, Any]:
+    out: dict[str, Any] = {"default": policy.default} if policy.default else {}
+    if policy.valid_values:
+        out["valid_values"] = policy.valid_values
+    if policy.valid_range is not None:
+        ranged = policy.valid_range
+        out["valid_range"] = {
+            k: v for k, v in (("min", ranged.min), ("max", ranged.max), ("step", ranged.step)) if v
+        }
+    return out
+
+
 def grant_json(grant: types.Grant) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if grant.envs:
@@ -235,9 +247,9 @@ def device_json(device: types.Device) -> dict[str, Any]:
     if device.allow_multiple_allocations:
         out["allow_multiple_allocations"] = True
     if device.capacity_policies:
-        policies = {name: {"default": p.default} for name, p in device.capacity_policies.items()}
+        policies = {name: _policy_json(p) for name, p in device.capacity_policies.items()}
         try:  # checked where it is made, as taints are
-            capacity_defaults_from_json(
+            capacity_policies_from_json(
                 policies, tuple(device.capacity.items()), device.allow_multiple_allocations
             )
         except ValueError as exc:

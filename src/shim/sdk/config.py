@@ -20,8 +20,8 @@ from shim.driverprotocol import (
     MAX_ATTRIBUTE_VALUE_LENGTH,
     attributes_from_json,
     binding_from_json,
-    capacity_defaults_from_json,
     capacity_from_json,
+    capacity_policies_from_json,
     counter_sets_from_json,
     taints_from_json,
 )
@@ -34,7 +34,7 @@ __all__ = [
     "ConfigError",
     "attributes_from_json",
     "binding_from_json",
-    "capacity_defaults_from_json",
+    "capacity_policies_from_json",
     "capacity_from_json",
     "check_extended_resource_name",
     "counter_sets_from_json",

@@ -13,6 +13,7 @@ __all__ = (
     "Attribute",
     "BindingCondition",
     "CapacityPolicy",
+    "CapacityRange",
     "CdiEdits",
     "CdiSpec",
     "CdiSpecDevice",
@@ -210,8 +211,38 @@ class CapacityPolicy(betterproto2.Message):
     most the capacity); without it such a share takes all of it.
     """
 
+    valid_values: "list[str]" = betterproto2.field(2, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Protocol 1.4: the amounts a share may take (a request is rounded up to
+    the next one): 1 to 10 quantities, ascending, each at most the capacity,
+    default among them. Not with valid_range.
+    """
+
+    valid_range: "CapacityRange | None" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Protocol 1.4: the range a share may take. Not with valid_values.
+    """
+
 
 default_message_pool.register_message("devshim.driver.v1", "CapacityPolicy", CapacityPolicy)
+
+
+@dataclass(eq=False, repr=False)
+class CapacityRange(betterproto2.Message):
+    """
+    A range of amounts a share may take, each a quantity: min (required, at
+    most default), max (optional, at least default, at most the capacity) and
+    step (optional, a whole number: default and max are min plus whole steps).
+    """
+
+    min: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    max: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    step: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("devshim.driver.v1", "CapacityRange", CapacityRange)
 
 
 @dataclass(eq=False, repr=False)
@@ -645,7 +676,7 @@ class InitializeParams(betterproto2.Message):
 
     protocol_version: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
     """
-    The protocol version devshim speaks, semver ("1.3.0").
+    The protocol version devshim speaks, semver ("1.4.0").
     """
 
     devshim_version: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)

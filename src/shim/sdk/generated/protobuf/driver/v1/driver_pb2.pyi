@@ -138,10 +138,24 @@ class DeviceBinding(_message.Message):
     def __init__(self, conditions: _Optional[_Iterable[str]] = ..., failure_conditions: _Optional[_Iterable[str]] = ..., binds_to_node: _Optional[bool] = ...) -> None: ...
 
 class CapacityPolicy(_message.Message):
-    __slots__ = ("default",)
+    __slots__ = ("default", "valid_values", "valid_range")
     DEFAULT_FIELD_NUMBER: _ClassVar[int]
+    VALID_VALUES_FIELD_NUMBER: _ClassVar[int]
+    VALID_RANGE_FIELD_NUMBER: _ClassVar[int]
     default: str
-    def __init__(self, default: _Optional[str] = ...) -> None: ...
+    valid_values: _containers.RepeatedScalarFieldContainer[str]
+    valid_range: CapacityRange
+    def __init__(self, default: _Optional[str] = ..., valid_values: _Optional[_Iterable[str]] = ..., valid_range: _Optional[_Union[CapacityRange, _Mapping]] = ...) -> None: ...
+
+class CapacityRange(_message.Message):
+    __slots__ = ("min", "max", "step")
+    MIN_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    min: str
+    max: str
+    step: str
+    def __init__(self, min: _Optional[str] = ..., max: _Optional[str] = ..., step: _Optional[str] = ...) -> None: ...
 
 class DeviceShare(_message.Message):
     __slots__ = ("device_id", "share_id", "consumed_capacity")
