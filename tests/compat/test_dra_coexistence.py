@@ -14,6 +14,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +38,12 @@ from shim.compat.upstream.dra_manager import (
 from shim.compat.upstream.harness import Container as DpContainer
 from shim.compat.upstream.harness import Harness, HarnessError, running_harness
 from shim.compat.upstream.harness import Pod as DpPod
+from shim.driverprotocol import quantity_value
 from tests.support import control_plane
 from tests.support.dra import GPU_DRIVER, Published, config, make_claim, running
 from tests.support.dra_judge import CLAIMS_VERSION, RELEASES, build, param
 from tests.support.unix import short_temp_dir
+from tests.support.waiting import until
 
 GPU = "example.com/gpu"
 SIM_GPUS: dict[str, Any] = {
@@ -133,10 +136,15 @@ class Node:
 
 
 async def start_node(
-    stack: AsyncExitStack, plane: ControlPlane, folder: Path, *, device_plugin: bool = True
+    stack: AsyncExitStack,
+    plane: ControlPlane,
+    folder: Path,
+    *,
+    device_plugin: bool = True,
+    sim: dict[str, Any] = SIM_GPUS,
 ) -> Node:
     name = "node-both" if device_plugin else "node-dra-only"
-    path = config(folder, plane, name, SIM_GPUS)
+    path = config(folder, plane, name, sim)
     settings = yaml.safe_load(path.read_text())
     settings["dra"]["drivers"][0]["device_plugin"] = device_plugin
     # PodResources as the device manager serves it, read often: a device a container freed goes
@@ -163,9 +171,10 @@ async def start_node(
         plane.admin_kubeconfig, name, folder / "dra-state", folder / "registry", [folder / "cdi"]
     )
     await node.dra.registered(GPU_DRIVER)
+    ids = sorted(d["id"] for d in sim["devices"])
     if device_plugin:
-        await until_allocatable(node, ["gpu-0", "gpu-1", "gpu-2"])
-    await node.published.until(lambda pool: len(pool) == 3, "the whole pool is published")
+        await until_allocatable(node, ids)
+    await node.published.until(lambda pool: len(pool) == len(ids), "the whole pool is published")
     return node
 
 
@@ -181,11 +190,13 @@ async def until_allocatable(node: Node, wanted: list[str], timeout: float = 30) 
 
 
 @asynccontextmanager
-async def running_node(plane: ControlPlane, *, device_plugin: bool) -> AsyncIterator[Node]:
+async def running_node(
+    plane: ControlPlane, *, device_plugin: bool, sim: dict[str, Any] = SIM_GPUS
+) -> AsyncIterator[Node]:
     with short_temp_dir("ds-both-") as folder:
         async with AsyncExitStack() as stack:
             try:
-                yield await start_node(stack, plane, folder, device_plugin=device_plugin)
+                yield await start_node(stack, plane, folder, device_plugin=device_plugin, sim=sim)
             except BaseException:
                 for log in ("devshim.log", "devicemanager.log", "dramanager.log"):
                     text = (folder / log).read_text(errors="replace") if (folder / log).exists() else ""
@@ -272,3 +283,54 @@ async def test_a_pool_served_through_dra_only_never_meets_the_device_manager(dra
     }
     assert status["ready"] == "every resource is registered"
     await node.dra.unprepare(first.uid)
+
+
+# A GPU and its two halves, each consuming from the GPU's counter set, and a plain GPU.
+HALF = {"counter_set": "gpu-0", "counters": {"memory": "40Gi"}}
+PARTITIONED: dict[str, Any] = SIM_GPUS | {
+    "devices": [
+        {
+            "id": "gpu-0",
+            "counter_sets": [{"name": "gpu-0", "counters": {"memory": "80Gi"}}],
+            "consumes_counters": [{"counter_set": "gpu-0", "counters": {"memory": "80Gi"}}],
+        },
+        {"id": "gpu-0-a", "consumes_counters": [HALF]},
+        {"id": "gpu-0-b", "consumes_counters": [HALF]},
+        {"id": "gpu-1"},
+    ]
+}
+PARTITIONS_SINCE = 36  # the first release with 1.36's shape, which devshim publishes
+
+
+async def test_counters_a_partition_takes_through_either_api_the_other_api_cannot_have(
+    plane: ControlPlane,
+) -> None:
+    """The device plugin has no counters, DRA's scheduler counts only claims: devshim counts both
+    (core/counters.py). A claim on one half takes the whole GPU from the device manager; a
+    container on the other half takes its memory from the counter set DRA publishes; a claim on
+    the whole GPU that the scheduler allocated from an older view is refused naming the set."""
+    if plane.minor < PARTITIONS_SINCE:
+        pytest.skip(f"partitionable devices are published from 1.{PARTITIONS_SINCE} on")
+    async with running_node(plane, device_plugin=True, sim=PARTITIONED) as node:
+        half = await node.claim("half", ["gpu-0-a"])
+        await node.dra.prepare(half)
+        await until_allocatable(node, ["gpu-0-b", "gpu-1"])  # gpu-0's counters are half taken
+        legacy = DpPod(str(uuid.uuid4()), "legacy", [DpContainer("app", {GPU: 2})])
+        got = await node.devices.admit(legacy)
+        assert sorted(got["app"][GPU]) == ["gpu-0-b", "gpu-1"]
+
+        def left() -> Fraction | None:
+            """What gpu-0's counter set has of memory, as published."""
+            shared = [c for s in node.published.slices() for c in s["spec"].get("sharedCounters") or ()]
+            return quantity_value(shared[0]["counters"]["memory"]["value"]) if shared else None
+
+        # The container's half leaves the pool, and its memory the published set.
+        await node.published.until(lambda pool: sorted(pool) == ["gpu-0", "gpu-0-a"], "the held devices gone")
+        await until(lambda: left() == 40 * 2**30, "gpu-0's set published less 40Gi", 30)
+        whole = await node.claim("whole", ["gpu-0"])
+        with pytest.raises(DraManagerError, match="which consume counter set gpu-0"):
+            await node.dra.prepare(whole)
+        await node.devices.remove_pod(legacy.uid)
+        await until(lambda: left() == 80 * 2**30, "gpu-0's whole set published again", 30)
+        await node.dra.unprepare(half.uid)
+        await until_allocatable(node, ["gpu-0", "gpu-0-a", "gpu-0-b", "gpu-1"])

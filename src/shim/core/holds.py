@@ -12,14 +12,21 @@ A device-plugin hold lasts until the kubelet frees the devices: v1beta2's Deallo
 v1beta1 Deallocate emulation (deviceplugin/deallocation.py) seeing no container hold them. The
 devices the kubelet's PodResources lists as held by containers are held too, so a restarted
 devshim, which has no record of the Allocates before, withdraws them all the same.
+
+Devices that share counters (a GPU and its partitions: core/counters.py) are held by what they
+consume as well: a device whose consumption does not fit what the other holds leave is Unhealthy
+to the device plugin, DRA publishes each set less what containers' devices consume, and a request
+either API makes that does not fit is refused naming the counter set.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from fractions import Fraction
 
+from shim.core import counters
 from shim.errors import DeviceHeld
 from shim.groups import DeviceGroups
 from shim.model import Device, Health
@@ -30,13 +37,16 @@ PLUGIN = "the device plugin API"
 class Holds:
     """One resource's holds by API. Each change answers whether the views changed."""
 
-    def __init__(self, resource: str) -> None:
+    def __init__(self, resource: str, devices: Callable[[], Mapping[str, Device]] = dict) -> None:
+        """``devices``: the resource's devices by ID now, for their counters."""
         self.resource = resource
+        self._devices = devices
         self._claims: dict[str, str] = {}  # device ID -> the claim that holds it through DRA
         # Device ID -> the claims holding a share of it (a device that allows multiple allocations).
         self._shares: dict[str, set[str]] = {}
         self._plugin: DeviceGroups[float] = DeviceGroups()  # allocated to containers, and when
         self._listed: frozenset[str] = frozenset()  # held by containers, as PodResources lists
+        self._counted: tuple[tuple[Device, ...] | None, bool] = (None, False)
 
     # --- the device plugin's side -----------------------------------------
 
@@ -47,6 +57,29 @@ class Holds:
                 raise DeviceHeld(self.resource, device_id, f"{claim} through DRA", PLUGIN)
             if sharing := self._shares.get(device_id):
                 raise DeviceHeld(self.resource, device_id, f"{_shares(sharing)} through DRA", PLUGIN)
+        self._check_counters(device_ids, self._dra_held() | self._plugin_held(), PLUGIN)
+
+    def _check_counters(self, device_ids: Iterable[str], held: Iterable[str], wanted_by: str) -> None:
+        devices = self._devices()
+        wanted = [devices[i] for i in device_ids if i in devices]
+        if not counters.counted(wanted):
+            return
+        left = counters.left_after(devices, set(held) - {d.id for d in wanted})
+        for device in wanted:
+            if (short := counters.short(device, left)) is not None:
+                holders = (
+                    "DRA claims and containers" if wanted_by == PLUGIN else f"containers through {PLUGIN}"
+                )
+                raise DeviceHeld(
+                    self.resource, device.id, f"{holders}, which consume counter set {short}", wanted_by
+                )
+            counters.take(left, device)
+
+    def _dra_held(self) -> set[str]:
+        return self._claims.keys() | self._shares.keys()
+
+    def _plugin_held(self) -> set[str]:
+        return {i for group in self._plugin for i in group} | self._listed
 
     def plugin_allocated(self, device_ids: Sequence[str]) -> bool:
         """A container got these devices: the kubelet holds them through the device plugin (an
@@ -84,6 +117,8 @@ class Holds:
             sharing = self._shares.get(device_id, set()) - {claim}
             if sharing and not shared:
                 raise DeviceHeld(self.resource, device_id, f"{_shares(sharing)} through DRA", claim)
+        # Not what other claims consume: the scheduler counted those against what was published.
+        self._check_counters(device_ids, self._plugin_held(), claim)
 
     def claim_prepared(self, device_ids: Iterable[str], claim: str, *, shared: bool = False) -> bool:
         if shared:
@@ -121,23 +156,46 @@ class Holds:
     # --- what each API is shown ----------------------------------------------
 
     def for_plugin(self, devices: tuple[Device, ...]) -> tuple[Device, ...]:
-        """The devices as the device plugin lists them: a claim's devices Unhealthy."""
-        if not self._claims and not self._shares:
+        """The devices as the device plugin lists them: a claim's devices Unhealthy, and a device
+        whose counters the held devices have taken."""
+        if not self._claims and not self._shares and not self._counting(devices):
             return devices
         claims, shares = self._claims, self._shares
+        taken: set[str] = set()
+        if self._counting(devices):
+            held = self._dra_held() | self._plugin_held()
+            left = counters.left_after(self._devices(), held)
+            taken = {d.id for d in devices if d.id not in held and counters.short(d, left) is not None}
         return tuple(
             replace(d, health=Health.UNHEALTHY)
-            if (d.id in claims or d.id in shares) and d.health is Health.HEALTHY
+            if (d.id in claims or d.id in shares or d.id in taken) and d.health is Health.HEALTHY
             else d
             for d in devices
         )
 
     def for_dra(self, devices: tuple[Device, ...]) -> tuple[Device, ...]:
-        """The devices DRA publishes: none a container holds through the device plugin."""
+        """The devices DRA publishes: none a container holds through the device plugin, and each
+        counter set less what containers' devices consume."""
         if not len(self._plugin) and not self._listed:
             return devices
         held, listed = self._plugin.holding, self._listed
-        return tuple(d for d in devices if held(d.id) is None and d.id not in listed)
+        kept = tuple(d for d in devices if held(d.id) is None and d.id not in listed)
+        if not self._counting(devices):
+            return kept
+        used: counters.Left = {}  # what containers' devices consume, by set
+        by_id = self._devices()
+        for device_id in self._plugin_held():
+            for use in by_id[device_id].consumes_counters if device_id in by_id else ():
+                for name, amount in counters.consumption(use):
+                    counted = used.setdefault(use.name, {})
+                    counted[name] = counted.get(name, Fraction(0)) + amount
+        return counters.reduced(kept, used)
+
+    def _counting(self, devices: tuple[Device, ...]) -> bool:
+        """Whether any device consumes counters; asked once per list (it is held by identity)."""
+        if self._counted[0] is not devices:
+            self._counted = (devices, counters.counted(devices))
+        return self._counted[1]
 
     def status(self) -> dict[str, list[str]]:
         return {

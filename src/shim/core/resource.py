@@ -133,7 +133,7 @@ class ResourceService:
         ``shares`` the claims holding shares of it; ``listed``: the devices PodResources last
         listed as held by containers."""
         if self.holds is None:
-            self.holds = Holds(self.name)
+            self.holds = Holds(self.name, lambda: self._by_id)
         self.holds.claims_restored(claims, shares)
         self.holds.plugin_listed(listed)
         await self._show()
