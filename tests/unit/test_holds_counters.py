@@ -70,9 +70,7 @@ def test_a_half_a_container_holds_is_taken_from_the_counters_dra_publishes() -> 
     assert [d.id for d in published] == ["gpu-0", "gpu-0-half-0", "gpu-1"]
     [gpu] = [d for d in published if d.id == "gpu-0"]
     assert gpu.counter_sets == (CounterSet(SET, (("memory", "40Gi"), ("slices", "1"))),)
-    with pytest.raises(
-        DeviceHeld, match=r"containers through the device plugin API, which consume counter set gpu-0"
-    ):
+    with pytest.raises(DeviceHeld, match=r"DRA claims and containers, which consume counter set gpu-0"):
         held.check_for_claim(["gpu-0"], CLAIM)
     held.check_for_claim(["gpu-0-half-0"], CLAIM)
     assert health(held.for_plugin(DEVICES))["gpu-0"] is Health.UNHEALTHY

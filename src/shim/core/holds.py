@@ -67,12 +67,8 @@ class Holds:
         left = counters.left_after(devices, set(held) - {d.id for d in wanted})
         for device in wanted:
             if (short := counters.short(device, left)) is not None:
-                holders = (
-                    "DRA claims and containers" if wanted_by == PLUGIN else f"containers through {PLUGIN}"
-                )
-                raise DeviceHeld(
-                    self.resource, device.id, f"{holders}, which consume counter set {short}", wanted_by
-                )
+                holders = f"DRA claims and containers, which consume counter set {short}"
+                raise DeviceHeld(self.resource, device.id, holders, wanted_by)
             counters.take(left, device)
 
     def _dra_held(self) -> set[str]:
@@ -117,8 +113,9 @@ class Holds:
             sharing = self._shares.get(device_id, set()) - {claim}
             if sharing and not shared:
                 raise DeviceHeld(self.resource, device_id, f"{_shares(sharing)} through DRA", claim)
-        # Not what other claims consume: the scheduler counted those against what was published.
-        self._check_counters(device_ids, self._plugin_held(), claim)
+        # Other claims too: the scheduler counted them already, so only an allocation made from a
+        # stale view (or a driver's changed counters) is refused here, never a right one.
+        self._check_counters(device_ids, self._dra_held() | self._plugin_held(), claim)
 
     def claim_prepared(self, device_ids: Iterable[str], claim: str, *, shared: bool = False) -> bool:
         if shared:
