@@ -10,13 +10,14 @@ succeed, as the kubelet retries), checks after every step that the shared facts 
 WAIT_S, and shrinks a failure to its shortest sequence:
 
 - ResourceSlices per pool: the node's slices are one complete generation naming exactly the
-  driver's devices, and the generation never goes back (a scheduler takes the newest);
+  driver's devices, each tainted exactly as the driver has it (from 1.36, where the API server
+  keeps taints), and the generation never goes back (a scheduler takes the newest);
 - CDI spec files: one per claim the kubelet holds prepared, none for any other claim;
 - the DRA checkpoint: preparing a prepared claim again answers what the first prepare did;
 - health: the kubelet's NodeWatchResources stream (kept open, opened again when it ends) last
   reported each device as the driver has it.
 
-Events: the driver is upgraded to list other devices; a device's health changes; a claim is
+Events: the driver is upgraded to list other devices; a device's health or taint changes; a claim is
 prepared or unprepared; the driver crashes; devshim restarts, by SIGTERM or SIGKILL, with its
 state folder or without it; kube-apiserver restarts; someone deletes the node's slices. CI runs
 3 examples of up to 6 steps against each end of the API server range, derandomized; by hand,
@@ -59,6 +60,8 @@ from tests.support.waiting import until
 T = TypeVar("T")
 RESOURCE = "example.com/gpu"
 DEVICES = ("gpu-0", "gpu-1", "gpu-2", "gpu-3")  # the driver lists the first 2 to 4
+TAINT = {"key": "example.com/going-away", "effect": "NoSchedule"}
+TAINTS_ON_BY_DEFAULT = 36  # DRADeviceTaints: beta and on in 1.36
 CLAIMED = DEVICES[:2]  # the devices claims are allocated from: every list keeps them
 WAIT_S = 30.0  # the stated time: every fact agrees again within it, on a busy 2-core machine
 STEPS = int(os.environ.get("DEVSHIM_CONVERGE_STEPS", "6"))
@@ -89,6 +92,7 @@ class ConvergeDra(RuleBasedStateMachine):
         # (the answer it got).
         self.count = 3
         self.healthy = dict.fromkeys(DEVICES, True)
+        self.tainted = dict.fromkeys(DEVICES, False)  # protocol 1.3's taint, published (1.36 on)
         self.prepared: dict[str, Answer] = {}
         self.forgotten: set[str] = set()  # prepared claims devshim lost its checkpoint of
         self.highest_generation = self.last_generation = 0
@@ -118,7 +122,10 @@ class ConvergeDra(RuleBasedStateMachine):
         path = self.folder / "sim.yaml"
         resource = {
             "name": RESOURCE,
-            "devices": [{"id": d, "healthy": self.healthy[d]} for d in self.listed],
+            "devices": [
+                {"id": d, "healthy": self.healthy[d], "taints": [TAINT] if self.tainted[d] else []}
+                for d in self.listed
+            ],
             "grant": {"envs": {"SIM_DEVICES": "{ids}"}},
         }
         path.write_text(
@@ -219,6 +226,16 @@ class ConvergeDra(RuleBasedStateMachine):
             with (self.folder / "sim.ctl").open("a") as control:
                 control.write(f"health {RESOURCE} {device} {health}\n")
 
+    @rule(device=st.sampled_from(DEVICES))
+    def a_device_taint_changes(self, device: str) -> None:
+        tally("taint change")
+        self.tainted[device] = not self.tainted[device]
+        self.write_sim_config()
+        if device in self.listed:
+            command = f"taint {RESOURCE} {device} {TAINT['key']} {TAINT['effect']}"
+            with (self.folder / "sim.ctl").open("a") as control:
+                control.write((command if self.tainted[device] else f"untaint {RESOURCE} {device}") + "\n")
+
     @rule(device=st.sampled_from(CLAIMED))
     def a_claim_is_prepared(self, device: str) -> None:
         tally("prepare")
@@ -278,9 +295,15 @@ class ConvergeDra(RuleBasedStateMachine):
         generations = {s["spec"]["pool"]["generation"] for s in slices}
         if len(generations) != 1 or len(slices) != slices[0]["spec"]["pool"]["resourceSliceCount"]:
             return False
-        names = sorted(d["name"] for s in slices for d in s["spec"].get("devices") or [])
+        devices = {d["name"]: d for s in slices for d in s["spec"].get("devices") or []}
         self.last_generation = generations.pop()
-        return names == self.listed
+        if sorted(devices) != self.listed:
+            return False
+        # Each device's taint as the driver has it, also while devshim serves it from its inventory.
+        taints = {n: [{k: v for k, v in t.items() if k != "timeAdded"} for t in d.get("taints", [])]
+                  for n, d in devices.items()}  # fmt: skip
+        shown = self.plane.minor >= TAINTS_ON_BY_DEFAULT  # before, the API server drops them
+        return all(taints[d] == ([TAINT] if self.tainted[d] and shown else []) for d in self.listed)
 
     @invariant()
     def the_api_server_holds_the_pool(self) -> None:
