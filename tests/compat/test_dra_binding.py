@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from shim.compat.realnode import ControlPlane
+from shim.compat.upstream import releases as upstream
 from tests.support import control_plane
 from tests.support.dra import Published, dra_status, make_claim, running_devshim
 from tests.support.dra_calls import GPU, Devshim, pool_config, sim_driver, status_when
@@ -140,3 +141,30 @@ async def test_without_binding_conditions_in_the_config_the_binding_is_not_publi
         status = await status_when(shim.port, lambda s: s["dra"][GPU]["rounds"] >= 1)
         assert "binding" not in status["dra"][GPU]  # no claims watched
     assert "dra.drivers[].binding_conditions is off" in (folder / "devshim.log").read_text()
+
+
+BINDINGS_ON_BY_DEFAULT = 36  # DRADeviceBindingConditions: alpha and off in 1.34-1.35, beta and on in 1.36
+
+
+@pytest.mark.parametrize("release", [control_plane.param(r) for r in control_plane.APISERVERS[:-1]])
+async def test_an_older_api_server_drops_the_binding_and_devshim_says_so(
+    release: upstream.Release, folder: Path
+) -> None:
+    """--full-matrix: before 1.36 the gate is off (and 1.33 has no such field): the server keeps
+    the device and drops its binding without an error; devshim says the gate in /status. With the
+    gate turned on (1.34 on), that release's validation takes the binding."""
+    gates = [["DRADeviceBindingConditions"]] if release.minor >= 34 else []
+    for gates_on in ([], *gates):
+        with control_plane.running(release, gates_on=gates_on) as plane:
+            version = control_plane.NEWEST_DRA[plane.minor]
+            (here := folder / f"gates-{len(gates_on)}").mkdir()
+            async with devshim(settings(here, plane)) as shim:
+                pool = await Published(plane, version, NODE).until(lambda p: len(p) == 2, "both GPUs")
+                status = await status_when(shim.port, lambda s: s["dra"][GPU]["rounds"] >= 1)
+        described = pool["gpu-0"].get("basic", pool["gpu-0"])
+        if gates_on or release.minor >= BINDINGS_ON_BY_DEFAULT:
+            assert described.get("bindingConditions") == [ATTACHED], described
+            assert status["dra"][GPU]["dropped"] == []
+        else:
+            assert "bindingConditions" not in described
+            assert status["dra"][GPU]["dropped"] == ["DRADeviceBindingConditions"]
