@@ -59,6 +59,9 @@ class SimDriver(Driver):
         logger.info("{}: attaching {} for claim {}", resource, device_id, claim)
         return self._resources[resource].attached(device_id)
 
+    async def detach(self, resource: str, device_id: str, claim: str, claim_uid: str) -> None:
+        logger.info("{}: detaching {}, claim {}'s allocation gone", resource, device_id, claim)
+
     async def preferred_allocation(self, resource: str, request: types.PreferenceRequest) -> list[str]:
         sim = self._resources[resource]
         await _pause(sim.config.delays.preferred_allocation_s)

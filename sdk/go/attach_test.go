@@ -6,7 +6,7 @@ import (
 )
 
 // attaching is a driver whose one device needs an attach step before a pod binds (protocol 1.4).
-type attaching struct{ claims []string }
+type attaching struct{ claims, detached []string }
 
 func (d *attaching) Resources() []Resource {
 	return []Resource{{Name: "example.com/gpu", Attach: true}, {Name: "example.com/plain"}}
@@ -22,6 +22,11 @@ func (d *attaching) Attach(_ context.Context, _, deviceID, claim, claimUID strin
 	return []BindingCondition{{Type: "example.com/attached", Status: true, Reason: "Attached"}}, nil
 }
 
+func (d *attaching) Detach(_ context.Context, _, deviceID, claim, _ string) error {
+	d.detached = append(d.detached, deviceID+" "+claim)
+	return nil
+}
+
 func TestAttachReachesTheAttacherAndAResourceWithoutTheFlagIsNotImplemented(t *testing.T) {
 	d := &attaching{}
 	s := start(t, context.Background(), d)
@@ -34,6 +39,10 @@ func TestAttachReachesTheAttacherAndAResourceWithoutTheFlagIsNotImplemented(t *t
 	}
 	if len(d.claims) != 1 || d.claims[0] != "gpu-0 default/c u-1" {
 		t.Fatalf("Attach heard %v", d.claims)
+	}
+	s.send(`{"jsonrpc":"2.0","id":3,"method":"detach","params":{"resource":"example.com/gpu","device_id":"gpu-0","claim":"default/c","claim_uid":"u-1"}}`)
+	if _, failed := s.next()["error"]; failed || len(d.detached) != 1 || d.detached[0] != "gpu-0 default/c" {
+		t.Fatalf("detach did not reach the Detacher: %v", d.detached)
 	}
 	s.send(`{"jsonrpc":"2.0","id":2,"method":"attach","params":{"resource":"example.com/plain","device_id":"p-0","claim":"default/c","claim_uid":"u-1"}}`)
 	if code := s.next()["error"].(map[string]any)["code"]; code != float64(CodeMethodNotFound) {

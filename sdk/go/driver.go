@@ -70,6 +70,15 @@ type Attacher interface {
 	Attach(ctx context.Context, resource, deviceID, claim, claimUID string) ([]BindingCondition, error)
 }
 
+// Detacher answers detach (protocol 1.4) for a resource that sets
+// Resource.Attach: the allocation Attach was called for is gone (its claim
+// freed or deleted, whether or not a pod used the device). Undo what Attach
+// did; devshim asks until answered, also after a restart, so detaching a
+// device that is not attached must succeed. Without it, detach does nothing.
+type Detacher interface {
+	Detach(ctx context.Context, resource, deviceID, claim, claimUID string) error
+}
+
 // PostStopper answers post_stop (a container stopped) for a resource that sets
 // Resource.PostStop.
 type PostStopper interface {

@@ -18,6 +18,7 @@ func (s *server) table() map[string]handler {
 		MethodAllocate:            s.allocate,
 		MethodPreferredAllocation: s.preferredAllocation,
 		MethodAttach:              s.attach,
+		MethodDetach:              s.detach,
 		MethodShutdown:            s.shutdownRequest,
 	}
 	devicesMethods := map[string]func(context.Context, string, []string) error{}
@@ -235,6 +236,23 @@ func (s *server) attach(ctx context.Context, params json.RawMessage) (any, error
 		return nil, err
 	}
 	return &AttachResult{Conditions: conditions}, nil
+}
+
+func (s *server) detach(ctx context.Context, params json.RawMessage) (any, error) {
+	var request AttachParams
+	if err := decode(MethodDetach, params, &request); err != nil {
+		return nil, err
+	}
+	_, attaches := s.driver.(Attacher)
+	if err := s.resource(request.Resource, MethodAttach, attaches); err != nil {
+		return nil, err
+	}
+	if detacher, ok := s.driver.(Detacher); ok {
+		if err := detacher.Detach(ctx, request.Resource, request.DeviceID, request.Claim, request.ClaimUID); err != nil {
+			return nil, err
+		}
+	}
+	return &Empty{}, nil
 }
 
 // devicesMethod handles prestart, deallocate or post_stop: call is nil when the driver does

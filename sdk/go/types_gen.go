@@ -16,6 +16,7 @@ const (
 	MethodDeallocate          = "deallocate"
 	MethodPostStop            = "post_stop"
 	MethodAttach              = "attach"
+	MethodDetach              = "detach"
 	MethodShutdown            = "shutdown"
 )
 
@@ -928,7 +929,8 @@ func (m *DevicesParams) UnmarshalJSON(data []byte) error {
 // AttachParams is the schema's message AttachParams.
 //
 // Protocol 1.4: a device with a binding was allocated to a claim; attach it
-// and answer how each of its binding conditions stands.
+// and answer how each of its binding conditions stands. detach takes the
+// same params once that allocation is gone (freed, or its claim deleted).
 type AttachParams struct {
 	Resource string `json:"resource,omitempty"`
 	DeviceID string `json:"device_id,omitempty"`

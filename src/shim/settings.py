@@ -185,6 +185,7 @@ class DriverTimeouts(StrictModel):
     post_stop_s: Annotated[float, Field(gt=0, le=600)] = 10.0
     # Attaching hardware may take a while; the scheduler waits 10 minutes by default.
     attach_s: Annotated[float, Field(gt=0, le=600)] = 60.0
+    detach_s: Annotated[float, Field(gt=0, le=600)] = 60.0
     shutdown_s: Annotated[float, Field(gt=0, le=600)] = 5.0
 
 

@@ -79,6 +79,23 @@ async def conditions_of(plane: ControlPlane, claim: dict[str, Any], timeout: flo
             await asyncio.sleep(0.1)
 
 
+def attached(status: dict[str, Any]) -> int:
+    """The sim's attach calls answered, as /status counts them (a call is listed once asked)."""
+    return int(status["drivers"]["gpus"]["calls"].get("attach", {}).get("ok", 0))
+
+
+def detached(status: dict[str, Any]) -> int:
+    """The sim's detach calls answered, as /status counts them."""
+    return int(status["drivers"]["gpus"]["calls"].get("detach", {}).get("ok", 0))
+
+
+def free(plane: ControlPlane, claim: dict[str, Any]) -> None:
+    """What the scheduler does to a claim whose binding failed or timed out: its status cleared."""
+    path = f"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/{claim['metadata']['name']}"
+    current = plane.request("GET", path)
+    plane.request("PUT", f"{path}/status", {**current, "status": {}})
+
+
 async def test_a_device_with_a_binding_is_published_and_attached_once_allocated(
     plane: ControlPlane, folder: Path
 ) -> None:
@@ -92,10 +109,13 @@ async def test_a_device_with_a_binding_is_published_and_attached_once_allocated(
         assert FAILED not in said
         status = await status_when(
             shim.port,
-            lambda s: s["dra"][GPU]["binding"]["attached"] == 1 and "attach" in s["drivers"]["gpus"]["calls"],
+            lambda s: s["dra"][GPU]["binding"]["attached"] == 1 and attached(s) >= 1,
         )
         assert status["dra"][GPU]["binding"]["failed"] == 0
         assert status["drivers"]["gpus"]["calls"]["attach"]["ok"] == 1
+        # The scheduler frees the claim (a binding failure elsewhere, say): the device is detached.
+        free(plane, claim)
+        await status_when(shim.port, lambda s: detached(s) == 1)
 
 
 async def test_devshim_restarted_does_not_attach_an_answered_device_again(
@@ -112,7 +132,7 @@ async def test_devshim_restarted_does_not_attach_an_answered_device_again(
         # /status is a snapshot up to 0.2 s old: the later answer and its driver call both in it.
         status = await status_when(
             again.port,
-            lambda s: s["dra"][GPU]["binding"]["attached"] >= 1 and "attach" in s["drivers"]["gpus"]["calls"],
+            lambda s: s["dra"][GPU]["binding"]["attached"] >= 1 and attached(s) >= 1,
         )
         assert status["dra"][GPU]["binding"]["attached"] == 1
         assert status["dra"][GPU]["binding"]["failed"] == 0  # its restored devices keep their binding
@@ -120,6 +140,12 @@ async def test_devshim_restarted_does_not_attach_an_answered_device_again(
     assert (await conditions_of(plane, claim))[ATTACHED]["lastTransitionTime"] == said[ATTACHED][
         "lastTransitionTime"
     ]
+    # Deleted while devshim is down: detached at its next start (it kept what it attached).
+    plane.request(
+        "DELETE", f"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/{claim['metadata']['name']}"
+    )
+    async with devshim(config) as third:
+        await status_when(third.port, lambda s: detached(s) == 1)
 
 
 async def test_a_failed_attach_is_written_as_the_failure_condition(plane: ControlPlane, folder: Path) -> None:

@@ -14,7 +14,9 @@ remembering nothing). What must hold:
 - after ``settles``, every allocation of this node's pool with binding conditions has its answer
   in status.devices (the driver's conditions, or the failure condition when it failed), and no
   claim of another pool, or without binding conditions, was touched;
-- the API server never refused a write (422: a device no longer allocated).
+- the API server never refused a write (422: a device no longer allocated);
+- every device the driver attached for an allocation now gone is detached (after the next list
+  while the driver fails), also when the allocation went while devshim was down.
 
 The API server is tests/support/memory_claims.py's, with resourceVersions, conflicts and watch
 events as the real one has them.
@@ -23,6 +25,9 @@ events as the real one has them.
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -32,6 +37,7 @@ from hypothesis.stateful import rule, run_state_machine_as_test
 
 from shim.core.api import ClaimResource
 from shim.dra import binding as binding_module
+from shim.dra.attached import AttachedStore
 from shim.dra.binding import ClaimBinder
 from shim.dra.kube import ApiError
 from shim.dra.ownership import decide
@@ -62,6 +68,7 @@ class Attaching:
         self.api = api
         self.failing = False
         self.violations: list[str] = []
+        self.attached: set[tuple[str, str]] = set()  # (claim uid, device) the driver attached
 
     async def attach(self, device_id: str, claim: str, claim_uid: str) -> tuple[BindingCondition, ...]:
         stored = self.api.claims.get(claim.split("/")[1])
@@ -71,7 +78,14 @@ class Attaching:
             await asyncio.sleep(0)
         if self.failing:
             raise SourceFailed("the fabric is down")
+        self.attached.add((claim_uid, device_id))
         return (BindingCondition(ATTACHED, True, "Attached"),)
+
+    async def detach(self, device_id: str, claim: str, claim_uid: str) -> None:
+        await asyncio.sleep(0)
+        if self.failing:
+            raise SourceFailed("the fabric is down")
+        self.attached.discard((claim_uid, device_id))
 
 
 def _results(claim: dict[str, Any]) -> list[dict[str, Any]]:
@@ -93,13 +107,17 @@ class ClaimsAgainstTheBinder(LoopMachine):
         super().__init__()
         self.api = MemoryClaims(DRIVER)
         self.resource = Attaching(self.api)
+        self.state = Path(tempfile.mkdtemp(prefix="ds-bind-"))  # the attached allocations, kept
         self.ownership = decide([(RESOURCE, DEVICES)])
         self.services = {RESOURCE: cast(ClaimResource, self.resource)}
         self.start(self.binder().run())
 
     def binder(self) -> ClaimBinder:
         """A binder that remembers nothing, as a restarted devshim's."""
-        return ClaimBinder(DRIVER, NODE, lambda: self.ownership, lambda: self.services, connect=self.connect)
+        store = AttachedStore(self.state, DRIVER)
+        return ClaimBinder(
+            DRIVER, NODE, lambda: self.ownership, lambda: self.services, connect=self.connect, store=store
+        )
 
     async def connect(self, kubeconfig: object) -> MemoryClaims:
         return self.api
@@ -134,6 +152,24 @@ class ClaimsAgainstTheBinder(LoopMachine):
 
     # --- what must hold --------------------------------------------------------------------
 
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            shutil.rmtree(self.state, ignore_errors=True)
+
+    def live(self) -> set[tuple[str, str]]:
+        """(claim uid, device) of every allocation of the pool with binding conditions now."""
+        return {
+            (claim["metadata"]["uid"], result["device"])
+            for claim in self.api.claims.values()
+            for result in _results(claim)
+            if result["pool"] == NODE and result.get("bindingConditions")
+        }
+
+    def detached_all_gone(self) -> bool:
+        return self.resource.attached <= self.live()
+
     def answered_all(self) -> bool:
         for claim in self.api.claims.values():
             for result in _results(claim):
@@ -148,6 +184,9 @@ class ClaimsAgainstTheBinder(LoopMachine):
         self.run(
             until(self.answered_all, "every allocation of the pool with binding conditions answered", WAIT_S)
         )
+        if not self.resource.failing:  # a failing driver's detach is asked again at the next list
+            self.api.end_watches()
+            self.run(until(self.detached_all_gone, "every allocation gone detached", WAIT_S))
         for claim in self.api.claims.values():
             for entry in claim.get("status", {}).get("devices") or ():
                 result = next(r for r in _results(claim) if r["device"] == entry["device"])

@@ -395,6 +395,11 @@ class ResourceService:
             raise SourceFailed(f"{self.name}: {device_id!r} has no binding conditions its driver attaches")
         return await self.source.attach(device_id, claim, claim_uid, device.binding)
 
+    async def detach(self, device_id: str, claim: str, claim_uid: str) -> None:
+        """Undo ``attach``: ``claim``'s allocation of the device is gone (the device may be too)."""
+        if self.capabilities().attach:
+            await self.source.detach(device_id, claim, claim_uid)
+
     def _check_usable(self, device_ids: Sequence[str]) -> None:
         for device_id in device_ids:
             device = self._by_id.get(device_id)

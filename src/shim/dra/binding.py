@@ -13,7 +13,9 @@ The invariant: every result allocated from this node's pool with binding conditi
 timeout, a device it no longer serves), the first failure condition True with the reason; within
 one attach timeout of the allocation being seen, again after any failure to reach the API
 server. An entry answered already (before devshim restarted) is not asked for again, and an
-answer for an allocation that has gone or changed meanwhile is not written
+answer for an allocation that has gone or changed meanwhile is not written. An allocation asked
+to attach is detached (the driver's detach) once it is gone, freed or its claim deleted, also when
+that happened while devshim was down (dra/attached.py keeps them)
 (tests/unit/test_dra_binding_stateful.py searches event orders for a violation).
 """
 
@@ -31,6 +33,7 @@ from typing import Any
 from loguru import logger
 
 from shim.core.api import ClaimResource
+from shim.dra.attached import AttachedStore, Attachment
 from shim.dra.kube import ApiError, ApiServer
 from shim.dra.ownership import Ownership
 from shim.driverprotocol import MAX_CONDITION_MESSAGE
@@ -68,10 +71,15 @@ class ClaimBinder:
         kubeconfig: Path | None = None,
         connect: Callable[[Path | None], Any] = ApiServer.connect,
         pool_known: asyncio.Event | None = None,
+        store: AttachedStore | None = None,
     ) -> None:
         """``pool_known``: set once every resource of the pool is served (shim/dra/node.py): a
-        claim read before then could name a device devshim does not know yet, not one it lacks."""
+        claim read before then could name a device devshim does not know yet, not one it lacks.
+        ``store``: where the allocations asked to attach are kept until detached (dra/attached.py)."""
         self.status = BindingStatus()
+        self._store = store or AttachedStore(None, driver)
+        self._attached = {a.key: a for a in self._store.load()}
+        self._detaching: dict[Key, asyncio.Task[None]] = {}
         self._driver, self._node = driver, node
         self._owners, self._services = owners, services
         self._kubeconfig, self._connect = kubeconfig, connect
@@ -98,7 +106,7 @@ class ClaimBinder:
                 await asyncio.sleep(wait * random.uniform(0.8, 1.2))
                 wait = min(wait * 2, BACKOFF_S[1])
         finally:
-            tasks = list(self._running.values())
+            tasks = [*self._running.values(), *self._detaching.values()]
             for task in tasks:
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -112,13 +120,19 @@ class ClaimBinder:
         version = versions[0]
         while True:  # a watch that ends is followed by a fresh list: nothing missed in between
             items, since = await api.list_claims(version)
+            live = {str(c.get("metadata", {}).get("uid", "")): c for c in items}
+            for key in [k for k in self._attached if k not in _allocated_keys(k[0], live.get(k[0], {}))]:
+                self._detach(key)  # freed or deleted since: while devshim was down, say
             for claim in items:
                 self._consider(api, version, claim)
             started = time.monotonic()
             try:
                 async for kind, claim in api.watch_claims(version, since):
                     if kind == "DELETED":
-                        self._answered.pop(str(claim.get("metadata", {}).get("uid")), None)
+                        uid = str(claim.get("metadata", {}).get("uid"))
+                        self._answered.pop(uid, None)
+                        for key in [k for k in self._attached if k[0] == uid]:
+                            self._detach(key)
                     elif kind in ("ADDED", "MODIFIED"):
                         self._consider(api, version, claim)
             except ApiError as exc:
@@ -131,9 +145,12 @@ class ClaimBinder:
     def _consider(self, api: ApiServer, version: str, claim: dict[str, Any]) -> None:
         uid = str(claim.get("metadata", {}).get("uid", ""))
         keys = {_key(uid, claim, r): r for r in _waiting(claim, self._driver, self._node)}
-        answered = self._answered.pop(uid, set()) & set(_allocated_keys(uid, claim))
+        allocated = set(_allocated_keys(uid, claim))
+        answered = self._answered.pop(uid, set()) & allocated
         if answered:  # an allocation gone or changed is forgotten
             self._answered[uid] = answered
+        for key in [k for k in self._attached if k[0] == uid and k not in allocated]:
+            self._detach(key)  # and what was attached for it is detached
         for key, result in keys.items():
             if key in answered or key in self._running:
                 continue
@@ -163,7 +180,12 @@ class ClaimBinder:
             if owner is None or service is None:
                 raise ShimError(f"device {name!r} is not one devshim serves in the pool now")
             meta = claim["metadata"]
-            answer = await service.attach(owner[1], _ref(claim), str(meta.get("uid", "")))
+            uid = str(meta.get("uid", ""))
+            # Kept before asking: a devshim killed mid-attach still detaches it later.
+            kept = Attachment(_ref(claim), uid, *_key(uid, claim, result)[1:], owner[0], owner[1])
+            self._attached[kept.key] = kept
+            await asyncio.to_thread(self._store.save, list(self._attached.values()))
+            answer = await service.attach(owner[1], _ref(claim), uid)
         except ShimError as exc:
             failures = result.get("bindingFailureConditions") or []
             logger.warning("DRA {}: attaching {} for {}: {}", self._driver, name, _ref(claim), exc)
@@ -179,6 +201,28 @@ class ClaimBinder:
             ", ".join(f"{c.type}={c.status}" for c in answer) or "no condition set",
         )  # fmt: skip
         return answer
+
+    def _detach(self, key: Key) -> None:
+        if key not in self._detaching:
+            self._detaching[key] = asyncio.create_task(self._detached(self._attached[key]))
+
+    async def _detached(self, kept: Attachment) -> None:
+        """The driver asked to detach ``kept``'s device; forgotten once it answers (else the next
+        list asks again)."""
+        try:
+            service = self._services().get(kept.resource)
+            if service is None:
+                raise ShimError(f"{kept.resource} is not served now")
+            async with self._parallel:
+                await service.detach(kept.device_id, kept.claim, kept.uid)
+            logger.info("DRA {}: {} detached, {}'s allocation gone", self._driver, kept.device, kept.claim)
+            self._attached.pop(kept.key, None)
+            await asyncio.to_thread(self._store.save, list(self._attached.values()))
+        except ShimError as exc:
+            self.status.last_error = f"detaching {kept.device} of {kept.claim}: {exc}"
+            logger.warning("DRA {}: {}; trying again at the next list", self._driver, self.status.last_error)
+        finally:
+            self._detaching.pop(kept.key, None)
 
     async def _write(
         self,

@@ -13,6 +13,7 @@ from typing import Any
 
 from shim.cdi import SpecDir
 from shim.core.api import ClaimResource
+from shim.dra.attached import AttachedStore
 from shim.dra.binding import ClaimBinder
 from shim.dra.checkpoint import Checkpoint
 from shim.dra.claims import ClaimRef
@@ -84,6 +85,7 @@ class DraDrivers:
             driver.name: ClaimBinder(
                 driver.name, node, self._owners[driver.name], services,
                 kubeconfig=dra.kubeconfig, pool_known=self._pool_known[driver.name],
+                store=AttachedStore(settings.state_dir, driver.name),
             )
             for driver in dra.drivers
             if driver.binding_conditions

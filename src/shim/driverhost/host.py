@@ -40,7 +40,7 @@ from shim.sources.base import DeviceSource
 
 # Calls worth waiting for while the driver restarts (the kubelet chose a device that was
 # Healthy a moment ago); others fail at once or, like preferred_allocation, are optional.
-WAIT_FOR_RESTART = frozenset({"allocate", "prestart", "attach"})
+WAIT_FOR_RESTART = frozenset({"allocate", "prestart", "attach", "detach"})
 # Advice the kubelet can do without: a slow answer is dropped, the driver is not restarted.
 ADVISORY = frozenset({"preferred_allocation"})
 # Refused resources logged one by one per message; the rest are counted in one line. A message

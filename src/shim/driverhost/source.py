@@ -327,6 +327,12 @@ class DriverSource(DeviceSource):
         conditions: tuple[BindingCondition, ...] = await self._call("attach", params, parse)
         return conditions
 
+    async def detach(self, device_id: str, claim: str, claim_uid: str) -> None:
+        params = protocol.attach_params(self.name, device_id, claim, claim_uid)
+        # A driver whose attach leaves nothing to undo need not implement it.
+        with contextlib.suppress(protocol.CapabilityAbsent):
+            await self._call("detach", params, _ignored)
+
     async def prestart(self, device_ids: Sequence[str]) -> None:
         try:
             await self._call("prestart", protocol.devices_params(self.name, device_ids), _ignored)

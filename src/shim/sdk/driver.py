@@ -101,6 +101,11 @@ class Driver(abc.ABC):
         is. Called once per allocation, for a resource with ``attach=True``."""
         raise NotImplementedByResource(resource, "attach")
 
+    async def detach(self, resource: str, device_id: str, claim: str, claim_uid: str) -> None:  # noqa: B027
+        """The allocation ``attach`` was called for is gone (the claim freed or deleted, whether or
+        not a pod ever used the device): undo what attach did. devshim asks until it is answered,
+        also after a restart, so a detach of a device not attached must simply succeed."""
+
     # The two hooks do nothing unless overridden: optional, so not abstract.
     async def on_initialize(self, params: types.InitializeParams) -> None:  # noqa: B027
         """Before answering initialize: ``params.allocations`` lists the devices in use,

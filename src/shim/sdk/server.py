@@ -76,6 +76,7 @@ class _Dispatcher:
             "allocate": self._allocate,
             "preferred_allocation": self._preferred_allocation,
             "attach": self._attach,
+            "detach": self._detach,
             **{name: self._devices_method(name, call) for name, call in devices_methods.items()},
             "shutdown": self._shutdown,
         }
@@ -141,6 +142,12 @@ class _Dispatcher:
             request.resource, request.device_id, request.claim, request.claim_uid
         )
         return message_json(types.AttachResult(conditions=conditions))
+
+    async def _detach(self, params: Any) -> dict[str, Any]:
+        request = decode(types.AttachParams, "detach", params)
+        self._resource(request.resource, "attach")
+        await self._driver.detach(request.resource, request.device_id, request.claim, request.claim_uid)
+        return {}
 
     async def _preferred_allocation(self, params: Any) -> dict[str, Any]:
         request = decode(types.PreferredAllocationParams, "preferred_allocation", params)

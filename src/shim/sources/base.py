@@ -78,5 +78,8 @@ class DeviceSource(ABC):
         attach); how each of its binding conditions stands."""
         raise SourceFailed(f"{device_id!r} has binding conditions but its source cannot attach")
 
+    async def detach(self, device_id: str, claim: str, claim_uid: str) -> None:  # noqa: B027
+        """Undo ``attach`` once the claim's allocation is gone (only if capabilities say attach)."""
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release whatever the source holds."""

@@ -119,7 +119,8 @@ default_message_pool.register_message("devshim.driver.v1", "Allocation", Allocat
 class AttachParams(betterproto2.Message):
     """
     Protocol 1.4: a device with a binding was allocated to a claim; attach it
-    and answer how each of its binding conditions stands.
+    and answer how each of its binding conditions stands. detach takes the
+    same params once that allocation is gone (freed, or its claim deleted).
     """
 
     resource: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
