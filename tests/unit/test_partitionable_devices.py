@@ -161,3 +161,75 @@ def test_a_driver_listed_later_can_neither_redefine_nor_use_up_anothers_counter_
     # A consumer of a set nobody brings now (its device held by a container) keeps it: unallocatable.
     alone = Pool.named("gpu.example.com", "node-a", honest[1:])
     assert alone.devices[0].device.consumes_counters == TAKES
+
+
+# --- 1.33-1.35's shape: each set in the slice of the devices consuming it (the alpha gate) -------
+
+
+def beside(devices: list[Device]) -> Pool:
+    return Pool.named(
+        "gpu.example.com", "node-a", Pool.of("gpu.example.com", "node-a", devices).devices, beside=True
+    )
+
+
+def gpu(n: int, counters: int = 1) -> list[Device]:
+    """GPU n bringing set gpu-n of ``counters`` counters, taking all of it, and two halves."""
+    whole = CounterSet(f"gpu-{n}", tuple((f"c{i}", "2") for i in range(counters)))
+    half = CounterSet(f"gpu-{n}", tuple((f"c{i}", "1") for i in range(counters)))
+    return [
+        Device(f"gpu-{n}", counter_sets=(whole,), consumes_counters=(whole,)),
+        *(Device(f"gpu-{n}-{p}", consumes_counters=(half,)) for p in "ab"),
+    ]
+
+
+@pytest.mark.parametrize("version", ["v1beta2", "v1beta1"])
+def test_before_1_36_each_set_shares_a_slice_with_its_consumers_and_the_rest_have_their_own(
+    version: str,
+) -> None:
+    pool = beside([*gpu(0), *gpu(1), Device("plain")])
+    mixed, plain = pool.chunks()
+    assert [c.name for c in mixed] == [
+        "gpu-0",
+        "gpu-0-a",
+        "gpu-0-b",
+        "gpu-1",
+        "gpu-1-a",
+        "gpu-1-b",
+        "gpu-0",
+        "gpu-1",
+    ]
+    written = spec(pool, mixed, 1, 2, version)
+    assert [c["name"] for c in written["sharedCounters"]] == ["gpu-0", "gpu-1"]
+    takes = [d.get("basic", d)["consumesCounters"][0]["counterSet"] for d in written["devices"]]
+    assert takes == ["gpu-0", "gpu-0", "gpu-0", "gpu-1", "gpu-1", "gpu-1"]
+    assert [d["name"] for d in spec(pool, plain, 1, 2, version)["devices"]] == ["plain"]
+
+
+def test_before_1_36_sets_fill_a_slice_up_to_32_counters_then_take_another() -> None:
+    pool = beside([*gpu(0, counters=20), *gpu(1, counters=20)])  # 40 counters: two slices
+    assert [sorted({c.name for c in chunk if isinstance(c, CounterSet)}) for chunk in pool.chunks()] == [
+        ["gpu-0"], ["gpu-1"]]  # fmt: skip
+
+
+def test_before_1_36_a_set_and_its_consumers_past_one_slice_publish_no_counters() -> None:
+    # One device consuming two sets of 20 counters each: they must share a slice of 32 at most.
+    a, b = (
+        CounterSet("a", tuple((f"c{i}", "2") for i in range(20))),
+        CounterSet("b", tuple((f"c{i}", "2") for i in range(20))),
+    )
+    both = CounterSet("a", (("c0", "1"),)), CounterSet("b", (("c0", "1"),))
+    pool = beside(
+        [
+            Device("gpu-a", counter_sets=(a,)),
+            Device("gpu-b", counter_sets=(b,)),
+            Device("both", consumes_counters=both),
+        ]
+    )
+    assert not pool.partitions and pool.counters_unpublished()
+    assert all(not isinstance(c, CounterSet) for chunk in pool.chunks() for c in chunk)
+
+
+def test_before_1_36_a_consumer_of_a_set_nobody_brings_is_left_out() -> None:
+    orphan = Device("orphan", consumes_counters=(CounterSet("gone", (("c0", "1"),)),))
+    pool = beside([*gpu(0), orphan])
+    assert "orphan" not in [c.name for chunk in pool.chunks() for c in chunk]

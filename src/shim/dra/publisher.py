@@ -54,7 +54,16 @@ from loguru import logger
 
 from shim.dra.kube import ApiError, ApiServer, VersionGone
 from shim.dra.ownership import Offer
-from shim.dra.slices import PARTITIONS, PARTITIONS_SINCE, SPEC_HASH, Pool, dropped, slice_object, spec_hash
+from shim.dra.slices import (
+    BESIDE_SINCE,
+    PARTITIONS,
+    PARTITIONS_SINCE,
+    SPEC_HASH,
+    Pool,
+    dropped,
+    slice_object,
+    spec_hash,
+)
 
 BACKOFF_S = (0.5, 30.0)  # after a failed round: first wait, longest wait
 COALESCE_S = 0.05  # changes arriving this close together are written once
@@ -110,6 +119,7 @@ class PoolPublisher:
         self._selector = f"spec.driver={driver},spec.nodeName={node}"
         self._clash: str | None = None  # what the offer last said is refused
         self._partitions = True  # the server takes 1.36's shape of partitionable devices
+        self._beside = False  # or 1.33-1.35's, the sets in their devices' slices
         self._bindings = bindings
         self._bindings_said = False  # the warning that a pool's binding conditions are left out
 
@@ -149,6 +159,9 @@ class PoolPublisher:
         minor = await api.minor()
         # Partitionable devices in 1.36's shape: never to an older server, nor in v1alpha3.
         self._partitions = version != "v1alpha3" and (minor is None or minor >= PARTITIONS_SINCE)
+        # 1.33-1.35: the sets beside their devices (an alpha gate: off, the server drops them).
+        self._beside = minor is not None and BESIDE_SINCE <= minor < PARTITIONS_SINCE
+        self._partitions |= self._beside
         owner = await api.node_uid(self._node)
         while True:  # a watch that ends, for whatever reason, is followed by a fresh list
             items, since = await api.list_slices(version, self._selector)
@@ -228,7 +241,9 @@ class PoolPublisher:
             else:
                 logger.info("DRA {}: no device names clash in the pool any more", self._driver)
             self._clash = offer.problem
-        pool = Pool.named(self._driver, self._node, offer.devices, self._partitions, self._bindings)
+        pool = Pool.named(
+            self._driver, self._node, offer.devices, self._partitions, self._bindings, self._beside
+        )
         if pool.bindings_unpublished() and not self._bindings_said:
             logger.warning(
                 "DRA {}: devices declare binding conditions, published without them: "

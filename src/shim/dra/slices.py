@@ -18,9 +18,12 @@ at most 64 devices (1.37's ResourceSliceMaxDevicesWithAdvancedFeatures; fine on 
 Partitionable devices (protocol 1.3) take 1.36's shape: the pool's counter sets in slices of their
 own (`sharedCounters`, no `devices`, at most 8 a slice), each device's `consumesCounters` beside
 its attributes, 64 devices a slice once one consumes counters. 1.33-1.35 had another shape (the
-sets in the slice of the devices consuming them) behind an alpha gate off by default: to an API
-server older than 1.36, or in v1alpha3, a pool is published without counters (``partitions``
-False), and said so as dropped.
+sets in the slice of the devices consuming them, at most 32 counters over a slice's sets) behind an
+alpha gate off by default: to such a server devshim writes that shape (``beside``), each set with
+every device consuming it, packed into as few slices as the limits allow; a server with the gate
+off drops both, said so as dropped. Older servers, or a pool that cannot take that shape (a set
+with its consumers past one slice's limits), get the devices without counters (``partitions``
+False), said so too.
 
 Consumable capacity (protocol 1.3): a device several claims may share carries
 `allowMultipleAllocations: true` (v1beta1 on, 1.34 on; the DRAConsumableCapacity gate, alpha and
@@ -54,6 +57,10 @@ MAX_DEVICES_PER_SLICE = 128  # ResourceSliceMaxDevices
 MAX_DEVICES_PER_SLICE_WITH_TAINTS = 64  # ResourceSliceMaxDevicesWithAdvancedFeatures
 MAX_COUNTER_SETS_PER_SLICE = 8  # ResourceSliceMaxCounterSets
 PARTITIONS_SINCE = 36  # the first release with 1.36's shape of partitionable devices
+BESIDE_SINCE = 33  # 1.33-1.35: counter sets beside their devices, behind the alpha gate
+MAX_SHARED_COUNTERS_BESIDE = 32  # ResourceSliceMaxSharedCounters: counters over a slice's sets
+MAX_DEVICE_COUNTERS_BESIDE = 1024  # ResourceSliceMaxDeviceCountersPerSlice
+MAX_COUNTERS_PER_DEVICE_BESIDE = 32  # ResourceSliceMaxCountersPerDevice
 PARTITIONS = "DRAPartitionableDevices"
 BINDINGS = "DRADeviceBindingConditions"
 # What a device may carry that an API server drops where its feature gate is off, by the gate.
@@ -97,6 +104,7 @@ class Pool:
     devices: tuple[PoolDevice, ...]
     partitions: bool = True  # counter sets and their consumption published (1.36's shape)
     bindings: bool = False  # binding conditions published (the DRA driver's binding_conditions)
+    beside: bool = False  # counter sets in their devices' slices (1.33-1.35's shape)
 
     @classmethod
     def of(cls, driver: str, node: str, devices: Iterable[Device]) -> Pool:
@@ -116,11 +124,16 @@ class Pool:
         devices: Iterable[PoolDevice],
         partitions: bool = True,
         bindings: bool = False,
+        beside: bool = False,
     ) -> Pool:
         """Devices already named, each name once (shim/dra/ownership.py decided who keeps it), in
-        the configured order of their resources, which also decides who owns a counter set."""
+        the configured order of their resources, which also decides who owns a counter set.
+        ``beside``: in 1.33-1.35's shape, or, where the pool cannot take it, without counters."""
         entries = _counters_owned(list(devices))
-        return cls(driver, node, tuple(sorted(entries, key=_name)), partitions, bindings)
+        pool = cls(driver, node, tuple(sorted(entries, key=_name)), partitions, bindings, beside)
+        if partitions and beside and _beside_chunks(pool) is None:
+            return replace(pool, partitions=False)
+        return pool
 
     def counter_sets(self) -> tuple[CounterSet, ...]:
         """The counter sets the pool's devices bring, by name (each brought by one resource alone:
@@ -147,6 +160,10 @@ class Pool:
         devices = self.devices
         advanced = any(d.device.taints or (self.partitions and d.device.consumes_counters) for d in devices)
         size = MAX_DEVICES_PER_SLICE_WITH_TAINTS if advanced else MAX_DEVICES_PER_SLICE
+        if self.partitions and self.beside:
+            beside = _beside_chunks(self)
+            assert beside is not None  # named() publishes such a pool without counters
+            return beside or [()]
         chunks: list[Chunk] = [devices[i : i + size] for i in range(0, len(devices), size)]
         if self.partitions:
             sets, per = self.counter_sets(), MAX_COUNTER_SETS_PER_SLICE
@@ -154,8 +171,66 @@ class Pool:
         return chunks or [()]
 
 
-# One slice's content: devices, or counter sets (a slice has one or the other, from 1.36 on).
-Chunk = tuple[PoolDevice, ...] | tuple[CounterSet, ...]
+# One slice's content: devices, or counter sets (a slice has one or the other, from 1.36 on), or
+# in 1.33-1.35's shape devices and the sets they consume.
+Chunk = tuple[PoolDevice, ...] | tuple[CounterSet, ...] | tuple[PoolDevice | CounterSet, ...]
+
+
+def _beside_chunks(pool: Pool) -> list[Chunk] | None:
+    """1.33-1.35's slices: each counter set with every device consuming it (and the sets those
+    devices consume too), packed first-fit; None where a set and its consumers exceed one slice.
+    A consumer of a set no device brings is left out (unallocatable, as in 1.36's shape)."""
+    sets = {c.name: c for c in pool.counter_sets()}
+    parent = {name: name for name in sets}
+
+    def root(name: str) -> str:
+        while parent[name] != name:
+            name = parent[name]
+        return name
+
+    plain, consumers = [], []
+    for entry in pool.devices:
+        uses = entry.device.consumes_counters
+        if not uses:
+            plain.append(entry)
+        elif all(u.name in sets for u in uses):
+            if sum(len(u.counters) for u in uses) > MAX_COUNTERS_PER_DEVICE_BESIDE:
+                return None
+            consumers.append(entry)
+            for use in uses[1:]:
+                parent[root(use.name)] = root(uses[0].name)
+    groups: dict[str, tuple[list[CounterSet], list[PoolDevice]]] = {}
+    for name, counter_set in sets.items():
+        groups.setdefault(root(name), ([], []))[0].append(counter_set)
+    for entry in consumers:
+        groups[root(entry.device.consumes_counters[0].name)][1].append(entry)
+    size = MAX_DEVICES_PER_SLICE_WITH_TAINTS
+    bins: list[tuple[list[CounterSet], list[PoolDevice], list[int]]] = []  # sets, devices, counts
+
+    def need(group: tuple[list[CounterSet], list[PoolDevice]]) -> list[int]:
+        group_sets, group_devices = group
+        return [
+            len(group_devices),
+            sum(len(c.counters) for c in group_sets),
+            sum(len(u.counters) for d in group_devices for u in d.device.consumes_counters),
+        ]
+
+    limits = [size, MAX_SHARED_COUNTERS_BESIDE, MAX_DEVICE_COUNTERS_BESIDE]
+    for group in sorted(groups.values(), key=need, reverse=True):
+        wanted = need(group)
+        if any(w > limit for w, limit in zip(wanted, limits, strict=True)):
+            return None
+        fits = next(
+            (b for b in bins if all(c + w <= m for c, w, m in zip(b[2], wanted, limits, strict=True))), None
+        )
+        if fits is None:
+            bins.append((list(group[0]), list(group[1]), wanted))
+        else:
+            fits[0].extend(group[0])
+            fits[1].extend(group[1])
+            fits[2][:] = [c + w for c, w in zip(fits[2], wanted, strict=True)]
+    chunks: list[Chunk] = [(*sorted(b[1], key=_name), *sorted(b[0], key=lambda c: c.name)) for b in bins]
+    return chunks + [tuple(plain[i : i + size]) for i in range(0, len(plain), size)]
 
 
 def _name(device: PoolDevice) -> str:
@@ -191,18 +266,20 @@ def _counters_owned(entries: list[PoolDevice]) -> list[PoolDevice]:
 def spec(
     pool: Pool, chunk: Sequence[PoolDevice | CounterSet], generation: int, count: int, version: str
 ) -> dict[str, Any]:
-    """One slice's spec in ``version``: devices, or counter sets."""
+    """One slice's spec in ``version``: devices, or counter sets, or (1.33-1.35) both."""
     written: dict[str, Any] = {
         "driver": pool.driver,
         "pool": {"name": pool.node, "generation": generation, "resourceSliceCount": count},
         "nodeName": pool.node,
     }
-    if chunk and isinstance(chunk[0], CounterSet):
-        written["sharedCounters"] = [_counters(c, "name") for c in chunk if isinstance(c, CounterSet)]
-    else:
-        written["devices"] = [
-            _device(d, version, pool.partitions, pool.bindings) for d in chunk if isinstance(d, PoolDevice)
-        ]
+    sets = [_counters(c, "name") for c in chunk if isinstance(c, CounterSet)]
+    devices = [
+        _device(d, version, pool.partitions, pool.bindings) for d in chunk if isinstance(d, PoolDevice)
+    ]
+    if sets:
+        written["sharedCounters"] = sets
+    if devices or not sets or pool.beside:
+        written["devices"] = devices
     return written
 
 
