@@ -47,6 +47,7 @@ class Holds:
         self._plugin: DeviceGroups[float] = DeviceGroups()  # allocated to containers, and when
         self._listed: frozenset[str] = frozenset()  # held by containers, as PodResources lists
         self._counted: tuple[tuple[Device, ...] | None, bool] = (None, False)
+        self._copies: dict[str, tuple[Device, Device]] = {}  # id -> (device, its Unhealthy copy)
 
     # --- the device plugin's side -----------------------------------------
 
@@ -158,17 +159,27 @@ class Holds:
         if not self._claims and not self._shares and not self._counting(devices):
             return devices
         claims, shares = self._claims, self._shares
+        if len(self._copies) > 2 * len(devices) + 64:  # a driver renaming its devices: not kept forever
+            self._copies.clear()
         taken: set[str] = set()
         if self._counting(devices):
             held = self._dra_held() | self._plugin_held()
             left = counters.left_after(self._devices(), held)
             taken = {d.id for d in devices if d.id not in held and counters.short(d, left) is not None}
         return tuple(
-            replace(d, health=Health.UNHEALTHY)
+            self._unhealthy(d)
             if (d.id in claims or d.id in shares or d.id in taken) and d.health is Health.HEALTHY
             else d
             for d in devices
         )
+
+    def _unhealthy(self, device: Device) -> Device:
+        """``device`` Unhealthy, the same copy while the device is the same object: every show of a
+        flood of claims made 64 copies (bench/dra_flood.py's profile)."""
+        kept = self._copies.get(device.id)
+        if kept is None or kept[0] is not device:
+            kept = self._copies[device.id] = (device, replace(device, health=Health.UNHEALTHY))
+        return kept[1]
 
     def for_dra(self, devices: tuple[Device, ...]) -> tuple[Device, ...]:
         """The devices DRA publishes: none a container holds through the device plugin, and each
