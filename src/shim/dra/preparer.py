@@ -33,9 +33,10 @@ ReadClaim = Callable[[ClaimRef], Awaitable[Any]]
 # calls together, and each claim costs devshim's loop a few ms of CPU (its read from the API
 # server, the driver's call, two files): with 8 at once the loop stayed busy and another
 # resource's Allocate p99 was 4.8-6.7x quiet (17 ms); with 2, each giving way to other ready
-# work first (shim/slices.py) while others wait, 5.7-8.7 ms, 1.44-3.2x of a quiet p99 that itself
-# moves from 2.3 to 5.3 ms on the 2-core VM, at 126-187 claims a second (bench/dra_flood.py).
-CLAIMS_AT_ONCE = 2
+# work first (shim/slices.py) while others wait, 5.6-6.8 ms, 1.72-2.25x quiet at 161-188 claims a
+# second; with 1, 4.1-6.8 ms, 0.98-1.83x at 124-142 a second (bench/dra_flood.py, six runs each
+# way on the 2-core VM): the device plugin's Allocate goes first.
+CLAIMS_AT_ONCE = 1
 
 
 @dataclass(frozen=True, slots=True)
