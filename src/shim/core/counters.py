@@ -21,11 +21,6 @@ from shim.model import CounterSet, Device
 Left = dict[str, dict[str, Fraction]]
 
 
-def counted(devices: Iterable[Device]) -> bool:
-    """Whether any device consumes counters (most resources: none, and nothing to count)."""
-    return any(d.consumes_counters for d in devices)
-
-
 def left_after(devices: Mapping[str, Device], held: Iterable[str]) -> Left:
     """What each set the devices bring has left once the ``held`` devices' consumption is taken."""
     left = {

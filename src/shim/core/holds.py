@@ -63,7 +63,7 @@ class Holds:
     def _check_counters(self, device_ids: Iterable[str], held: Iterable[str], wanted_by: str) -> None:
         devices = self._devices()
         wanted = [devices[i] for i in device_ids if i in devices]
-        if not counters.counted(wanted):
+        if not any(d.consumes_counters for d in wanted):  # most requests: nothing to count
             return
         left = counters.left_after(devices, set(held) - {d.id for d in wanted})
         for device in wanted:
@@ -202,7 +202,7 @@ class Holds:
     def _counting(self, devices: tuple[Device, ...]) -> bool:
         """Whether any device consumes counters; asked once per list (it is held by identity)."""
         if self._counted[0] is not devices:
-            self._counted = (devices, counters.counted(devices))
+            self._counted = (devices, any(d.consumes_counters for d in devices))
         return self._counted[1]
 
     def status(self) -> dict[str, list[str]]:
