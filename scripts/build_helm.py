@@ -66,8 +66,11 @@ def build(*, log: bool = True) -> Path:
         if built():
             return target
         if log:
-            print(f"build_helm: building helm {HELM_VERSION} with Go (minutes if Go's caches are cold)")
-            sys.stdout.flush()
+            # On stderr: stdout is the path alone, for `$(python -m scripts.build_helm)`.
+            print(
+                f"build_helm: building helm {HELM_VERSION} with Go (minutes if Go's caches are cold)",
+                file=sys.stderr,
+            )
         with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent) as partial:
             ldflags = f"-s -w -X {HELM_MODULE}/internal/version.version={HELM_VERSION}"
             # GOWORK=off, GOFLAGS cleared: `go install module@version` builds that module alone,
@@ -91,7 +94,7 @@ def main() -> int:
     ).stdout.strip()
     if not os.environ.get(OVERRIDE_ENV) and version != HELM_VERSION:
         raise SystemExit(f"build_helm: {path} says it is {version!r}, not {HELM_VERSION}: remove it")
-    print(f"{path} ({version})")
+    print(path)
     return 0
 
 

@@ -34,6 +34,11 @@ class SimDriver(Driver):
     def resources(self) -> list[types.Resource]:
         return [r.message() for r in self._resources.values()]
 
+    def implements(self, method: str) -> bool:
+        """Every optional method is here, but the simulator has one only where its config declares
+        it: no warning at start that an unused one will never be called."""
+        return any(getattr(r.config, method, False) for r in self._resources.values())
+
     def cdi_specs(self) -> list[types.CdiSpec]:
         return [spec for r in self._resources.values() if (spec := r.cdi_spec()) is not None]
 

@@ -35,6 +35,7 @@ def resource_status(
         **({"watcher": endpoint.watcher_status} if endpoint.watcher_mode else {}),
         "devices": counts,
         "last_error": endpoint.last_error or None,
+        "waiting": endpoint.waiting or None,
         **({"held": held} if held is not None else {}),
     }
 
@@ -133,11 +134,13 @@ def render_status(report: dict[str, Any]) -> str:
         if resource.get("dra_only"):
             state = "served through DRA only"
         elif not resource.get("registered"):
-            state = "NOT registered" + (f" ({resource['watcher']})" if resource.get("watcher") else "")
+            why = resource.get("watcher") or resource.get("waiting")
+            state = "NOT registered" + (f" ({why})" if why else "")
         healthy, unhealthy = devices.get("Healthy", 0), devices.get("Unhealthy", 0)
         counts = f"{healthy} Healthy, {unhealthy} Unhealthy" if healthy or unhealthy else "no devices"
+        count = resource.get("registrations", 0)
         registrations = (
-            "" if resource.get("dra_only") else f", {resource.get('registrations', 0)} registrations"
+            "" if resource.get("dra_only") else f", {count} registration{'' if count == 1 else 's'}"
         )
         lines.append(f"  {name}: {state}{registrations}; {counts}")
         if resource.get("last_error"):

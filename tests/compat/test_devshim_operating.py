@@ -250,7 +250,7 @@ async def test_status_metrics_and_probes_of_a_running_devshim(
         )  # fmt: skip
         assert status.returncode == 0, status.stderr
         assert (
-            "example.com/foo: registered as v1beta1, 1 registrations; 3 Healthy, 0 Unhealthy" in status.stdout
+            "example.com/foo: registered as v1beta1, 1 registration; 3 Healthy, 0 Unhealthy" in status.stdout
         )
         assert "example.com/st: registered as v1beta1" in status.stdout
         assert "driver sim: up (pid " in status.stdout
@@ -351,7 +351,9 @@ async def test_status_counts_a_failed_start_and_claims_no_devices_for_a_driver_w
     lines = shown.stdout.splitlines()
     at = lines.index("  driver gone: down, 5 failures, serving nothing")
     assert lines[at + 1] == "    last failure: cannot run '/nonexistent/driver': No such file or directory"
-    assert "  example.com/none: NOT registered, 0 registrations; no devices" in lines
+    # No kubelet here: the reason is said, as the log says it.
+    waiting = f"waiting for the kubelet to create {plugin_dir / 'kubelet.sock'}"
+    assert f"  example.com/none: NOT registered ({waiting}), 0 registrations; no devices" in lines
     assert any(
         line.startswith("  driver empty: up (pid ") and "serving example.com/none" in line for line in lines
     )

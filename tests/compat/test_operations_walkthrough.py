@@ -67,7 +67,7 @@ async def test_the_walkthrough_in_docs_operations_md_works(
             subprocess.run, [*DEVSHIM, "status"], capture_output=True, text=True, timeout=30
         )
         assert (
-            "example.com/sim: registered as v1beta1, 1 registrations; 4 Healthy, 0 Unhealthy" in status.stdout
+            "example.com/sim: registered as v1beta1, 1 registration; 4 Healthy, 0 Unhealthy" in status.stdout
         )
         assert "driver sim: up" in status.stdout
         code, metrics = await asyncio.to_thread(http_get, f"http://localhost:{port}/metrics")

@@ -124,6 +124,11 @@ class PluginEndpoint:
     def last_error(self) -> str:
         return self._machine.last_error
 
+    @property
+    def waiting(self) -> str:
+        """Why it is not registered, where that is the kubelet's socket not being there yet."""
+        return f"waiting for the kubelet to create {self.kubelet_socket}" if self._told_waiting else ""
+
     # --- signals ----------------------------------------------------------------------------
 
     def check_files(self, name: str | None = None) -> None:
