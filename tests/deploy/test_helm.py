@@ -710,3 +710,28 @@ def test_binding_conditions_grant_the_claim_watch_and_status_writes_of_those_dri
     plain = one(render("--set", "dra.enabled=true"), "ClusterRole")["rules"]
     assert [r["verbs"] for r in plain if "resourceclaims" in r["resources"]] == [["get"]]
     assert not [r for r in plain if {"resourceclaims/status", "resourceclaims/driver"} & set(r["resources"])]
+
+
+def test_a_misspelt_value_fails_lint_and_render_naming_it() -> None:
+    """values.schema.json: every value the chart reads, closed where the chart owns the keys."""
+    typo = ("--set", "nodeSelectr.kubernetes\\.io/os=linux")
+    assert "'nodeSelectr' not allowed" in helm_fails("template", RELEASE, str(CHART), *typo)
+    linted = subprocess.run(
+        [require_helm(), "lint", "--strict", str(CHART), *typo],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert linted.returncode != 0 and "'nodeSelectr' not allowed" in linted.stdout + linted.stderr
+
+
+def test_the_chart_names_the_kubernetes_it_needs_and_dra_refuses_an_older_one() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text(encoding="utf-8"))
+    assert chart["kubeVersion"] == ">=1.24.0-0"
+    assert render("--kube-version", "1.24.0")  # the device plugin alone: fine
+    refused = helm_fails(
+        "template", RELEASE, str(CHART), "--kube-version", "1.29.0", "--set", "dra.enabled=true"
+    )
+    assert "dra.enabled needs Kubernetes 1.30 or newer" in refused
+    render("--kube-version", "1.30.0", "--set", "dra.enabled=true")
