@@ -735,3 +735,22 @@ def test_the_chart_names_the_kubernetes_it_needs_and_dra_refuses_an_older_one() 
     )
     assert "dra.enabled needs Kubernetes 1.30 or newer" in refused
     render("--kube-version", "1.30.0", "--set", "dra.enabled=true")
+
+
+def test_runtime_class_pod_security_context_and_probe_timings_reach_the_pod() -> None:
+    docs = render(
+        "--set", "runtimeClassName=nvidia",
+        "--set", "podSecurityContext.fsGroup=44",
+        "--set", "probes.startup.failureThreshold=90",
+        "--set", "probes.readiness.periodSeconds=7",
+    )  # fmt: skip
+    pod = one(docs, "DaemonSet")["spec"]["template"]["spec"]
+    assert pod["runtimeClassName"] == "nvidia" and pod["securityContext"] == {"fsGroup": 44}
+    container = devshim_container(one(docs, "DaemonSet"))
+    healthz = {"path": "/healthz", "port": "ops"}
+    assert container["startupProbe"] == {"httpGet": healthz, "periodSeconds": 2, "failureThreshold": 90}
+    assert container["readinessProbe"]["periodSeconds"] == 7
+    assert container["livenessProbe"]["failureThreshold"] == 3  # the rest as it was
+    validate_all(docs)
+    refused = helm_fails("template", RELEASE, str(CHART), "--set", "probes.liveness.periodSecond=5")
+    assert "'periodSecond' not allowed" in refused
