@@ -754,3 +754,19 @@ def test_runtime_class_pod_security_context_and_probe_timings_reach_the_pod() ->
     validate_all(docs)
     refused = helm_fails("template", RELEASE, str(CHART), "--set", "probes.liveness.periodSecond=5")
     assert "'periodSecond' not allowed" in refused
+
+
+def test_a_device_class_per_dra_driver_when_asked() -> None:
+    drivers = [
+        {"name": n, "resources": [f"example.com/{i}"]}
+        for i, n in enumerate(("gpu.example.com", "nic.example.com"))
+    ]
+    values = ("--set", "dra.enabled=true", "--set-json", f"config.dra.drivers={json.dumps(drivers)}")
+    assert not [d for d in render(*values) if d["kind"] == "DeviceClass"]  # off by default
+    docs = render(*values, "--set", "dra.deviceClasses=true")
+    classes = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "DeviceClass"}
+    assert classes == {
+        n: {"selectors": [{"cel": {"expression": f'device.driver == "{n}"'}}]}
+        for n in ("gpu.example.com", "nic.example.com")
+    }
+    validate_all(docs)
