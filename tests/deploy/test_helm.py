@@ -770,3 +770,12 @@ def test_a_device_class_per_dra_driver_when_asked() -> None:
         for n in ("gpu.example.com", "nic.example.com")
     }
     validate_all(docs)
+
+
+def test_namespace_override_moves_every_namespaced_object_and_the_policys_account() -> None:
+    docs = render("--set", "namespaceOverride=accel", "--set", "dra.enabled=true")
+    namespaced = [d for d in docs if d["kind"] in ("DaemonSet", "ConfigMap", "ServiceAccount")]
+    assert len(namespaced) == 3 and {d["metadata"]["namespace"] for d in namespaced} == {"accel"}
+    assert one(docs, "ClusterRoleBinding")["subjects"][0]["namespace"] == "accel"
+    (condition,) = one(docs, "ValidatingAdmissionPolicy")["spec"]["matchConditions"]
+    assert "system:serviceaccount:accel:" in condition["expression"]

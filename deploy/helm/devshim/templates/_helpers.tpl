@@ -166,3 +166,8 @@ kubeconfig of config.dra's own. */}}
 {{- $_ = set $config "drivers" ($drivers | default list) }}{{/* concat of nothing is nil, not [] */}}
 {{- toYaml $config }}
 {{- end }}
+
+{{/* The namespace of the namespaced objects: namespaceOverride, else the release's. */}}
+{{- define "devshim.namespace" -}}
+{{- .Values.namespaceOverride | default .Release.Namespace }}
+{{- end }}
