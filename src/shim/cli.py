@@ -252,7 +252,10 @@ def check_config(
     """Check a settings file without serving anything: exit 0 and a summary if it is valid (what
     each driver and static resource may grant, resource by resource, and a warning line for each
     likely mistake), else one line per problem with its location and exit 2."""
+    placeholder = configcheck.pod_node_placeholder(config)  # NODE_NAME comes from the pod
     try:
+        if placeholder is not None:
+            os.environ["NODE_NAME"] = placeholder
         settings = Settings.load(config)
     except ConfigError as exc:
         why = _driver_config(config)
@@ -272,6 +275,8 @@ def check_config(
         f"API {', '.join(settings.api_versions)}"
     )
     for line in configcheck.grants(settings):
+        typer.echo(line)
+    for line in configcheck.dra(settings, node_from_pod=placeholder is not None):
         typer.echo(line)
     found = configcheck.warnings(settings)
     for warning in found:

@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from shim.configfile import ConfigError, read_config_file
 from shim.driverhost.identity import IdentityError, identity
 from shim.policy import RULES, GrantPolicy
 from shim.settings import DriverSettings, Settings
@@ -96,6 +97,42 @@ def _policy_lines(resource: str, policy: GrantPolicy, where: str | None = None) 
             f"    UNSAFE: the floor's rule {rule} is lifted ({policy.where}.unsafe): its grants may hold "
             f"{RULES[rule].why}"
         )
+    return lines
+
+
+# What check-config names the node when the settings leave it to the pod's NODE_NAME.
+NODE_PLACEHOLDER = "node-from-the-pod"
+
+
+def pod_node_placeholder(config: Path) -> str | None:
+    """A node name to check ``config`` with where it has DRA drivers, names no dra.node_name and
+    NODE_NAME is not set here (outside the pod whose downward API sets it); else None."""
+    if os.environ.get("NODE_NAME"):
+        return None
+    try:
+        dra = read_config_file(config).get("dra") or {}
+    except (ConfigError, AttributeError):
+        return None
+    if isinstance(dra, dict) and dra.get("drivers") and not dra.get("node_name"):
+        return NODE_PLACEHOLDER
+    return None
+
+
+def dra(settings: Settings, *, node_from_pod: bool) -> list[str]:
+    """The summary's DRA lines: each driver's pool, and where the node's name comes from."""
+    if not settings.dra.drivers:
+        return []
+    node = (
+        "the pod's NODE_NAME (not set here: checked as if it were)"
+        if node_from_pod
+        else settings.dra.node_name
+    )
+    credentials = settings.dra.kubeconfig or "the pod's service account, else $KUBECONFIG"
+    lines = [f"DRA on node {node}; the API server through {credentials}"]
+    for pool in settings.dra.drivers:
+        apis = "DRA only" if not pool.device_plugin else "DRA and the device plugin"
+        extra = "; binding conditions answered" if pool.binding_conditions else ""
+        lines.append(f"  DRA driver {pool.name}: {', '.join(pool.resources)}, served through {apis}{extra}")
     return lines
 
 

@@ -6,6 +6,7 @@ a process)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -249,3 +250,37 @@ def test_floor_rules_a_policy_lifts_are_shown_in_capitals(tmp_path: Path) -> Non
         "    UNSAFE: the floor's rule env.shell is lifted (drivers[sim].policy.unsafe): its grants may hold "
         "what shells run or trace on start (SHELLOPTS=xtrace with PS4='$(cmd)' runs cmd)",
     ]
+
+
+DRA_SETTINGS = {
+    "drivers": [{"name": "sim", "command": ["devshim-sim"], "resources": ["example.com/gpu"]}],
+    "dra": {
+        "drivers": [{"name": "gpu.example.com", "resources": ["example.com/gpu"], "device_plugin": False}]
+    },
+}
+
+
+def test_a_dra_config_outside_its_pod_is_checked_and_says_the_node_comes_from_the_pod(tmp_path: Path) -> None:
+    """A rendered DRA config names no node (the pod's NODE_NAME does): checked as if it were, said
+    so, rather than refused with 'dra.node_name is not set'; the summary covers DRA."""
+    done = check_env(write(tmp_path, DRA_SETTINGS), env={})
+    assert done.returncode == 0, done.stderr
+    assert "DRA on node the pod's NODE_NAME (not set here: checked as if it were)" in done.stdout
+    assert "  DRA driver gpu.example.com: example.com/gpu, served through DRA only" in done.stdout
+    named = check_env(write(tmp_path, DRA_SETTINGS), env={"NODE_NAME": "node-7"})
+    assert "DRA on node node-7;" in named.stdout
+    # A bad node name from the environment is still the error it was.
+    bad = check_env(write(tmp_path, DRA_SETTINGS), env={"NODE_NAME": "Not_A_Node"})
+    assert bad.returncode == 2 and "Not_A_Node" in bad.stderr
+
+
+def check_env(path: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k != "NODE_NAME" and not k.startswith("DEVSHIM_")}
+    return subprocess.run(
+        [*DEVSHIM, "check-config", path],
+        capture_output=True,
+        text=True,
+        env=base | env,
+        check=False,
+        timeout=60,
+    )
