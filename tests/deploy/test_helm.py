@@ -779,3 +779,17 @@ def test_namespace_override_moves_every_namespaced_object_and_the_policys_accoun
     assert one(docs, "ClusterRoleBinding")["subjects"][0]["namespace"] == "accel"
     (condition,) = one(docs, "ValidatingAdmissionPolicy")["spec"]["matchConditions"]
     assert "system:serviceaccount:accel:" in condition["expression"]
+
+
+def test_the_packaged_chart_renders_what_the_folder_does(tmp_path: Path) -> None:
+    """`helm package` (docs/helm.md, "Package and host"): the archive, named for the chart's
+    version, lints and renders the same objects as the folder, and carries its values schema."""
+    out = helm("package", str(CHART), "--destination", str(tmp_path))
+    archive = tmp_path / f"devshim-{PROJECT['version']}.tgz"
+    assert archive.is_file() and str(archive) in out
+    helm("lint", "--strict", str(archive))
+    values = ("--values", str(CHART / "ci" / "sim-driver-values.yaml"))
+    assert helm("template", RELEASE, str(archive), *values) == helm("template", RELEASE, str(CHART), *values)
+    assert "'nodeSelectr' not allowed" in helm_fails(
+        "template", RELEASE, str(archive), "--set", "nodeSelectr.a=b"
+    )
