@@ -793,3 +793,18 @@ def test_the_packaged_chart_renders_what_the_folder_does(tmp_path: Path) -> None
     assert "'nodeSelectr' not allowed" in helm_fails(
         "template", RELEASE, str(archive), "--set", "nodeSelectr.a=b"
     )
+
+
+def test_an_account_and_rbac_made_elsewhere_are_used_by_name() -> None:
+    docs = render(
+        "--set", "dra.enabled=true", "--set", "serviceAccount.create=false",
+        "--set", "serviceAccount.name=gpu-publisher", "--set", "rbac.create=false",
+    )  # fmt: skip
+    kinds = {d["kind"] for d in docs}
+    assert not {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"} & kinds
+    assert pod_spec(docs)["serviceAccountName"] == "gpu-publisher"
+    (condition,) = one(docs, "ValidatingAdmissionPolicy")["spec"]["matchConditions"]
+    assert condition["expression"].endswith(f':{NAMESPACE}:gpu-publisher"'), condition
+    named = render("--set", "dra.enabled=true", "--set", "serviceAccount.name=gpu-publisher")
+    assert one(named, "ServiceAccount")["metadata"]["name"] == "gpu-publisher"
+    assert one(named, "ClusterRoleBinding")["subjects"][0]["name"] == "gpu-publisher"

@@ -167,6 +167,12 @@ kubeconfig of config.dra's own. */}}
 {{- toYaml $config }}
 {{- end }}
 
+{{/* The service account devshim's pods run as with DRA: serviceAccount.name, else the release's
+fullname. */}}
+{{- define "devshim.serviceAccount" -}}
+{{- .Values.serviceAccount.name | default (include "devshim.fullname" .) }}
+{{- end }}
+
 {{/* The namespace of the namespaced objects: namespaceOverride, else the release's. */}}
 {{- define "devshim.namespace" -}}
 {{- .Values.namespaceOverride | default .Release.Namespace }}
