@@ -106,8 +106,11 @@ class Devshim:
     def __enter__(self) -> Devshim:
         return self.start()
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
         self.stop()
+        if kind is not None and self.log.exists():  # what devshim said is the next thing to read
+            tail = self.log.read_text(errors="replace")[-6000:]
+            sys.stderr.write(f"--- devshim's log ({self.log}), the end:\n{tail}\n")
 
     def status(self) -> dict[str, Any] | None:
         """devshim's /status, or None while it does not answer."""
