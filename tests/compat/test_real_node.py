@@ -33,6 +33,7 @@ from tests.support.real_node import (
     allocatable_ids,
     check_machine,
     kubelet_pods,
+    one_node_at_a_time,
     report,
     reporting,
     running,
@@ -70,7 +71,7 @@ def node(request: pytest.FixtureRequest, kubelets: dict[upstream.Release, Path])
     release: upstream.Release = request.param
     if release not in kubelets:
         kubelets[release] = upstream.build(release, program=upstream.KUBELET_PROGRAM, log=False)
-    with short_temp_dir("ds-node-") as folder:
+    with one_node_at_a_time(), short_temp_dir("ds-node-") as folder:
         node = Node(folder, kubelets[release], release.minor)
         try:
             try:

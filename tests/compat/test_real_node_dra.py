@@ -39,7 +39,7 @@ from shim.compat.realnode.connected import NOT_READY_TAINT, ConnectedNode, api_p
 from shim.compat.realnode.kubelet import NODE_NAME
 from shim.compat.upstream import releases as upstream
 from tests.support.dra import GPU_DRIVER, Published
-from tests.support.real_node import END, Devshim, check_machine, reporting, wait_until
+from tests.support.real_node import END, Devshim, check_machine, one_node_at_a_time, reporting, wait_until
 from tests.support.toolchains import unavailable
 from tests.support.unix import short_temp_dir
 
@@ -58,7 +58,7 @@ def cluster() -> Iterator[ConnectedNode]:
     check_machine(connected=True)
     if not RELEASES:
         unavailable("no judges/k8s-1.NN module carries kube-apiserver, kube-scheduler and the kubelet")
-    with short_temp_dir("ds-dra-") as folder:
+    with one_node_at_a_time(), short_temp_dir("ds-dra-") as folder:
         cluster = ConnectedNode(RELEASES[-1].minor, folder)
         try:
             try:
@@ -545,7 +545,6 @@ def test_two_pods_share_one_devices_capacity_and_a_third_waits(cluster: Connecte
         assert held["dra"] == ["gpu-0"], held  # by both shares
 
 
-@pytest.mark.full_matrix  # as the other features' runs: one default CI run timed out waiting on it
 def test_a_pod_binds_once_devshim_writes_its_devices_binding_conditions(cluster: ConnectedNode) -> None:
     """Issue 44, item 3, binding conditions (protocol 1.4; beta and on in 1.36) with the real
     kube-scheduler: gpu-0 needs an attach step; the scheduler allocates it, copies its conditions

@@ -8,15 +8,19 @@ polling them for a condition under a bound.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from shim.compat.fakekubelet.podresources import PodResourcesReader
@@ -62,6 +66,20 @@ def wait_until(check: Callable[[], T | None], what: str, timeout: float = 60.0) 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting until {what}")
         time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def one_node_at_a_time() -> Iterator[None]:
+    """Two real nodes (a kubelet and a containerd each) on one machine at once trip over each other:
+    with test_real_node.py's node beside it, the connected node's pods once waited in vain for a
+    claim's preparation, or for a container's report. The xdist workers take turns, through a
+    lock file."""
+    with (Path(tempfile.gettempdir()) / "devshim-real-node.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 class Devshim:
