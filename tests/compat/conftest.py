@@ -1,6 +1,7 @@
 """Fixtures of the compat tests (tests/conftest.py has those every directory shares): the
-legacy plugins of tests/support/legacy_plugins, built in the run, the adapter's directory, and
-the upstream judge's harnesses."""
+legacy plugins of tests/support/legacy_plugins, built in the run, the adapter's directory, the
+upstream judge's harnesses, and the newest release's control plane of the DRA tests (a module
+that needs another defines its own `plane`)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,20 @@ from pathlib import Path
 
 import pytest
 
+from shim.compat.realnode import ControlPlane
 from shim.compat.upstream import releases as upstream
+from tests.support import control_plane
 from tests.support.judge import DEFAULT, RELEASES
 from tests.support.legacy import GO_PLUGIN, PYTHON_PLUGIN
 from tests.support.toolchains import toolchain, unavailable
 from tests.support.unix import short_temp_dir
+
+
+@pytest.fixture(scope="module")
+def plane() -> Iterator[ControlPlane]:
+    """The newest release's kube-apiserver and etcd, one per test module."""
+    with control_plane.running(control_plane.DEFAULT[0]) as running:
+        yield running
 
 
 @pytest.fixture

@@ -39,12 +39,6 @@ SIM: dict[str, Any] = {
 COPIED = {"bindingConditions": [ATTACHED], "bindingFailureConditions": [FAILED]}  # into a result
 
 
-@pytest.fixture(scope="module")
-def plane() -> Iterator[ControlPlane]:
-    with control_plane.running(control_plane.DEFAULT[0]) as running:
-        yield running
-
-
 @pytest.fixture
 def folder() -> Iterator[Path]:
     with short_temp_dir("ds-bind-") as path:

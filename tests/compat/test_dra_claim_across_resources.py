@@ -17,19 +17,12 @@ from typing import Any
 import pytest
 
 from shim.compat.realnode import ControlPlane
-from tests.support import control_plane
 from tests.support.dra import dra_status, make_claim, running_devshim
 from tests.support.dra_calls import GPU, HONEST, Devshim, pool_config, prepare, sim_driver, spec_of
 from tests.support.unix import short_temp_dir
 
 NODE = "node-across"
 NIC = "example.com/nic"
-
-
-@pytest.fixture(scope="module")
-def plane() -> Iterator[ControlPlane]:
-    with control_plane.running(control_plane.DEFAULT[0]) as running:
-        yield running
 
 
 @pytest.fixture

@@ -44,12 +44,6 @@ GATE = (
 )
 
 
-@pytest.fixture(scope="module")
-def plane() -> Iterator[ControlPlane]:
-    with control_plane.running(control_plane.DEFAULT[0]) as running:
-        yield running
-
-
 @pytest.fixture
 def folder() -> Iterator[Path]:
     with short_temp_dir("ds-held-") as path:

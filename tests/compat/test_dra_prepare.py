@@ -63,12 +63,6 @@ SIM_GPUS: dict[str, Any] = {
 }
 
 
-@pytest.fixture(scope="module")
-def plane() -> Iterator[ControlPlane]:
-    with control_plane.running(control_plane.DEFAULT[0]) as running:
-        yield running
-
-
 def write_config(folder: Path, plane: ControlPlane, flaky_env: dict[str, str] | None = None) -> Path:
     (folder / "sim.ctl").write_text("")
     (folder / "sim.yaml").write_text(

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 from shim.compat.realnode import ControlPlane
-from tests.support import control_plane
 from tests.support.dra import Published, dra_status, make_claim, running_devshim
 from tests.support.dra_calls import GPU, Devshim, pool_config, prepare, sim_driver, status_when, unprepare
 from tests.support.unix import short_temp_dir
@@ -47,12 +46,6 @@ SIM: dict[str, Any] = {
     "deallocate": True,
     "shares": True,
 }
-
-
-@pytest.fixture(scope="module")
-def plane() -> Iterator[ControlPlane]:
-    with control_plane.running(control_plane.DEFAULT[0]) as running:
-        yield running
 
 
 @pytest.fixture
