@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 _RESTART_ONLY = (
     "device_plugins_dir", "state_dir", "deallocation", "registration", "api_versions", "plugins_registry_dir",
     "watch_mode", "poll_interval_s", "register_backoff_max_s", "prestart_timeout_s", "http", "socket", "dra",
-    "cdi_dir",
+    "cdi_dir", "node_configs",
 )  # fmt: skip
 
 

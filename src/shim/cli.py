@@ -18,6 +18,7 @@ from loguru import logger
 from shim import __version__, configcheck, logs
 from shim.configfile import ConfigError, read_config_file
 from shim.errors import ShimError
+from shim.nodeconfig import NodeConfigs
 from shim.runtime import run as run_shim
 from shim.settings import Settings
 from shim.status import StatusUnavailable, fetch_status, render_status
@@ -213,14 +214,14 @@ def run(
     """Serve the configured resources to the kubelet and keep them registered.
 
     SIGTERM or SIGINT: stop, removing our sockets. SIGHUP: reload --config, restarting only the
-    drivers whose settings changed."""
+    drivers whose settings changed. With node_configs in --config, the node's label chooses the
+    config, and a change of it reloads as SIGHUP does."""
     drivers = [parse_driver(spec) for spec in driver or []]
     names = {str(d["name"]) for d in drivers}
     envs = driver_envs(driver_env or [], names)
     declared = driver_declarations(driver_resource or [], driver_allow or [], names, driver_user or [])
-    load = functools.partial(
+    read = functools.partial(
         Settings.load,
-        config,
         extra_resources=[parse_resource(spec) for spec in resource or []],
         extra_drivers=[
             {**d, "env": envs.get(str(d["name"]), {}), **declared.get(str(d["name"]), {})} for d in drivers
@@ -230,13 +231,15 @@ def run(
         log_level=log_level,
         log_format=log_format,
     )
-    settings = _settings_or_exit(load)
-    if not settings.resources and not settings.drivers:
+    settings = _settings_or_exit(lambda: read(config))
+    if not settings.resources and not settings.drivers and settings.node_configs is None:
         typer.echo("devshim: nothing to serve: pass --resource, --driver or a --config file", err=True)
         raise typer.Exit(2)
     logs.setup(settings.log_level, settings.log_format)
+    node_configs = None if settings.node_configs is None else NodeConfigs(settings.node_configs, config, read)
+    load = functools.partial(read, config) if node_configs is None else node_configs.load
     try:
-        asyncio.run(run_shim(settings, reload=load))
+        asyncio.run(run_shim(settings, reload=load, node_configs=node_configs))
     except ShimError as exc:
         logger.error("{}", exc)
         raise typer.Exit(1) from None
@@ -278,6 +281,13 @@ def check_config(
         typer.echo(line)
     for line in configcheck.dra(settings, node_from_pod=placeholder is not None):
         typer.echo(line)
+    named, problems = configcheck.node_configs(settings, Settings.load)
+    for line in named:
+        typer.echo(line)
+    if problems:
+        for problem in problems:
+            typer.echo(f"devshim: {problem}", err=True)
+        raise typer.Exit(2)
     found = configcheck.warnings(settings)
     for warning in found:
         typer.echo(f"{config}: warning: {warning}", err=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ _DRIVER_KEYS = {"control_file": "the simulator's", "groups": "devfs's", "poll_in
 def warnings(settings: Settings) -> list[str]:
     """What in loaded, valid ``settings`` is probably a mistake."""
     found = []
-    if not settings.resources and not settings.drivers:
+    if not settings.resources and not settings.drivers and settings.node_configs is None:
         found.append("it serves nothing: no resources and no drivers (docs/configuration.md)")
     for i, driver in enumerate(settings.drivers):
         program = driver.command[0]
@@ -110,12 +111,42 @@ def pod_node_placeholder(config: Path) -> str | None:
     if os.environ.get("NODE_NAME"):
         return None
     try:
-        dra = read_config_file(config).get("dra") or {}
-    except (ConfigError, AttributeError):
+        data = read_config_file(config)
+    except ConfigError:
         return None
+    dra, chooser = data.get("dra"), data.get("node_configs")
     if isinstance(dra, dict) and dra.get("drivers") and not dra.get("node_name"):
         return NODE_PLACEHOLDER
+    if isinstance(chooser, dict) and not chooser.get("node_name"):
+        return NODE_PLACEHOLDER
     return None
+
+
+def node_configs(settings: Settings, load: Callable[[Path], Settings]) -> tuple[list[str], list[str]]:
+    """The summary's lines on the named configs a node label chooses among, and the problems of
+    each that does not load (``load`` reads one as devshim would)."""
+    chooser = settings.node_configs
+    if chooser is None:
+        return [], []
+    folder = chooser.folder
+    lines = [f"node configs: the node's label {chooser.label} chooses a file in {folder} (none: this file)"]
+    if not folder.is_dir():
+        return lines + [f"  {folder} is not a directory here (fine if the pod mounts it)"], []
+    problems = []
+    for path in sorted(folder.glob("*.yaml")):
+        try:
+            named = load(path)
+        except ConfigError as exc:
+            problems.append(f"node config {path.stem}: {exc}")
+            continue
+        if named.node_configs is not None:
+            problems.append(
+                f"node config {path.stem}: {path} sets node_configs, which only the default config may"
+            )
+            continue
+        served = [r.name for r in named.resources] + [f"driver {d.name}" for d in named.drivers]
+        lines.append(f"  {chooser.label}={path.stem}: serves {', '.join(served) or 'nothing'}")
+    return lines, problems
 
 
 def dra(settings: Settings, *, node_from_pod: bool) -> list[str]:

@@ -14,23 +14,88 @@ from shim import logs
 from shim.bootstrap import Shim
 from shim.configfile import ConfigError
 from shim.driverhost.reaper import REAPER
+from shim.nodeconfig import NodeConfigs
 from shim.ops import metrics
 from shim.settings import Settings
 
 
-async def run(settings: Settings, reload: Callable[[], Settings] | None = None) -> None:
+async def run(
+    settings: Settings, reload: Callable[[], Settings] | None = None, node_configs: NodeConfigs | None = None
+) -> None:
     """Serve until SIGTERM or SIGINT, then stop drivers, remove our sockets and return. On
     SIGHUP, `reload()` reads the settings again and the Shim applies them; a config that does
-    not load is logged and changes nothing."""
+    not load is logged and changes nothing. With ``node_configs`` the node's label chooses the
+    config (shim/nodeconfig.py): read before serving, and a change applied as SIGHUP applies one."""
     _reuse_large_buffers()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    hangup = asyncio.Event()
+    reloads = _Reloads()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, hangup.set)
-    with _adopting_orphans(loop):
-        await _serve(settings, reload, stop, hangup)
+    loop.add_signal_handler(signal.SIGHUP, reloads.ask, "SIGHUP")
+    following = None
+    if node_configs is not None:
+        following = asyncio.create_task(node_configs.follow(lambda: reloads.ask("node label")))
+        settings = await _node_config(settings, node_configs, reloads, stop)
+    try:
+        if not stop.is_set():
+            with _adopting_orphans(loop):
+                await _serve(settings, reload, stop, reloads)
+    finally:
+        if following is not None:
+            following.cancel()
+            await asyncio.wait([following])
+
+
+class _Reloads:
+    """Requests to reload the config (SIGHUP, a changed node label), coalesced, with the last
+    one's reason."""
+
+    def __init__(self) -> None:
+        self._asked = asyncio.Event()
+        self._why = "SIGHUP"
+
+    def ask(self, why: str) -> None:
+        self._why = why
+        self._asked.set()
+
+    def clear(self) -> None:
+        self._asked.clear()
+
+    async def wait(self) -> str:
+        await self._asked.wait()
+        self._asked.clear()
+        return self._why
+
+
+async def _node_config(
+    default: Settings, configs: NodeConfigs, reloads: _Reloads, stop: asyncio.Event
+) -> Settings:
+    """The config the node's label names, before serving; the default where the label is not read
+    within node_configs.wait_s (a change once it is reloads) or names a config that does not load."""
+    waits = [asyncio.create_task(configs.known.wait()), asyncio.create_task(stop.wait())]
+    await asyncio.wait(waits, timeout=configs.settings.wait_s, return_when=asyncio.FIRST_COMPLETED)
+    for task in waits:
+        task.cancel()
+    if not configs.known.is_set():
+        if not stop.is_set():
+            logger.error(
+                "node configs: label {} not read within {:g} s: the default config serves until it is",
+                configs.settings.label, configs.settings.wait_s,
+            )  # fmt: skip
+        return default
+    name = configs.name
+    chosen = default
+    if name is not None:
+        try:
+            chosen = await asyncio.to_thread(configs.load)
+        except ConfigError as exc:
+            logger.error("node configs: the default config serves: {}", exc)
+    if configs.name == name:  # what the label asked for is what starts: no reload for it
+        reloads.clear()
+    if (chosen.log_level, chosen.log_format) != (default.log_level, default.log_format):
+        logs.setup(chosen.log_level, chosen.log_format)
+    return chosen
 
 
 # glibc maps every buffer over about 128 KiB afresh and unmaps it when freed, and its first
@@ -66,14 +131,14 @@ def _adopting_orphans(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
 
 
 async def _serve(
-    settings: Settings, reload: Callable[[], Settings] | None, stop: asyncio.Event, hangup: asyncio.Event
+    settings: Settings, reload: Callable[[], Settings] | None, stop: asyncio.Event, reloads: _Reloads
 ) -> None:
     if settings.http.enabled:  # what /metrics shows; before the Shim builds its RPC handlers
         metrics.enable()
     async with Shim(settings) as shim, _ops_server(shim):
         serving = asyncio.create_task(shim.wait())
         stopping = asyncio.create_task(stop.wait())
-        reloading = asyncio.create_task(_reload_on_hangup(shim, hangup, reload))
+        reloading = asyncio.create_task(_reload_when_asked(shim, reloads, reload))
         try:
             await asyncio.wait({serving, stopping, reloading}, return_when=asyncio.FIRST_COMPLETED)
             if serving.done():
@@ -119,23 +184,22 @@ async def _ops_server(shim: Shim) -> AsyncIterator[None]:
             await server.stop()
 
 
-async def _reload_on_hangup(shim: Shim, hangup: asyncio.Event, reload: Callable[[], Settings] | None) -> None:
+async def _reload_when_asked(shim: Shim, reloads: _Reloads, reload: Callable[[], Settings] | None) -> None:
     while True:
-        await hangup.wait()
-        hangup.clear()
+        why = await reloads.wait()
         if reload is None:
-            logger.warning("SIGHUP: nothing to reload from")
+            logger.warning("{}: nothing to reload from", why)
             continue
         try:
             # Off the loop: reading the file must not stall the kubelet's calls.
             new = await asyncio.to_thread(reload)
         except ConfigError as exc:
-            logger.error("SIGHUP: the new config is not used, nothing changed: {}", exc)
+            logger.error("{}: the new config is not used, nothing changed: {}", why, exc)
             continue
         except Exception as exc:  # any other failure to load changes nothing either
-            logger.error("SIGHUP: the new config is not used, nothing changed: {!r}", exc)
+            logger.error("{}: the new config is not used, nothing changed: {!r}", why, exc)
             continue
-        logger.info("SIGHUP: reloading the config")
+        logger.info("{}: reloading the config", why)
         if (new.log_level, new.log_format) != (shim.settings.log_level, shim.settings.log_format):
             logs.setup(new.log_level, new.log_format)
         await shim.reload(new)

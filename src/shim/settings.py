@@ -42,6 +42,7 @@ from shim.facts import (
     PLUGINS_REGISTRY_DIR,
     POD_RESOURCES_SOCKET,
     PRESTART_TIMEOUT_S,
+    is_label_name,
 )
 from shim.grants import GrantSettings, expand
 from shim.model import MAX_NUMA_NODE
@@ -445,15 +446,49 @@ class DraSettings(StrictModel):
         if len(set(resources)) != len(resources):
             raise ValueError("a resource is in two DRA drivers' pools")
         if self.drivers:
-            node = self.node_name or os.environ.get("NODE_NAME")
-            if not node:
-                raise ValueError(
-                    "dra.node_name is not set and NODE_NAME is not in the environment: give the pod "
-                    "NODE_NAME from the downward API (fieldRef spec.nodeName)"
-                )
-            if (problem := node_name_problem(node)) is not None:
-                raise ValueError(problem)
-            object.__setattr__(self, "node_name", node)
+            object.__setattr__(self, "node_name", this_node(self.node_name, "dra.node_name"))
+        return self
+
+
+def this_node(node_name: str | None, setting: str) -> str:
+    """The node's name: ``node_name`` where set, else $NODE_NAME; checked as the API server
+    checks a Node's name."""
+    node = node_name or os.environ.get("NODE_NAME")
+    if not node:
+        raise ValueError(
+            f"{setting} is not set and NODE_NAME is not in the environment: give the pod "
+            "NODE_NAME from the downward API (fieldRef spec.nodeName)"
+        )
+    if (problem := node_name_problem(node)) is not None:
+        raise ValueError(problem)
+    return node
+
+
+class NodeConfigSettings(StrictModel):
+    """Named configs, one chosen per node by a label on its Node (docs/configuration.md,
+    "Per-node configs"): the label's value V names <folder>/V.yaml; no label, or one naming no
+    file, leaves this config (the default) in use. A change of the label is applied as SIGHUP
+    applies a changed file, without a restart."""
+
+    label: str
+    folder: Path
+    # This node's name: by default $NODE_NAME (the downward API's spec.nodeName).
+    node_name: str | None = None
+    # The API server's credentials: by default in-cluster, else $KUBECONFIG or ~/.kube/config.
+    kubeconfig: Path | None = None
+    # At start, the longest wait for the label before this config serves (until it is read).
+    wait_s: Annotated[float, Field(ge=0, le=300)] = 30.0
+
+    @field_validator("label")
+    @classmethod
+    def _label_key(cls, value: str) -> str:
+        if not is_label_name(value):
+            raise ValueError(f"{value!r} is not a label key (an optional DNS subdomain and '/', then a name)")
+        return value
+
+    @model_validator(mode="after")
+    def _node(self) -> Self:
+        object.__setattr__(self, "node_name", this_node(self.node_name, "node_configs.node_name"))
         return self
 
 
@@ -499,6 +534,8 @@ class Settings(BaseModel):
     # The plugin sockets' permissions (and group), set before the kubelet can see them.
     socket: SocketSettings = SocketSettings()
     dra: DraSettings = DraSettings()
+    # The node's label chooses among named configs (NodeConfigSettings); unset: this file alone.
+    node_configs: NodeConfigSettings | None = None
     # Where the CDI specs drivers ship are written (protocol 1.2), for the container runtime to
     # resolve the CDI names their grants give: one of its CDI spec dirs (containerd's and CRI-O's
     # defaults are /etc/cdi and /var/run/cdi), which the pod must mount. Unset: no driver may

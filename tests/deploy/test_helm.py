@@ -22,6 +22,7 @@ import yaml
 
 from adapters.sim.config import load_config
 from scripts import build_helm
+from shim.nodeconfig import NodeConfigs
 from shim.settings import Settings
 from tests.deploy.test_manifests import (
     DEFAULT_PLUGINS_DIR,
@@ -153,6 +154,8 @@ def test_every_object_validates_strictly(values: str) -> None:
     monitor = values_file(values).get("podMonitor", {}).get("enabled", False)
     dra = sorted(DRA_KINDS) if values_file(values).get("dra", {}).get("enabled", False) else []
     expected = ["ConfigMap", "DaemonSet"] + ["PodMonitor"] * monitor + dra
+    if values_file(values).get("nodeConfigs", {}).get("configs"):
+        expected += ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
     assert sorted(d["kind"] for d in docs) == sorted(expected)
     validate_all(docs)
 
@@ -808,3 +811,63 @@ def test_an_account_and_rbac_made_elsewhere_are_used_by_name() -> None:
     named = render("--set", "dra.enabled=true", "--set", "serviceAccount.name=gpu-publisher")
     assert one(named, "ServiceAccount")["metadata"]["name"] == "gpu-publisher"
     assert one(named, "ClusterRoleBinding")["subjects"][0]["name"] == "gpu-publisher"
+
+
+def test_node_configs_render_each_named_config_where_the_label_finds_it(
+    tmp_path: Path, no_devshim_env: None
+) -> None:
+    """ci/node-configs-values.yaml: config.yaml says which label chooses and where the named
+    configs are; each is in the pods' nodes/ folder, and devshim's own chooser (shim/nodeconfig.py)
+    loads it as `config` with the named keys in their place; the pods read their Node's label as
+    the account the ClusterRole lets get, list and watch nodes, with NODE_NAME and their token."""
+    values = values_file("node-configs-values.yaml")
+    docs = render_file("node-configs-values.yaml")
+    settings, folder, mount = loaded_settings(docs, tmp_path)
+    chooser = settings.node_configs
+    assert chooser is not None and chooser.label == "devshim.dev/config" and chooser.wait_s == 30
+    nodes = folder / chooser.folder.relative_to(mount["mountPath"])
+    assert sorted(p.stem for p in nodes.iterdir()) == sorted(values["nodeConfigs"]["configs"])
+    configs = NodeConfigs(chooser.model_copy(update={"folder": nodes}), folder / "config.yaml", Settings.load)
+    for name, named in values["nodeConfigs"]["configs"].items():
+        configs.name = name
+        loaded = configs.load()
+        assert [r.model_dump(exclude_unset=True) for r in loaded.resources] == named["resources"], name
+        assert loaded.log_level == named.get("log_level", settings.log_level), name
+        kept = settings.model_dump(exclude={"resources", "log_level", "node_configs"})
+        assert loaded.model_dump(exclude={"resources", "log_level", "node_configs"}) == kept, name
+    pod = pod_spec(docs)
+    container = devshim_container(one(docs, "DaemonSet"))
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in container[
+        "env"
+    ]
+    assert "api-token" in {m["name"] for m in container["volumeMounts"]}
+    role = one(docs, "ClusterRole", f"{RELEASE}-node-configs")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
+    binding = one(docs, "ClusterRoleBinding", f"{RELEASE}-node-configs")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": NAMESPACE}
+    ]
+    assert one(docs, "ServiceAccount")["metadata"]["name"] == pod["serviceAccountName"]
+    validate_all(docs)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--set-json", 'nodeConfigs.configs={"a/b": {}}'], "invalid propertyName 'a/b'"),
+        (["--set", "nodeConfigs.configs.big.state_dir=/x"], "'state_dir' not allowed"),
+        (["--set", "nodeConfigs.label=not a label"], "at '/nodeConfigs/label': 'not a label' does not match"),
+        (["--set", "config.node_configs.label=x"], "config.node_configs is set from nodeConfigs"),
+    ],
+)
+def test_node_configs_a_node_could_not_switch_to_fail_the_render(flags: list[str], message: str) -> None:
+    """A name no label value can hold, a named key a switch cannot apply (restart-only), a label
+    key Kubernetes refuses, the chooser written by hand: each refused, saying which."""
+    assert message in helm_fails("template", RELEASE, str(CHART), *flags)
+
+
+def test_without_node_configs_the_pods_read_no_label() -> None:
+    docs = render()
+    assert "node_configs" not in _parsed_config(one(docs, "ConfigMap"))
+    assert "items" not in volumes(one(docs, "DaemonSet"))["config"]["configMap"]
+    assert not any(d["kind"].startswith("ClusterRole") for d in docs)

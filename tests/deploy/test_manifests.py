@@ -131,8 +131,13 @@ def config_files(docs: tuple[Doc, ...], tmp_path: Path) -> tuple[Path, Doc]:
     config_path = Path(args[args.index("--config") + 1])
     mount, volume = mount_for(daemonset, config_path)
     configmap = one(docs, "ConfigMap", volume["configMap"]["name"])
-    for key, text in configmap["data"].items():
-        (tmp_path / key).write_text(text, encoding="utf-8")
+    # Each key as a file of its name, or where the volume's items put it (only those, then).
+    paths = {i["key"]: i["path"] for i in volume["configMap"].get("items", ())} or {
+        k: k for k in configmap["data"]
+    }
+    for key, path in paths.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(configmap["data"][key], encoding="utf-8")
     assert (tmp_path / config_path.relative_to(mount["mountPath"])).exists(), "--config names no key"
     return tmp_path, mount
 

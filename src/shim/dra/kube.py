@@ -1,4 +1,5 @@
-"""The Kubernetes API, as the DRA publisher needs it: the one module that imports kr8s.
+"""The Kubernetes API, as DRA and the per-node configs (shim/nodeconfig.py) need it: the one
+module that imports kr8s.
 
 kr8s (chosen over lightkube and kubernetes_asyncio: docs/dra.md, "The API client") loads the
 credentials (in-cluster service account, or a kubeconfig), keeps one HTTP/1.1 session, refreshes
@@ -198,7 +199,8 @@ class ApiServer:
     ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
         """(type, object) events from resourceVersion ``since`` until the API server ends the
         watch; ApiError on a failure (410 Gone: list again)."""
-        async for event in self._watch(version, "resourceslices", since, {"fieldSelector": selector}):
+        params = {"fieldSelector": selector}
+        async for event in self._watch(f"/apis/{GROUP}", f"{version}/resourceslices", since, params):
             yield event
 
     async def list_claims(self, version: str) -> tuple[list[dict[str, Any]], str]:
@@ -217,7 +219,7 @@ class ApiServer:
         self, version: str, since: str
     ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
         """As ``watch_slices``, for the ResourceClaims of every namespace."""
-        async for event in self._watch(version, "resourceclaims", since, {}):
+        async for event in self._watch(f"/apis/{GROUP}", f"{version}/resourceclaims", since, {}):
             yield event
 
     async def replace_claim_status(self, version: str, claim: dict[str, Any]) -> dict[str, Any]:
@@ -227,8 +229,33 @@ class ApiServer:
         replaced: dict[str, Any] = await self._call("PUT", path, json=claim)
         return replaced
 
+    async def node_labels(self, node: str) -> tuple[dict[str, str], str]:
+        """The Node's labels and the list's resourceVersion, to watch from; ApiError where the
+        Node cannot be read or there is none. Its metadata alone: a Node's status (its images,
+        say) is most of its size and none of devshim's business."""
+        params = {"fieldSelector": f"metadata.name={node}"}
+        with _translated(f"GET /api/v1/nodes/{node}"):
+            async with self._api.call_api(
+                "GET", version="v1", url="nodes", params=params, headers={"Accept": _METADATA_LIST}
+            ) as response:
+                found = response.json()
+        items = found.get("items") if isinstance(found, dict) else None
+        if not items:
+            raise ApiError(f"there is no Node {node}", 404)
+        return _labels(items[0]), str((found.get("metadata") or {}).get("resourceVersion", ""))
+
+    async def watch_node_labels(self, node: str, since: str) -> AsyncGenerator[dict[str, str], None]:
+        """The Node's labels at each change from resourceVersion ``since`` until the API server
+        ends the watch (a bookmark yields nothing); ApiError on a failure (410 Gone: list again)."""
+        params = {"fieldSelector": f"metadata.name={node}"}
+        async for kind, obj in self._watch("/api", "v1/nodes", since, params, accept=_METADATA):
+            if kind in ("ADDED", "MODIFIED"):
+                yield _labels(obj)
+            elif kind == "DELETED":
+                yield {}
+
     async def _watch(
-        self, version: str, resource: str, since: str, params: dict[str, str]
+        self, base: str, url: str, since: str, params: dict[str, str], accept: str = "application/json"
     ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
         params = params | {
             "watch": "true",
@@ -236,10 +263,10 @@ class ApiServer:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(WATCH_TIMEOUT_S),
         }
-        path = f"/apis/{GROUP}/{version}/{resource}"
+        path = f"{base}/{url}"
         with _translated(f"watch {path}"):
             async with self._api.call_api(
-                "GET", version="", base=f"/apis/{GROUP}", url=f"{version}/{resource}",
+                "GET", version="", base=base, url=url, headers={"Accept": accept},
                 params=params, stream=True, timeout=WATCH_TIMEOUT_S + 30,
             ) as response:  # fmt: skip
                 async for line in response.aiter_lines():
@@ -252,6 +279,16 @@ class ApiServer:
                     if kind == "ERROR":
                         raise ApiError(f"watch {path}: {obj.get('message')}", int(obj.get("code") or 0))
                     yield kind, obj
+
+
+# The API server's metadata-only answers (PartialObjectMetadata), for the Node's labels.
+_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
+
+def _labels(obj: dict[str, Any]) -> dict[str, str]:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
 
 
 @contextlib.contextmanager

@@ -116,10 +116,42 @@ status.devices for them (docs/dra.md, "Binding conditions"), a JSON list. */}}
 {{/* config.yaml: the config value with its kubelet paths set from kubeletRootDir (dra.plugins_dir
 too, where "devshim.dra") and its drivers followed by `drivers` and, in the sidecar form, the legacy
 adapter. DRA drivers need the API server's credentials: dra.enabled's (the pods' token) or a
-kubeconfig of config.dra's own. */}}
+kubeconfig of config.dra's own. With nodeConfigs.configs, node_configs says which node label
+chooses among them and where the pods find them. */}}
 {{- define "devshim.config" -}}
-{{- $dirs := include "devshim.kubeletDirs" . | fromYaml }}
-{{- $config := deepCopy .Values.config }}
+{{- if hasKey .Values.config "node_configs" }}
+{{- fail "config.node_configs is set from nodeConfigs: remove it from config" }}
+{{- end }}
+{{- $config := include "devshim.configFrom" (list . .Values.config) | fromYaml }}
+{{- with .Values.nodeConfigs }}
+{{- if .configs }}
+{{- $chooser := dict "label" .label "folder" (include "devshim.nodeConfigsDir" $) "wait_s" .waitSeconds }}
+{{- $_ := set $config "node_configs" $chooser }}
+{{- end }}
+{{- end }}
+{{- toYaml $config }}
+{{- end }}
+
+{{/* nodeConfigs.configs' NAME as the pods read it, (list $ NAME): config with NAME's keys in
+their place (the drivers, resources and log settings a label's switch applies), made as
+config.yaml is. */}}
+{{- define "devshim.nodeConfig" -}}
+{{- $root := index . 0 }}
+{{- $config := deepCopy $root.Values.config }}
+{{- range $key, $value := index $root.Values.nodeConfigs.configs (index . 1) }}
+{{- $_ := set $config $key $value }}
+{{- end }}
+{{- include "devshim.configFrom" (list $root $config) }}
+{{- end }}
+
+{{/* Where the pods find the named configs, NAME.yaml each (the config volume's nodes/ folder). */}}
+{{- define "devshim.nodeConfigsDir" -}}/etc/devshim/nodes{{- end }}
+
+{{/* config.yaml's making (above), of the config given: (list $ CONFIG). */}}
+{{- define "devshim.configFrom" -}}
+{{- $root := index . 0 }}
+{{- $dirs := include "devshim.kubeletDirs" $root | fromYaml }}
+{{- $config := deepCopy (index . 1) }}
 {{- $deallocation := deepCopy ($config.deallocation | default dict) }}
 {{- range $key := list "device_plugins_dir" "plugins_registry_dir" }}
 {{- if hasKey $config $key }}
@@ -127,7 +159,7 @@ kubeconfig of config.dra's own. */}}
 {{- end }}
 {{- end }}
 {{- $dra := $config.dra | default dict }}
-{{- if and $dra.drivers (not .Values.dra.enabled) (not $dra.kubeconfig) }}
+{{- if and $dra.drivers (not $root.Values.dra.enabled) (not $dra.kubeconfig) }}
 {{- fail "config.dra.drivers publishes ResourceSlices through the API server: set dra.enabled (the pods' service account, token and RBAC), or config.dra.kubeconfig" }}
 {{- end }}
 {{- if hasKey $dra "plugins_dir" }}
@@ -140,16 +172,16 @@ kubeconfig of config.dra's own. */}}
 {{- $_ = set $config "plugins_registry_dir" (get $dirs "plugins-registry") }}
 {{- $_ = set $deallocation "pod_resources_socket" (printf "%s/kubelet.sock" (get $dirs "pod-resources")) }}
 {{- $_ = set $config "deallocation" $deallocation }}
-{{- if include "devshim.dra" . }}
+{{- if include "devshim.dra" $root }}
 {{- $_ = set $config "dra" (set (deepCopy $dra) "plugins_dir" (get $dirs "plugins")) }}
 {{- end }}
-{{- $drivers := concat ($config.drivers | default list) .Values.drivers }}
-{{- with .Values.legacySidecar }}
+{{- $drivers := concat ($config.drivers | default list) $root.Values.drivers }}
+{{- with $root.Values.legacySidecar }}
 {{- if .enabled }}
 {{- if not .deviceResources }}
 {{- fail "legacySidecar.deviceResources: name the resources the vendor plugin registers (devshim serves no others)" }}
 {{- end }}
-{{- $command := concat (list "/opt/devshim/bin/devshim-legacy" "--kubelet-dir" (include "devshim.legacyDir" $)) .adapterArgs }}
+{{- $command := concat (list "/opt/devshim/bin/devshim-legacy" "--kubelet-dir" (include "devshim.legacyDir" $root)) .adapterArgs }}
 {{- range .deviceResources }}
 {{- $command = concat $command (list "--resource" .) }}
 {{- end }}
@@ -176,4 +208,10 @@ fullname. */}}
 {{/* The namespace of the namespaced objects: namespaceOverride, else the release's. */}}
 {{- define "devshim.namespace" -}}
 {{- .Values.namespaceOverride | default .Release.Namespace }}
+{{- end }}
+
+{{/* "true" where devshim's pods talk to the API server as the chart's service account, with
+their own token: DRA's publishing (dra.enabled), a node label choosing the config (nodeConfigs). */}}
+{{- define "devshim.apiAccess" -}}
+{{- if or .Values.dra.enabled .Values.nodeConfigs.configs }}true{{ end }}
 {{- end }}
