@@ -242,11 +242,11 @@ def test_check_config_lists_the_named_configs_and_refuses_a_broken_one(folder: P
 
 def chart_rbac(namespace: str) -> list[dict[str, Any]]:
     """The chart's ServiceAccount, ClusterRole and ClusterRoleBinding for per-node configs
-    (`helm template` with its ci/node-configs-values.yaml)."""
+    (`helm template` with deploy/examples/helm/node-configs.yaml)."""
     chart = ROOT / "deploy" / "helm" / "devshim"
     rendered = subprocess.run(
         [require_helm(), "template", "devshim", str(chart), "--namespace", namespace,
-         "--values", str(chart / "ci" / "node-configs-values.yaml")],
+         "--values", str(ROOT / "deploy" / "examples" / "helm" / "node-configs.yaml")],
         capture_output=True, text=True, timeout=120, check=True,
     ).stdout  # fmt: skip
     kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")

@@ -1,5 +1,5 @@
 """The Helm chart deploy/helm/devshim (docs/helm.md): `helm lint --strict`, `helm template` for each
-value file in the chart's ci/ folder with every object validated offline exactly as the kustomize
+values file (deploy/examples/helm/, the chart's ci/) with every object validated offline as the kustomize
 manifests are (tests/deploy/test_manifests.py), each value file checked for what it says it does,
 the default render compared with `kubectl kustomize deploy/base`, and docs/helm.md's commands and
 values examples run. helm is the pinned build of scripts/build_helm.py (tests/deploy/tools.py)."""
@@ -48,8 +48,11 @@ from tests.deploy.tools import DEPLOY, PROJECT, ROOT, require_helm
 from tests.support.toolchains import REQUIRE_ENV
 
 CHART = DEPLOY / "helm" / "devshim"
-# Every value file the chart ships for CI (a new one is linted, rendered and validated unasked).
-VALUE_FILES = sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
+# The values files users start from (docs/helm.md), and the chart's own variants for the tests.
+EXAMPLES = DEPLOY / "examples" / "helm"
+# Every values file, by name (a new one is linted, rendered and validated unasked).
+VALUES = {p.name: p for p in [*(CHART / "ci").glob("*-values.yaml"), *EXAMPLES.glob("*.yaml")]}
+VALUE_FILES = sorted(VALUES)
 # The release name that, with NAMESPACE, gives the base's fixed names (devshim, devshim-config).
 RELEASE = "devshim"
 DOCS = ROOT / "docs" / "helm.md"
@@ -82,11 +85,11 @@ def render(*args: str) -> tuple[Doc, ...]:
 
 
 def render_file(name: str) -> tuple[Doc, ...]:
-    return render("--values", str(CHART / "ci" / name))
+    return render("--values", str(VALUES[name]))
 
 
 def values_file(name: str) -> Doc:
-    return yaml.safe_load((CHART / "ci" / name).read_text(encoding="utf-8")) or {}
+    return yaml.safe_load(VALUES[name].read_text(encoding="utf-8")) or {}
 
 
 def chart_values() -> Doc:
@@ -143,7 +146,7 @@ def test_helm_is_the_pinned_build() -> None:
 
 @pytest.mark.parametrize("values", VALUE_FILES)
 def test_lint_is_clean_even_strict(values: str) -> None:
-    out = helm("lint", "--strict", str(CHART), "--values", str(CHART / "ci" / values))
+    out = helm("lint", "--strict", str(CHART), "--values", str(VALUES[values]))
     assert "1 chart(s) linted, 0 chart(s) failed" in out
     assert "[WARNING]" not in out and "[ERROR]" not in out, out
 
@@ -327,8 +330,8 @@ def test_legacy_sidecar_values_share_a_private_plugin_dir_with_the_vendor_contai
     """As deploy/overlays/legacy-sidecar (test_manifests.py): the vendor plugin sees an emptyDir at
     its usual path, devshim's legacy adapter serves kubelet.sock in that same emptyDir, the vendor
     container never sees the host's device-plugins directory; plus the values' extras."""
-    docs = render_file("legacy-sidecar-values.yaml")
-    sidecar = values_file("legacy-sidecar-values.yaml")["legacySidecar"]
+    docs = render_file("legacy-sidecar.yaml")
+    sidecar = values_file("legacy-sidecar.yaml")["legacySidecar"]
     daemonset = one(docs, "DaemonSet")
     settings, _, _ = loaded_settings(docs, tmp_path)
     (driver,) = settings.drivers
@@ -356,8 +359,8 @@ def test_legacy_sidecar_values_share_a_private_plugin_dir_with_the_vendor_contai
 
 
 def test_node_selection_values_reach_the_pod() -> None:
-    values = values_file("node-selection-values.yaml")
-    docs = render_file("node-selection-values.yaml")
+    values = values_file("node-selection.yaml")
+    docs = render_file("node-selection.yaml")
     pod = pod_spec(docs)
     assert pod["nodeSelector"]["feature.node.kubernetes.io/pci-10de.present"] == "true"
     for key in ("nodeSelector", "affinity", "tolerations", "priorityClassName", "imagePullSecrets"):
@@ -395,12 +398,12 @@ def test_kubelet_root_dir_values_move_every_kubelet_path(tmp_path: Path, no_devs
 
 
 def test_kubelet_root_dir_values_move_the_dra_plugin_dir(tmp_path: Path, no_devshim_env: None) -> None:
-    """With DRA too (ci/dra-values.yaml added): the kubelet's plugins directory, where the DRA
+    """With DRA too (examples/helm/dra.yaml added): the kubelet's plugins directory, where the DRA
     sockets go, is mounted from under the custom root and is the config's dra.plugins_dir; the CDI
     directory is the container runtime's, not the kubelet's, and stays /var/run/cdi."""
     root = Path(values_file("kubelet-root-dir-values.yaml")["kubeletRootDir"])
-    docs = render(*(arg for name in ("kubelet-root-dir-values.yaml", "dra-values.yaml")
-                    for arg in ("--values", str(CHART / "ci" / name))))  # fmt: skip
+    docs = render(*(arg for name in ("kubelet-root-dir-values.yaml", "dra.yaml")
+                    for arg in ("--values", str(VALUES[name]))))  # fmt: skip
     daemonset = one(docs, "DaemonSet")
     settings, _, _ = loaded_settings(docs, tmp_path)
     assert settings.dra.plugins_dir == root / "plugins"
@@ -432,8 +435,8 @@ def test_podmonitor_values_scrape_the_ops_port() -> None:
 
 def test_sim_driver_values_serve_four_simulated_devices(tmp_path: Path, no_devshim_env: None) -> None:
     """As deploy/overlays/sim-demo (test_manifests.py), from `drivers` and `configFiles`."""
-    values = values_file("sim-driver-values.yaml")
-    settings, folder, mount = loaded_settings(render_file("sim-driver-values.yaml"), tmp_path)
+    values = values_file("sim-driver.yaml")
+    settings, folder, mount = loaded_settings(render_file("sim-driver.yaml"), tmp_path)
     (driver,) = settings.drivers
     assert driver.command == values["drivers"][0]["command"]
     # What it may serve and grant reaches the config as the values declare it.
@@ -525,17 +528,17 @@ def test_dra_enabled_renders_the_dra_component(tmp_path: Path) -> None:
 
 
 def test_dra_values_publish_as_the_releases_account(tmp_path: Path, no_devshim_env: None) -> None:
-    """ci/dra-values.yaml: the config names the DRA driver, the pods get NODE_NAME and the
+    """examples/helm/dra.yaml: the config names the DRA driver, the pods get NODE_NAME and the
     account's token, and every DRA object follows the release's name (another release, another
     account, and the policy matches that one)."""
-    docs = render_file("dra-values.yaml")
+    docs = render_file("dra.yaml")
     settings, _, _ = loaded_settings(docs, tmp_path)
     (driver,) = settings.dra.drivers
     assert (driver.name, driver.resources) == ("sim.example.com", ["example.com/sim"])
     assert settings.dra.node_name == "node-a"  # NODE_NAME, as the downward API gives it
     assert_dra_objects_fit_the_daemonset(docs)
     assert devshim_container(one(docs, "DaemonSet"))["env"] == [NODE_NAME_ENV]
-    values = str(CHART / "ci" / "dra-values.yaml")
+    values = str(VALUES["dra.yaml"])
     out = helm("template", "gpu", str(CHART), "--namespace", "accel", "--values", values)
     other = tuple(doc for doc in yaml.safe_load_all(out) if doc)
     assert_dra_objects_fit_the_daemonset(other)
@@ -651,17 +654,17 @@ def test_documented_values_table_names_every_value() -> None:
 
 
 def test_dra_values_render_the_dra_sim_overlay(tmp_path: Path, no_devshim_env: None) -> None:
-    """ci/dra-values.yaml and deploy/overlays/dra-sim (the same DRA driver, sim.example.com) give the
+    """examples/helm/dra.yaml and deploy/overlays/dra-sim (the same DRA driver, sim.example.com) give the
     same DRA objects, the admission policy's declared drivers included, and the same DaemonSet
     (that one driver's plugins folder alone, the token for devshim alone), once each tool's own
     ways are set aside; and both configs declare that driver."""
-    chart, base = render_file("dra-values.yaml"), kustomize(DEPLOY / "overlays" / "dra-sim")
+    chart, base = render_file("dra.yaml"), kustomize(DEPLOY / "overlays" / "dra-sim")
     assert declared_drivers(chart) == declared_drivers(base) == ["sim.example.com"]
     differences = []
     for kind in sorted(DRA_KINDS):
         differences += _differences(_tool_neutral(one(chart, kind)), _tool_neutral(one(base, kind)), kind)
     differences += _differences(_helm_side(one(chart, "DaemonSet")), _kustomize_side(one(base, "DaemonSet")))
-    assert not differences, "ci/dra-values.yaml and overlays/dra-sim differ:\n" + "\n".join(differences)
+    assert not differences, "examples/helm/dra.yaml and overlays/dra-sim differ:\n" + "\n".join(differences)
     (tmp_path / "chart").mkdir()
     (tmp_path / "base").mkdir()
     charted, _, _ = loaded_settings(chart, tmp_path / "chart")
@@ -791,7 +794,7 @@ def test_the_packaged_chart_renders_what_the_folder_does(tmp_path: Path) -> None
     archive = tmp_path / f"devshim-{PROJECT['version']}.tgz"
     assert archive.is_file() and str(archive) in out
     helm("lint", "--strict", str(archive))
-    values = ("--values", str(CHART / "ci" / "sim-driver-values.yaml"))
+    values = ("--values", str(VALUES["sim-driver.yaml"]))
     assert helm("template", RELEASE, str(archive), *values) == helm("template", RELEASE, str(CHART), *values)
     assert "'nodeSelectr' not allowed" in helm_fails(
         "template", RELEASE, str(archive), "--set", "nodeSelectr.a=b"
@@ -816,12 +819,12 @@ def test_an_account_and_rbac_made_elsewhere_are_used_by_name() -> None:
 def test_node_configs_render_each_named_config_where_the_label_finds_it(
     tmp_path: Path, no_devshim_env: None
 ) -> None:
-    """ci/node-configs-values.yaml: config.yaml says which label chooses and where the named
+    """examples/helm/node-configs.yaml: config.yaml says which label chooses and where the named
     configs are; each is in the pods' nodes/ folder, and devshim's own chooser (shim/nodeconfig.py)
     loads it as `config` with the named keys in their place; the pods read their Node's label as
     the account the ClusterRole lets get, list and watch nodes, with NODE_NAME and their token."""
-    values = values_file("node-configs-values.yaml")
-    docs = render_file("node-configs-values.yaml")
+    values = values_file("node-configs.yaml")
+    docs = render_file("node-configs.yaml")
     settings, folder, mount = loaded_settings(docs, tmp_path)
     chooser = settings.node_configs
     assert chooser is not None and chooser.label == "devshim.dev/config" and chooser.wait_s == 30
