@@ -347,8 +347,16 @@ def demo(
     asyncio.run(run_demo())
 
 
-@app.command(short_help="Run the compatibility matrix against a driver or a device plugin.")
+compat_app = typer.Typer()  # `devshim compat`, and `devshim compat merge`
+app.add_typer(compat_app, name="compat")
+
+
+@compat_app.callback(
+    invoke_without_command=True,
+    short_help="Run the compatibility matrix against a driver or a device plugin.",
+)
 def compat(
+    context: typer.Context,
     driver: Annotated[
         str | None,
         typer.Option(metavar="COMMAND", help="A devshim driver to test behind devshim (argv, no shell)."),
@@ -505,11 +513,37 @@ def compat(
             "{cdi}, {node} and {kubeconfig} in COMMAND name the cell's (docs/compat.md).",
         ),
     ] = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            metavar="I/N",
+            help="Run only shard I of N: a stable slice of the cells, balanced by --costs (each job of "
+            "a CI matrix or an Indexed Job runs one; `devshim compat merge` joins their --json).",
+        ),
+    ] = None,
+    costs: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="With --shard: an earlier run's --json, whose cells' seconds balance the shards "
+            "(default: every cell costs the same).",
+        ),
+    ] = None,
     verbose: _Verbose = False,
 ) -> None:
     """Run the compatibility matrix against a driver (behind devshim) or a device plugin, with the
-    built-in fake kubelet in a temp directory; exit 0 only if every cell that applies passed."""
+    built-in fake kubelet in a temp directory; exit 0 only if every cell that applies passed.
+    `devshim compat merge REPORT...` joins the --json reports of a run's --shard jobs."""
+    if context.invoked_subcommand is not None:
+        return
     from shim.compat import command
+    from shim.compat.shards import Shard, ShardError
+
+    try:
+        chosen_shard = Shard.parse(shard) if shard is not None else None
+    except ShardError as exc:
+        typer.echo(f"devshim compat: {exc}", err=True)
+        raise typer.Exit(2) from None
 
     request = command.Request(
         driver=driver,
@@ -539,12 +573,35 @@ def compat(
         cdi_dirs=cdi_dir or (),
         dra=dra,
         dra_plugin=dra_plugin,
+        shard=chosen_shard,
+        costs=costs,
     )
     command.quiet_logs(verbose)
     try:
         code = command.run(request)
     except command.UsageError as exc:
         typer.echo(f"devshim compat: {exc}", err=True)
+        raise typer.Exit(2) from None
+    raise typer.Exit(code)
+
+
+@compat_app.command("merge", short_help="Join the --json reports of a run's shards into one report.")
+def compat_merge(
+    reports: Annotated[list[Path], typer.Argument(metavar="REPORT...", help="Every shard's --json.")],
+    junit: Annotated[Path | None, typer.Option(metavar="FILE", help="Write JUnit XML here.")] = None,
+    json_file: Annotated[
+        Path | None, typer.Option("--json", metavar="FILE", help="Write the merged results as JSON here.")
+    ] = None,
+) -> None:
+    """Join the --json reports of `devshim compat --shard I/N` runs into the table, JSON and JUnit
+    one run would give: exit 0 only if no cell failed, 2 unless the reports are every shard of one
+    run, each once."""
+    from shim.compat import command
+
+    try:
+        code = command.merge(reports, junit, json_file)
+    except command.UsageError as exc:
+        typer.echo(f"devshim compat merge: {exc}", err=True)
         raise typer.Exit(2) from None
     raise typer.Exit(code)
 

@@ -25,6 +25,7 @@ from .plugin_process import orphans_ended
 from .plugin_world import PluginUnderTest
 from .report import table, write_json, write_junit
 from .results import Failed, Result, Status
+from .shards import Cell, Shard, ShardError, assign, costs_from, digest, merged
 
 if TYPE_CHECKING:
     from .dra_matrix import Pair
@@ -101,6 +102,27 @@ class Request:
     cdi_dirs: Sequence[Path] = ()  # CDI spec folders the granted names may resolve in
     dra: bool = False  # the DRA judge: --config's DRA pool under real DRA managers and API servers
     dra_plugin: str | None = None  # with --dra: a DRA kubelet plugin's command, judged without devshim
+    shard: Shard | None = None  # run only this slice of the cells (shards.py)
+    costs: Path | None = None  # an earlier --json report: each cell's seconds, to balance the shards
+    shard_report: dict[str, object] | None = None  # what a shard's --json says of the whole run
+
+
+def _sharded(request: Request, cells: Sequence[Cell]) -> set[Cell]:
+    """The cells of ``cells`` this run runs: all, or its shard's (and what its report says)."""
+    if request.shard is None:
+        if request.costs is not None:
+            raise UsageError("--costs balances shards: give --shard too")
+        return set(cells)
+    try:
+        costs = costs_from(request.costs) if request.costs is not None else None
+    except ShardError as err:
+        raise UsageError(str(err)) from None
+    shards = assign(cells, request.shard.count, costs)
+    request.shard_report = {"index": request.shard.index, "count": request.shard.count,
+                            "cells": len(shards), "digest": digest(cells)}  # fmt: skip
+    kept = {cell for cell, index in shards.items() if index == request.shard.index}
+    sys.stderr.write(f"devshim compat: shard {request.shard}: {len(kept)} of {len(shards)} cells\n")
+    return kept
 
 
 def run(request: Request) -> int:
@@ -181,12 +203,37 @@ def _report(
         print("\nTo repeat a failed cell:")
         for result in failed:
             print(f"  {repeat_command(request, result)}")
-    meta: dict[str, object] = {"tested": what}
+    # What merge needs to print one run's table from shards' reports (shards.py).
+    meta: dict[str, object] = {"tested": what, "row_label": row_label, "rows": rows, "columns": columns}
+    if request.shard_report is not None:
+        meta["shard"] = request.shard_report
     if request.json is not None:
         write_json(results, request.json, meta)
     if request.junit is not None:
         write_junit(results, request.junit, "devshim-compat")
     return 1 if failed else 0
+
+
+def merge(reports: Sequence[Path], junit: Path | None, json_file: Path | None) -> int:
+    """`devshim compat merge`: the shards' --json reports as one run's table, JSON and JUnit,
+    with one run's exit code (UsageError unless they are every shard of one run, once)."""
+    try:
+        results, shared = merged(reports)
+    except ShardError as err:
+        raise UsageError(str(err)) from None
+    rows = [str(r) for r in shared.get("rows") or dict.fromkeys(r.row for r in results)]
+    columns = [str(c) for c in shared.get("columns") or dict.fromkeys(r.column for r in results)]
+    order = {cell: i for i, cell in enumerate((row, column) for row in rows for column in columns)}
+    results.sort(key=lambda r: order.get((r.row, r.column), len(order)))
+    row_label = str(shared.get("row_label") or "scenario")
+    print(table(results, rows, columns, row_label))
+    meta: dict[str, object] = {"tested": shared.get("tested"), "row_label": row_label, "rows": rows,
+                               "columns": columns, "merged": len(reports)}  # fmt: skip
+    if json_file is not None:
+        write_json(results, json_file, meta)
+    if junit is not None:
+        write_junit(results, junit, "devshim-compat")
+    return 1 if any(r.status is Status.FAIL for r in results) else 0
 
 
 def repeat_command(request: Request, result: Result) -> str:
@@ -260,6 +307,10 @@ def _judged_driver(request: Request, binaries: dict[Release, Path]) -> int:
         cells = judged_cells(sel.scenarios or None, sorted(binaries), sel.registrations or None)
     except ValueError as err:
         raise UsageError(str(err)) from None
+    rows = list(dict.fromkeys(s for s, _, _ in cells))
+    columns = list(dict.fromkeys(column(r, g) for _, r, g in cells))
+    kept = _sharded(request, [(s, column(r, g)) for s, r, g in cells])
+    cells = [(s, r, g) for s, r, g in cells if (s, column(r, g)) in kept]
     driver = driver_under_test(request, argv)
     sys.stderr.write(f"devshim compat: {len(cells)} cells for driver {shlex.join(argv)}\n")
     sys.stderr.write(f"devshim compat: the driver runs {driver.describe()}\n")
@@ -268,8 +319,6 @@ def _judged_driver(request: Request, binaries: dict[Release, Path]) -> int:
             driver, cells, binaries, timeout_s=request.cell_timeout_s, progress=_progress(len(cells))
         )
     )
-    rows = list(dict.fromkeys(s for s, _, _ in cells))
-    columns = list(dict.fromkeys(column(r, g) for _, r, g in cells))
     code = _report(request, results, rows, columns, "scenario", f"driver: {shlex.join(argv)}")
     _suggest(request, driver)
     return code
@@ -285,14 +334,16 @@ def _judged_plugin(request: Request, binaries: dict[Release, Path]) -> int:
     if unknown:
         raise UsageError(f"unknown checks {unknown}; checks: {', '.join(CHECKS)}")
     cells = [(c, r) for c in (sel.scenarios or CHECKS) for r in sorted(binaries)]
+    rows = list(dict.fromkeys(c for c, _ in cells))
+    columns = list(dict.fromkeys(r.name for _, r in cells))
+    kept = _sharded(request, [(c, r.name) for c, r in cells])
+    cells = [(c, r) for c, r in cells if (c, r.name) in kept]
     plugin = PluginUnderTest(command=request.plugin)
     sys.stderr.write(f"devshim compat: {len(cells)} cells for plugin: {request.plugin}\n")
     results = _run_cells(
         run_judged_plugin_matrix(plugin, cells, binaries, timeout_s=request.cell_timeout_s,
                                  progress=_progress(len(cells)))
     )  # fmt: skip
-    rows = list(dict.fromkeys(c for c, _ in cells))
-    columns = list(dict.fromkeys(r.name for _, r in cells))
     return _report(request, results, rows, columns, "check", f"plugin: {request.plugin}")
 
 
@@ -389,8 +440,17 @@ def _dra_rows(
     if said:
         sys.stderr.write(f"devshim compat: {said}\n")
 
+    kept = _sharded(request, [(row, dra_matrix.pair_name(pair)) for pair in pairs for row in rows])
+
     async def run() -> list[Result]:
-        return await run_rows(pairs, rows, _progress(len(pairs) * len(rows)))
+        # Pair by pair, each with the rows of this run: a pair none of whose cells it runs
+        # starts no API server.
+        progress, results = _progress(len(kept)), []
+        for pair in pairs:
+            chosen = [row for row in rows if (row, dra_matrix.pair_name(pair)) in kept]
+            if chosen:
+                results += await run_rows([pair], chosen, progress)
+        return results
 
     try:
         results = _run_cells(run())
@@ -500,13 +560,15 @@ def _driver(
         cells = [(s, m) for s, m in cells if in_default_subset(m, order.index(s))]
     if not cells:
         raise UsageError("the filters select no cell")
+    rows = [s for s in SCENARIOS if any(c[0] == s for c in cells)]
+    kept = _sharded(request, [(s, m.id) for s, m in cells])
+    cells = [(s, m) for s, m in cells if (s, m.id) in kept]
     driver = driver_under_test(request, argv)
     sys.stderr.write(f"devshim compat: {len(cells)} cells for driver {shlex.join(argv)}\n")
     sys.stderr.write(f"devshim compat: the driver runs {driver.describe()}\n")
     results = _run_cells(
         run_driver_matrix(driver, cells, timeout_s=request.cell_timeout_s, progress=_progress(len(cells)))
     )
-    rows = [s for s in SCENARIOS if any(c[0] == s for c in cells)]
     return results, rows, [m.id for m in modes], f"driver: {shlex.join(argv)}", driver
 
 
@@ -516,14 +578,16 @@ def _plugin(request: Request) -> tuple[list[Result], list[str], list[str], str]:
         cells = plugin_cells(sel.scenarios or None, sel.profiles or None)
     except ValueError as err:
         raise UsageError(str(err)) from None
+    rows = [c for c in PLUGIN_CHECKS if any(cell[0] == c for cell in cells)]
+    columns = list(dict.fromkeys(profile for _, profile in cells))
+    kept = _sharded(request, cells)
+    cells = [cell for cell in cells if cell in kept]
     plugin = PluginUnderTest(command=request.plugin, socket=request.socket, change_hook=request.health_hook)
     what = f"plugin: {request.plugin}" if request.plugin else f"socket: {request.socket}"
     sys.stderr.write(f"devshim compat: {len(cells)} cells for {what}\n")
     results = _run_cells(
         run_plugin_matrix(plugin, cells, timeout_s=request.cell_timeout_s, progress=_progress(len(cells)))
     )
-    rows = [c for c in PLUGIN_CHECKS if any(cell[0] == c for cell in cells)]
-    columns = list(dict.fromkeys(profile for _, profile in cells))
     return results, rows, columns, what
 
 
