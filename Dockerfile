@@ -1,11 +1,16 @@
 # devshim: the device-plugin shim and its drivers (devshim_adapters), for the DaemonSet in deploy/.
 #
-# Base image pinned by version in one place (the "base" stage). For reproducible builds also pin
-# its digest (python:3.11.14-slim-bookworm@sha256:...); that cannot be looked up or checked
-# offline, so it is left to whoever publishes the image.
-FROM python:3.11.14-slim-bookworm AS base
+# Debian's own slim base and Debian's Python, so the same image can be built without Docker from
+# Debian's package mirror (scripts/build_image.py runs these instructions in a debootstrapped
+# root; docs/operations.md). Packages are pinned here, in one place, and the builder reads them
+# from this file. For reproducible builds also pin the base's digest (debian:bookworm-slim@sha256:
+# ...); that cannot be looked up or checked offline, so it is left to whoever publishes the image.
+FROM debian:bookworm-slim AS base
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3=3.11.2-1+b1 python3-venv=3.11.2-1+b1 \
+    && rm -rf /var/lib/apt/lists/*
 
 # Build stage: the project as a wheel, installed (not editable) with its dependencies into a
 # venv at /opt/devshim, by the same script tests/deploy/test_dockerfile.py runs.

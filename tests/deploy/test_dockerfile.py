@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import shim
+from scripts.dockerfile import DockerIgnore, copy_build_context
 from tests.deploy.tools import PROJECT, ROOT, require_tool
 
 DOCKERFILE = ROOT / "Dockerfile"
@@ -77,69 +77,7 @@ def test_the_image_installs_with_deploy_install_sh_and_keeps_only_its_venv() -> 
     assert any(arg.startswith(f'PATH="{venv}/bin:') for arg in instructions("ENV"))
 
 
-# --- the build context and the install ------------------------------------------------------
-
-
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    """A .dockerignore pattern as a regex: ``**`` spans directories, ``*`` and ``?`` do not."""
-    if "[" in pattern or "\\" in pattern:
-        raise ValueError(f".dockerignore pattern {pattern!r}: character classes are not emulated here")
-    out, i = "", 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out, i = out + "(?:.*/)?", i + 3
-        elif pattern.startswith("**", i):
-            out, i = out + ".*", i + 2
-        else:
-            out += {"*": "[^/]*", "?": "[^/]"}.get(pattern[i], re.escape(pattern[i]))
-            i += 1
-    return re.compile(out)
-
-
-class DockerIgnore:
-    """Docker's rule: the last pattern matching a path or one of its parent directories
-    decides; a ``!`` pattern re-includes."""
-
-    def __init__(self, text: str) -> None:
-        lines = [line.strip() for line in text.splitlines()]
-        self.rules: list[tuple[bool, re.Pattern[str]]] = []
-        self.exceptions: list[str] = []
-        for line in filter(None, lines):
-            if line.startswith("#"):
-                continue
-            include = line.startswith("!")
-            pattern = os.path.normpath(line.removeprefix("!").lstrip("/"))
-            self.rules.append((include, _glob_regex(pattern)))
-            if include:
-                self.exceptions.append(pattern)
-
-    def excluded(self, rel: str) -> bool:
-        parts = rel.split("/")
-        prefixes = ["/".join(parts[: n + 1]) for n in range(len(parts))]
-        excluded = False
-        for include, regex in self.rules:
-            if any(regex.fullmatch(prefix) for prefix in prefixes):
-                excluded = not include
-        return excluded
-
-    def may_reinclude_below(self, rel: str) -> bool:
-        return any(pattern.startswith(rel + "/") for pattern in self.exceptions)
-
-
-def copy_build_context(dest: Path) -> list[str]:
-    """Copy what `docker build .` would send; return the top-level entries copied."""
-    ignore = DockerIgnore((ROOT / ".dockerignore").read_text(encoding="utf-8"))
-    for folder, dirs, files in os.walk(ROOT):
-        rel_dir = os.path.relpath(folder, ROOT)
-        rel_dir = "" if rel_dir == "." else rel_dir + "/"
-        dirs[:] = [
-            d for d in dirs if not ignore.excluded(rel_dir + d) or ignore.may_reinclude_below(rel_dir + d)
-        ]
-        for name in files:
-            if not ignore.excluded(rel_dir + name):
-                (dest / rel_dir).mkdir(parents=True, exist_ok=True)
-                shutil.copy2(Path(folder, name), dest / rel_dir / name)
-    return sorted(p.name for p in dest.iterdir())
+# --- the build context and the install (scripts/dockerfile.py emulates .dockerignore) ---------
 
 
 def test_dockerignore_semantics_as_emulated() -> None:

@@ -34,6 +34,7 @@ from tests.deploy.test_manifests import (
     assert_dra_objects_fit_the_daemonset,
     assert_only_driver_folders_mounted,
     assert_paths_on_host_volumes,
+    assert_termination_log_mountable,
     config_files,
     declared_drivers,
     devshim_container,
@@ -207,6 +208,7 @@ def test_what_no_value_changes_holds_for_every_value_file(values: str) -> None:
         assert volumes(daemonset)[name]["hostPath"]["path"] == mount["mountPath"]
         assert mount.get("readOnly", False) is (name == "pod-resources")
     assert pod["automountServiceAccountToken"] is False
+    assert_termination_log_mountable(daemonset)
 
 
 @pytest.mark.parametrize("values", VALUE_FILES)

@@ -251,6 +251,18 @@ def test_devshim_is_root_but_unprivileged_with_the_kubelet_dirs_mounted(target: 
     # The grant policy judges device nodes as the host has them (docs/configuration.md).
     mount, volume = mount_for(daemonset, Path("/dev/nvidia0"))
     assert (mount["mountPath"], mount["readOnly"], volume["hostPath"]["path"]) == ("/dev", True, "/dev")
+    assert_termination_log_mountable(daemonset)
+
+
+def assert_termination_log_mountable(daemonset: Doc) -> None:
+    """The kubelet mounts the termination log at terminationMessagePath (default
+    /dev/termination-log): runc must create that mount point, which it cannot inside a read-only
+    mount. The real node refused the read-only /dev this way (error mounting ... to rootfs at
+    /dev/termination-log: read-only file system; tests/deploy/test_image_real_node.py)."""
+    container = devshim_container(daemonset)
+    path = Path(container.get("terminationMessagePath", "/dev/termination-log"))
+    mount, _ = mount_for(daemonset, path)
+    assert not mount.get("readOnly", False), f"{path} is under the read-only mount {mount['mountPath']}"
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -1,13 +1,15 @@
-"""The deployment checks' external tools (hadolint, kubectl, helm) and project facts they compare with."""
+"""The deployment checks' external tools (hadolint, kubectl, helm), the image built without Docker, and
+project facts they compare with."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tomllib
 from pathlib import Path
 
-from scripts import build_helm
+from scripts import build_helm, build_image
 from tests.support.toolchains import unavailable
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -33,3 +35,14 @@ def require_helm() -> str:
             "`python -m scripts.build_helm` builds it (about 3 minutes with cold Go caches)"
         )
     return str(build_helm.helm_path())
+
+
+def require_image() -> Path:
+    """devshim's image as an OCI archive (scripts/build_image.py): cached, or built now (about a
+    minute and a half: debootstrap, apt and pip). Without root or debootstrap: a skip, or a
+    failure under CI."""
+    if os.geteuid() != 0:
+        unavailable("building the image without Docker needs root (debootstrap, chroot, mount)")
+    if shutil.which("debootstrap") is None and not build_image.cached_path().is_file():
+        unavailable("debootstrap is not installed (Debian: apt-get install debootstrap)")
+    return build_image.build()

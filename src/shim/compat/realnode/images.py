@@ -3,7 +3,8 @@
 Each image is an OCI image layout packed as a tar (what `ctr images import` reads): one
 uncompressed layer holding /bin/busybox and the applets the tests use as links to it, a config
 naming the entrypoint, a manifest, and an index whose annotation names the image. Entries carry
-fixed times and owners, so the same busybox gives the same digests on every run.
+fixed times and owners, so the same busybox gives the same digests on every run. write_layout
+packs any one-layer image the same way: scripts/build_image.py's devshim image too.
 """
 
 from __future__ import annotations
@@ -86,22 +87,35 @@ def _blob(tar: tarfile.TarFile, data: bytes) -> dict[str, object]:
     return {"digest": f"sha256:{digest}", "size": len(data)}
 
 
+def _file_blob(tar: tarfile.TarFile, path: Path) -> dict[str, object]:
+    """A blob streamed from a file (a layer can be hundreds of MiB)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as source:
+        while chunk := source.read(1 << 20):
+            digest.update(chunk)
+    entry = tarfile.TarInfo(f"blobs/sha256/{digest.hexdigest()}")
+    entry.size, entry.mode = path.stat().st_size, 0o644
+    with path.open("rb") as source:
+        tar.addfile(entry, source)
+    return {"digest": f"sha256:{digest.hexdigest()}", "size": entry.size}
+
+
 def _json(value: object) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
-def write_archive(image: Image, busybox: Path, target: Path) -> None:
-    """`image` as an OCI layout tar at `target`."""
-    layer = _layer(busybox)
+def write_layout(target: Path, name: str, layer: bytes | Path, config: dict[str, object]) -> None:
+    """An OCI layout tar at `target` naming the image `name`: one uncompressed `layer` (a tar, in
+    memory or a file), `config` the image config's "config" object (Entrypoint, Env, ...)."""
     with tarfile.open(target, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        layer_ref = _blob(tar, layer)
-        config = {
+        layer_ref = _blob(tar, layer) if isinstance(layer, bytes) else _file_blob(tar, layer)
+        image_config = {
             "architecture": "amd64",
             "os": "linux",
-            "config": {"Entrypoint": list(image.entrypoint), "Env": ["PATH=/bin"]},
+            "config": config,
             "rootfs": {"type": "layers", "diff_ids": [layer_ref["digest"]]},
         }
-        config_ref = _blob(tar, _json(config))
+        config_ref = _blob(tar, _json(image_config))
         manifest = {
             "schemaVersion": 2,
             "mediaType": _OCI_MANIFEST,
@@ -115,13 +129,19 @@ def write_archive(image: Image, busybox: Path, target: Path) -> None:
                 {
                     "mediaType": _OCI_MANIFEST,
                     **manifest_ref,
-                    "annotations": {"io.containerd.image.name": image.name},
+                    "annotations": {"io.containerd.image.name": name},
                     "platform": {"architecture": "amd64", "os": "linux"},
                 }
             ],
         }
         layout = _json({"imageLayoutVersion": "1.0.0"})
-        for name, data in (("oci-layout", layout), ("index.json", _json(index))):
-            entry = tarfile.TarInfo(name)
+        for entry_name, data in (("oci-layout", layout), ("index.json", _json(index))):
+            entry = tarfile.TarInfo(entry_name)
             entry.size, entry.mode = len(data), 0o644
             tar.addfile(entry, io.BytesIO(data))
+
+
+def write_archive(image: Image, busybox: Path, target: Path) -> None:
+    """`image` as an OCI layout tar at `target`."""
+    config: dict[str, object] = {"Entrypoint": list(image.entrypoint), "Env": ["PATH=/bin"]}
+    write_layout(target, image.name, _layer(busybox), config)

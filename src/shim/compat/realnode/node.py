@@ -150,10 +150,7 @@ class Node(Started):
         for image in images.IMAGES:
             archive = self.folder / "images" / f"{image.name.replace('/', '_').replace(':', '_')}.tar"
             images.write_archive(image, busybox, archive)
-            argv = self._host.command(containerd.import_command(self._containerd_dir, archive, self.runtime))
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-            if done.returncode != 0:
-                raise NodeError(f"importing {image.name} failed: {(done.stderr or done.stdout).strip()}")
+            self.import_image(archive)
         self.read_only_port = free_port()
         conf = kubelet.config(
             self.minor, self.folder, cgroup_root=self._host.cgroup.path,
@@ -163,6 +160,13 @@ class Node(Started):
         (self.folder / "kubelet.json").write_text(json.dumps(conf, indent=2))
         self.start_kubelet()
         self.started_in_s = time.monotonic() - began
+
+    def import_image(self, archive: Path) -> None:
+        """Import an OCI layout tar (images.write_layout) into the CRI's image store."""
+        argv = self._host.command(containerd.import_command(self._containerd_dir, archive, self.runtime))
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+        if done.returncode != 0:
+            raise NodeError(f"importing {archive.name} failed: {(done.stderr or done.stdout).strip()}")
 
     def start_kubelet(self) -> None:
         """Start the kubelet and wait until it serves device plugins and its read-only API."""
