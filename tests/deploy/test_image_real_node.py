@@ -13,9 +13,19 @@ says. The image is imported
 into the node's containerd (ctr images import) under the name the chart asks for, and the pod's
 container must report that image's digest.
 
+The chart's DRA values run the same way on the connected node (shim.compat.realnode.connected:
+API server, scheduler, kubelet, containerd with CDI), rendered for its kubelet root and CDI folder:
+the chart's account, RBAC, admission policy and DeviceClass go to the API server; three more
+changes, since a static pod names no service account and no kube-proxy runs: the token is one of
+that account bound to a pod on the node, in a hostPath folder where the projected volume was, and
+the API server's address is given as the kubelet would give the kubernetes Service's. devshim
+publishes through the policy, and a claim of the chart's class, allocated by the real scheduler,
+is prepared through the pod's DRA socket: the claim's pod runs.
+
 Needs root, containerd, runc, Go (the kubelet), helm and debootstrap. Cost (docs/operations.md):
-the image build, about a minute and a half cold and a second cached, then about 80 s for the
-node and pods: --full-matrix only.
+the image build, 80 s cold and a second cached, then with it cached about 10 s for the node and
+its pods, 18 s for the connected node's DRA run: --full-matrix only, for the cold build and
+debootstrap, which CI does not install.
 """
 
 from __future__ import annotations
@@ -32,12 +42,15 @@ import pytest
 import yaml
 
 from shim.compat.realnode import Node, NodeUnavailable, pod_manifest
+from shim.compat.realnode.connected import ConnectedNode, api_pod, connected_releases
 from shim.compat.realnode.kubelet import pod_name
 from shim.compat.realnode.node import free_port
 from shim.compat.upstream import releases as upstream
 from tests.deploy.test_helm import render
-from tests.deploy.test_manifests import config_files, devshim_container, one
+from tests.deploy.test_manifests import NAMESPACE, config_files, devshim_container, one
 from tests.deploy.tools import DEPLOY, require_image
+from tests.support.devshim_process import http_get
+from tests.support.dra import Published
 from tests.support.real_node import (
     DEFAULT,
     allocatable_ids,
@@ -81,8 +94,10 @@ def node(image: Path) -> Iterator[Node]:
             node.stop()
 
 
-def static_pod(docs: tuple[Doc, ...], node: Node, port: int) -> Doc:
-    """The DaemonSet's pod as a static pod of `node` (the four changes the module names)."""
+def static_pod(docs: tuple[Doc, ...], node: Node, port: int, api: Doc | None = None) -> Doc:
+    """The DaemonSet's pod as a static pod of `node` (the four changes the module names); with
+    `api` (a folder of its token, CA and namespace, and the API server's address), the three the
+    DRA test names too."""
     daemonset = one(docs, "DaemonSet")
     template = copy.deepcopy(daemonset["spec"]["template"])
     spec = template["spec"]
@@ -97,8 +112,14 @@ def static_pod(docs: tuple[Doc, ...], node: Node, port: int) -> Doc:
         "state": node.folder / "devshim-state",
         "dev": Path("/dev"),  # the host's own, as on any node
     }
+    if api is not None:  # DRA: its own folders, where the chart mounts them (kubeletRootDir)
+        host["cdi"] = node.cdi_dir
+        host |= {f"dra-plugin-{i}": node.plugins_dir / name for i, name in enumerate(api["drivers"])}
     for volume in spec["volumes"]:
-        if "configMap" in volume:
+        if volume["name"] == "api-token" and api is not None:
+            volume["hostPath"] = {"path": str(api["folder"]), "type": "Directory"}
+            del volume["projected"]
+        elif "configMap" in volume:
             volume["hostPath"] = {"path": str(config_dir), "type": "Directory"}
             del volume["configMap"]
         elif "hostPath" in volume:
@@ -107,6 +128,12 @@ def static_pod(docs: tuple[Doc, ...], node: Node, port: int) -> Doc:
     [container] = [c for c in spec["containers"] if c["name"] == "devshim"]
     container["ports"] = [{**ops, "containerPort": port}]
     spec["hostNetwork"] = True
+    if api is not None:
+        # No kube-proxy routes the kubernetes Service: its address is the API server's own, as
+        # the kubelet would give it; a static pod may name no service account.
+        container["env"] += [{"name": "KUBERNETES_SERVICE_HOST", "value": api["host"]},
+                             {"name": "KUBERNETES_SERVICE_PORT", "value": api["port"]}]  # fmt: skip
+        del spec["serviceAccountName"]
     metadata = {"name": "devshim", "namespace": "default", "labels": template["metadata"]["labels"]}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
@@ -125,7 +152,7 @@ def ready(pod: Doc) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
 
 
-@pytest.mark.full_matrix  # about 80 s with the image cached: with --full-matrix, and by hand
+@pytest.mark.full_matrix  # about 10 s with the image cached, 80 s more to build it: --full-matrix
 @pytest.mark.timeout(600)
 def test_the_charts_pod_from_the_image_serves_a_device_to_another_pod(node: Node, image: Path) -> None:
     docs = render("--values", str(VALUES))
@@ -147,4 +174,119 @@ def test_the_charts_pod_from_the_image_serves_a_device_to_another_pod(node: Node
     except BaseException:
         log = node.container_log("devshim", "devshim")[-6000:]
         sys.stderr.write(f"--- devshim's container log:\n{log}\n")
+        raise
+
+
+DRA_VALUES = DEPLOY / "examples" / "helm" / "dra.yaml"  # the chart's DRA values: sim.example.com
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
+CLUSTER_KINDS = {  # the chart's cluster objects, where the API server takes them
+    "ServiceAccount": f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "ValidatingAdmissionPolicy": f"{ADMISSION}/validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": f"{ADMISSION}/validatingadmissionpolicybindings",
+    "DeviceClass": "/apis/resource.k8s.io/v1/deviceclasses",
+}
+
+
+def kubelet_side(port: int, driver: str) -> Doc:
+    """devshim's /status of its DRA driver's kubelet side ({} while it cannot be read)."""
+    try:
+        code, body = http_get(f"http://127.0.0.1:{port}/status")
+    except OSError:
+        return {}
+    found = json.loads(body).get("dra", {}).get(driver, {}).get("kubelet", {}) if code == 200 else {}
+    return dict(found)
+
+
+@pytest.fixture
+def cluster(image: Path) -> Iterator[ConnectedNode]:
+    """The newest connected release (API server, scheduler, kubelet, containerd with CDI) with
+    the image imported, stopped afterwards."""
+    check_machine(connected=True)
+    releases = connected_releases()
+    if not releases:
+        unavailable("no judges/k8s-1.NN module carries kube-apiserver, kube-scheduler and the kubelet")
+    with one_node_at_a_time(), short_temp_dir("ds-imgdra-") as folder:
+        cluster = ConnectedNode(releases[-1].minor, folder)
+        try:
+            try:
+                cluster.start()
+            except NodeUnavailable as missing:
+                unavailable(str(missing))
+            cluster.node.import_image(image)
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+@pytest.mark.full_matrix
+@pytest.mark.timeout(600)
+def test_the_charts_dra_pod_from_the_image_prepares_a_claim_the_scheduler_allocated(
+    cluster: ConnectedNode, image: Path
+) -> None:
+    """The chart's DRA values (dra.enabled, its DeviceClass) rendered for the node's kubelet root
+    and CDI folder: the chart's service account, RBAC, admission policy and DeviceClass applied
+    to the API server; the pod from the image, with a token of that account bound to a pod on
+    the node (a static pod names no service account) and the API server's address (no
+    kube-proxy), publishes its pool through the policy; a ResourceClaim of the chart's class is
+    allocated by the real scheduler and prepared through the pod's DRA socket: its pod runs."""
+    node, plane = cluster.node, cluster.plane
+    flags = ["--values", str(DRA_VALUES), "--set", "dra.deviceClasses=true"]
+    flags += ["--set", f"kubeletRootDir={node.kubelet_root}", "--set", f"config.dra.cdi_dir={node.cdi_dir}"]
+    docs = render(*flags)
+    drivers = [d["name"] for d in yaml.safe_load(config_files(docs, node.folder / "rendered")[0].joinpath(
+        "config.yaml").read_text())["dra"]["drivers"]]  # fmt: skip
+    plane.ensure("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+    for doc in docs:
+        if doc["kind"] in CLUSTER_KINDS:
+            plane.ensure(CLUSTER_KINDS[doc["kind"]], doc)
+    account = one(docs, "ServiceAccount")["metadata"]["name"]
+    token_dir = node.folder / "api-token"
+    token_dir.mkdir()
+    (token_dir / "token").write_text(plane.node_bound_token(NAMESPACE, account, cluster.node_name))
+    (token_dir / "ca.crt").write_bytes(plane.ca_file.read_bytes())
+    (token_dir / "namespace").write_text(NAMESPACE)
+    host, _, port = plane.url.removeprefix("https://").rpartition(":")
+    api = {"folder": token_dir, "host": host, "port": port, "drivers": drivers}
+    ops = free_port()
+    node.run_pod(static_pod(docs, node, ops, api))
+    try:
+        node.wait_for_pod("devshim", ready, "Ready (devshim registered with the kubelet)", 120)
+        pool = Published(plane, "v1", cluster.node_name, drivers[0])
+        wait_until(lambda: (found := pool.pool()) is not None and len(found) == 4, "the pool published")
+        wait_until(
+            lambda: kubelet_side(ops, drivers[0]).get("registered"), "the kubelet registered its DRA plugin"
+        )
+        claim = {
+            "metadata": {"name": "one-sim"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "sim",
+                            "exactly": {"deviceClassName": one(docs, "DeviceClass")["metadata"]["name"]},
+                        }
+                    ]
+                }
+            },
+        }
+        cluster.request("POST", CLAIMS, claim)
+        cluster.create_pod(api_pod("claimant", "exec sleep infinity", claims={"sim": "one-sim"}))
+        cluster.wait_for_pod(
+            "claimant", lambda p: bool(p and p["status"].get("phase") == "Running"), "running"
+        )
+        allocated = cluster.request(
+            "GET", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/one-sim"
+        )
+        [result] = allocated["status"]["allocation"]["devices"]["results"]
+        assert (result["driver"], result["pool"]) == (drivers[0], cluster.node_name)
+        assert kubelet_side(ops, drivers[0])["prepared_claims"] == 1
+    except BaseException:
+        log = node.container_log("devshim", "devshim")[-6000:]
+        kubelet = [line for line in node.kubelet_log.read_text(errors="replace").splitlines()
+                   if "claim" in line.lower() or "dra" in line.lower()][-40:]  # fmt: skip
+        sys.stderr.write(f"--- devshim's container log:\n{log}\n--- the kubelet on claims:\n")
+        sys.stderr.write("\n".join(kubelet) + "\n")
         raise
