@@ -2,7 +2,7 @@
 
 Usage: python -m bench [--quick] [--rows allocate,health,...] [--json FILE] [--claims N]
 Rows (docs/benchmarks.md): allocate, declared, preferred, goclient (a Go client, built on
-first use), health, listsize, reregister, failover, memory, footprint, startup, concurrency,
+first use), health, listsize, reregister, failover, memory, footprint, nodecost, startup, concurrency,
 opsflood, listflood, bound, dra, dra_prepare, dra_flood (a real kube-apiserver, built on first use),
 sdk_rss and sdk_allocate (a Go SDK driver beside the Python SDK's, built on first use). Default
 settings take about 6 minutes on 2 cores; --quick about two.
@@ -38,6 +38,7 @@ from bench import (
     health,
     listsize,
     memory,
+    nodecost,
     opsflood,
     reregister,
     sdk_drivers,
@@ -56,6 +57,7 @@ ROWS: dict[str, Row] = {
     "failover": failover.failover,
     "memory": memory.memory,
     "footprint": footprint.footprint,
+    "nodecost": nodecost.nodecost,
     "startup": footprint.startup,
     "concurrency": concurrency.concurrency,
     "opsflood": opsflood.ops_flood,

@@ -15,13 +15,16 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from loguru import logger
 
 from shim.configfile import ConfigError
-from shim.dra.kube import ApiError, ApiServer
 from shim.facts import is_label_value
 from shim.settings import NodeConfigSettings, Settings
+
+if TYPE_CHECKING:  # the API client (kr8s, httpx: 36 MB) is imported only where configs are followed
+    from shim.dra.kube import ApiServer
 
 BACKOFF_S = (0.5, 30.0)  # after a failed list or watch: first wait, longest wait
 SHORTEST_WATCH_S = 1.0  # a watch ending sooner than this is a failure, not the server's timeout
@@ -36,7 +39,7 @@ class NodeConfigs:
         settings: NodeConfigSettings,
         default: Path | None,
         read: Callable[[Path | None], Settings],
-        connect: Callable[[Path | None], Awaitable[ApiServer]] = ApiServer.connect,
+        connect: Callable[[Path | None], Awaitable[ApiServer]] | None = None,
     ) -> None:
         self.settings = settings
         self.name: str | None = None  # the label's value; None while there is none (or unread)
@@ -64,11 +67,14 @@ class NodeConfigs:
     async def follow(self, changed: Callable[[], None]) -> None:
         """Until cancelled: the label read, then watched; ``changed()`` each time its value
         changes. Failures are logged and retried with jittered backoff, never raised."""
+        from shim.dra.kube import ApiError, ApiServer
+
+        connect = self._connect or ApiServer.connect
         wait, api = BACKOFF_S[0], None
         node = str(self.settings.node_name)
         while True:
             try:
-                api = api or await self._connect(self.settings.kubeconfig)
+                api = api or await connect(self.settings.kubeconfig)
                 labels, since = await api.node_labels(node)
                 self._see(labels, changed)
                 wait = BACKOFF_S[0]

@@ -14,6 +14,7 @@ import shutil
 import signal
 import sys
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -70,14 +71,49 @@ except OSError as error:
 EXEC_FAILED, SWITCH_FAILED, PARENT_GONE = 127, 71, 70
 # How much of the driver's stderr one read takes.
 STDERR_CHUNK = 256 * 1024
-# How often a driver's exit is looked for (see exited()).
+# How often the exit of a process devshim did not spawn itself is looked for (see exited()).
 EXIT_POLL_S = 0.05
+
+
+class _ExitingProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's own protocol for a subprocess's pipes, which also says when the process exited:
+    asyncio calls process_exited as soon as the exit status is known, before the pipes close."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exit: asyncio.Future[None] = loop.create_future()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self.exit.done():
+            self.exit.set_result(None)
+
+
+# The exit of each process spawned here, as its protocol reports it.
+_EXITS: weakref.WeakKeyDictionary[asyncio.subprocess.Process, asyncio.Future[None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def spawn(*argv: str, limit: int, **options: Any) -> asyncio.subprocess.Process:
+    """asyncio.create_subprocess_exec, whose exit ``exited`` awaits without a timer."""
+    loop = asyncio.get_running_loop()
+    pipes = _ExitingProtocol(limit, loop)
+    transport, _ = await loop.subprocess_exec(lambda: pipes, *argv, **options)
+    process = asyncio.subprocess.Process(transport, pipes, loop)
+    _EXITS[process] = pipes.exit
+    return process
 
 
 async def exited(process: asyncio.subprocess.Process) -> int:
     """The exit status, once the process has exited. Not Process.wait(): on Python 3.11 that
     also waits until every pipe to the process is closed, and a child the driver started (the
-    legacy adapter's plugin, say) holds its stdout open after the driver itself is gone."""
+    legacy adapter's plugin, say) holds its stdout open after the driver itself is gone. A process
+    spawned here is awaited through its protocol (an idle driver costs no wake-ups); another is
+    polled."""
+    exit = _EXITS.get(process)
+    if exit is not None:
+        await asyncio.shield(exit)
     while process.returncode is None:
         await asyncio.sleep(EXIT_POLL_S)
     return process.returncode
@@ -169,7 +205,7 @@ class DriverProcess:
         ]
 
     async def _spawn(self, ids: str, argv: list[str]) -> asyncio.subprocess.Process:
-        return await asyncio.create_subprocess_exec(
+        return await spawn(
             sys.executable, "-I", "-S", "-c", LAUNCHER, str(os.getpid()), ids, *argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
