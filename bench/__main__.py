@@ -1,11 +1,13 @@
 """python -m bench: every benchmark row beside its baseline, as one table with each goal met or missed.
 
-Usage: python -m bench [--quick] [--rows allocate,health,...] [--json FILE] [--claims N]
+Usage: python -m bench [--quick] [--rows allocate,health,...] [--json FILE] [--claims N] [--nodes N,...]
 Rows (docs/benchmarks.md): allocate, declared, preferred, goclient (a Go client, built on
-first use), health, listsize, reregister, failover, memory, footprint, nodecost, startup, concurrency,
-opsflood, listflood, bound, dra, dra_prepare, dra_flood (a real kube-apiserver, built on first use),
-sdk_rss and sdk_allocate (a Go SDK driver beside the Python SDK's, built on first use). Default
-settings take about 6 minutes on 2 cores; --quick about two.
+first use), health, listsize, reregister, failover, memory, footprint, nodecost, podstart (the
+real node, root), startup, concurrency, opsflood, listflood, bound, dra, dra_prepare, dra_flood
+(a real kube-apiserver, built on first use), sdk_rss and sdk_allocate (a Go SDK driver beside
+the Python SDK's, built on first use), fleet (--nodes: publishers against one kube-apiserver). Default
+settings take about 6 minutes on 2 cores, plus 8 for nodecost, 1 for podstart and 3 for fleet;
+--quick about two.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from bench import (
     dra_flood,
     dra_prepare,
     failover,
+    fleet,
     flood,
     footprint,
     goview,
@@ -40,6 +43,7 @@ from bench import (
     memory,
     nodecost,
     opsflood,
+    podstart,
     reregister,
     sdk_drivers,
 )
@@ -58,6 +62,7 @@ ROWS: dict[str, Row] = {
     "memory": memory.memory,
     "footprint": footprint.footprint,
     "nodecost": nodecost.nodecost,
+    "podstart": podstart.podstart,
     "startup": footprint.startup,
     "concurrency": concurrency.concurrency,
     "opsflood": opsflood.ops_flood,
@@ -68,6 +73,7 @@ ROWS: dict[str, Row] = {
     "dra_flood": dra_flood.dra_flood,
     "sdk_rss": sdk_drivers.sdk_rss,
     "sdk_allocate": sdk_drivers.sdk_allocate,
+    "fleet": fleet.fleet,
 }
 
 
@@ -95,7 +101,19 @@ def main() -> None:
     parser.add_argument(
         "--claims", type=int, help="claims the dra_prepare row prepares (default 200; --quick 50)"
     )
+    parser.add_argument(
+        "--nodes",
+        help="comma-separated fleet sizes the fleet row simulates (default 10,100; e.g. 10,100,1000)",
+    )
     args = parser.parse_args()
+    if args.nodes is not None:
+        try:
+            sizes = tuple(int(n) for n in args.nodes.split(","))
+        except ValueError:
+            parser.error(f"--nodes: comma-separated numbers, not {args.nodes!r}")
+        if not sizes or min(sizes) < 1:
+            parser.error("--nodes: each size at least 1")
+        ROWS["fleet"] = functools.partial(fleet.fleet, sizes=sizes)
     if args.claims is not None:
         if args.claims < 1:
             parser.error("--claims: at least 1")

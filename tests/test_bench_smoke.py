@@ -61,3 +61,19 @@ def test_the_sdk_rows_measure_a_go_driver_beside_a_python_one(tmp_path: Path) ->
     assert {arm["n"] for arm in (allocate["extra"]["go"], allocate["extra"]["python"])} == {300}
     assert set(allocate["extra"]["driver_cpu_us_per_call"]) == {"go", "python"}
     assert "| idle RSS: a Go SDK driver" in done.stdout and "Go/Python p50" in done.stdout
+
+
+def test_the_fleet_row_publishes_every_pool_and_finds_them_whole_after_a_restart(tmp_path: Path) -> None:
+    """Row fleet with three nodes, --quick: the control plane (built and cached by the suite's
+    prebuild), every pool published, a health change, the API server restarted; the shape, and
+    that nothing was lost, never how fast."""
+    toolchain("go", "the fleet row's kube-apiserver")
+    out = tmp_path / "bench.json"
+    args = [sys.executable, "-m", "bench", "--quick", "--rows", "fleet", "--nodes", "3", "--json", str(out)]
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=110)
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(out.read_text())["rows"]
+    assert not row["note"].startswith("failed"), row["note"]
+    figures = row["extra"]["3"]
+    assert figures["nodes"] == 3 and figures["restart_lost_or_doubled"] == 0
+    assert figures["start_requests_per_node"] > 0 and figures["start_s"] > 0

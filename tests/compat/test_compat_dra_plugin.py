@@ -34,7 +34,6 @@ NEWEST = "1.37/1.37"
 # The rows that call the plugin's DRAPlugin service (services directly, the rest through the
 # DRA manager).
 CALLING = {"services", "prepare", "shared", "kubelet_restart", "plugin_restart"}
-TEST_DRIVER = "k8s.io/kubernetes/test/e2e/dra/test-driver"
 BUGGY = {"versions": ["v1.DRAPlugin"], "serves": ["v1beta1.DRAPlugin"]}
 
 
@@ -100,11 +99,9 @@ def upstream_test_driver() -> Path:
     helper its e2e tests run), built from the module judges/k8s-1.37 pins, into the judge cache
     beside that release's programs."""
     [release] = [r for r in releases.releases() if r.minor == 37]
-    binary = release.binary("dra-test-driver")
-    if not binary.is_file():
+    if not release.binary(releases.DRA_TEST_DRIVER_PROGRAM).is_file():
         toolchain("go", "upstream's DRA test driver")
-    label = f"the {release.name} DRA test driver"
-    return releases._build(release.folder, TEST_DRIVER, binary, label, release.ldflags(), log=False)
+    return releases.build_dra_test_driver(release, log=False)
 
 
 @pytest.mark.full_matrix

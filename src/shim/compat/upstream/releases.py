@@ -41,6 +41,8 @@ SCHEDULER_PROGRAM = "kube-scheduler"  # the connected node's scheduler (shim.com
 # The kubelet's DRA manager and plugin manager, driven by shim.compat.upstream.dra_manager.
 DRAMANAGER_PROGRAM = "dramanager"
 ETCD_PROGRAM = "etcd"
+DRA_TEST_DRIVER_PROGRAM = "dra-test-driver"
+DRA_TEST_DRIVER_PACKAGE = "k8s.io/kubernetes/test/e2e/dra/test-driver"
 # The version package the release's programs report (--version, /version): set at link time, as
 # the release's own build does; a -X naming a package a program does not link is ignored.
 _VERSION_PACKAGE = "k8s.io/component-base/version"
@@ -261,6 +263,15 @@ def build(release: Release, *, log: bool = True, program: str = HARNESS_PROGRAM)
     what = "judge" if program == HARNESS_PROGRAM else program
     label = f"the {release.name} {what} ({release.version})"
     return _build(release.folder, f"./{program}", release.binary(program), label, release.ldflags(), log)
+
+
+def build_dra_test_driver(release: Release, *, log: bool = True) -> Path:
+    """upstream's own DRA test driver (test/e2e/dra/test-driver: a kubelet plugin on
+    k8s.io/dynamic-resource-allocation's kubeletplugin helper, as vendors' drivers are), built
+    from the release's module unless the cache holds it."""
+    label = f"the {release.name} DRA test driver"
+    target = release.binary(DRA_TEST_DRIVER_PROGRAM)
+    return _build(release.folder, DRA_TEST_DRIVER_PACKAGE, target, label, release.ldflags(), log)
 
 
 def build_etcd(etcd: Etcd, *, log: bool = True) -> Path:
