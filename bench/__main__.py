@@ -2,12 +2,12 @@
 
 Usage: python -m bench [--quick] [--rows allocate,health,...] [--json FILE] [--claims N] [--nodes N,...]
 Rows (docs/benchmarks.md): allocate, declared, preferred, goclient (a Go client, built on
-first use), health, listsize, reregister, failover, memory, footprint, nodecost, podstart (the
-real node, root), startup, concurrency, opsflood, listflood, bound, dra, dra_prepare, dra_flood
-(a real kube-apiserver, built on first use), sdk_rss and sdk_allocate (a Go SDK driver beside
-the Python SDK's, built on first use), fleet (--nodes: publishers against one kube-apiserver). Default
-settings take about 6 minutes on 2 cores, plus 8 for nodecost, 1 for podstart and 3 for fleet;
---quick about two.
+first use), health, listsize, reregister, failover, memory, footprint, nodecost, podstart and
+podstart_dra (the real node, root), startup, concurrency, opsflood, listflood, bound, dra,
+dra_prepare, dra_flood (a real kube-apiserver, built on first use), sdk_rss and sdk_allocate (a
+Go SDK driver beside the Python SDK's, built on first use), fleet (--nodes: publishers against
+one kube-apiserver). Default settings take about 6 minutes on 2 cores, plus 8 for nodecost, 1 for
+podstart, 5 for podstart_dra and 3 for fleet; --quick about two.
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ ROWS: dict[str, Row] = {
     "footprint": footprint.footprint,
     "nodecost": nodecost.nodecost,
     "podstart": podstart.podstart,
+    "podstart_dra": podstart.podstart_dra,
     "startup": footprint.startup,
     "concurrency": concurrency.concurrency,
     "opsflood": opsflood.ops_flood,
