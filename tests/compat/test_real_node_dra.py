@@ -34,14 +34,12 @@ from typing import Any
 
 import pytest
 
-from shim.compat.realnode import NodeUnavailable, containerd, images, kubelet, scheduler
+from shim.compat.realnode import containerd, images, kubelet, scheduler
 from shim.compat.realnode.connected import NOT_READY_TAINT, ConnectedNode, api_pod, connected_releases
 from shim.compat.realnode.kubelet import NODE_NAME
 from shim.compat.upstream import releases as upstream
 from tests.support.dra import GPU_DRIVER, Published
-from tests.support.real_node import END, Devshim, check_machine, one_node_at_a_time, reporting, wait_until
-from tests.support.toolchains import unavailable
-from tests.support.unix import short_temp_dir
+from tests.support.real_node import END, Devshim, connected_node, reporting, wait_until
 
 GPU = "example.com/gpu"
 FPGA = "example.com/fpga"
@@ -55,19 +53,8 @@ RELEASES = connected_releases()
 @pytest.fixture
 def cluster() -> Iterator[ConnectedNode]:
     """The newest release's control plane, scheduler and connected node, stopped afterwards."""
-    check_machine(connected=True)
-    if not RELEASES:
-        unavailable("no judges/k8s-1.NN module carries kube-apiserver, kube-scheduler and the kubelet")
-    with one_node_at_a_time(), short_temp_dir("ds-dra-") as folder:
-        cluster = ConnectedNode(RELEASES[-1].minor, folder)
-        try:
-            try:
-                cluster.start()
-            except NodeUnavailable as missing:  # what check_machine cannot see: cgroups, namespaces
-                unavailable(str(missing))
-            yield cluster
-        finally:
-            cluster.stop()
+    with connected_node("ds-dra-") as cluster:
+        yield cluster
 
 
 def _devshim_settings(cluster: ConnectedNode, control: Path | None = None) -> dict[str, Any]:

@@ -42,7 +42,7 @@ import pytest
 import yaml
 
 from shim.compat.realnode import Node, NodeUnavailable, pod_manifest
-from shim.compat.realnode.connected import ConnectedNode, api_pod, connected_releases
+from shim.compat.realnode.connected import ConnectedNode, api_pod
 from shim.compat.realnode.kubelet import pod_name
 from shim.compat.realnode.node import free_port
 from shim.compat.upstream import releases as upstream
@@ -55,6 +55,7 @@ from tests.support.real_node import (
     DEFAULT,
     allocatable_ids,
     check_machine,
+    connected_node,
     kubelet_pods,
     one_node_at_a_time,
     report,
@@ -202,23 +203,10 @@ def kubelet_side(port: int, driver: str) -> Doc:
 
 @pytest.fixture
 def cluster(image: Path) -> Iterator[ConnectedNode]:
-    """The newest connected release (API server, scheduler, kubelet, containerd with CDI) with
-    the image imported, stopped afterwards."""
-    check_machine(connected=True)
-    releases = connected_releases()
-    if not releases:
-        unavailable("no judges/k8s-1.NN module carries kube-apiserver, kube-scheduler and the kubelet")
-    with one_node_at_a_time(), short_temp_dir("ds-imgdra-") as folder:
-        cluster = ConnectedNode(releases[-1].minor, folder)
-        try:
-            try:
-                cluster.start()
-            except NodeUnavailable as missing:
-                unavailable(str(missing))
-            cluster.node.import_image(image)
-            yield cluster
-        finally:
-            cluster.stop()
+    """The newest connected release with the image imported, stopped afterwards."""
+    with connected_node("ds-imgdra-") as cluster:
+        cluster.node.import_image(image)
+        yield cluster
 
 
 @pytest.mark.full_matrix
