@@ -268,12 +268,15 @@ class Shim:
         logger.info("{}: no longer served", name)
 
     async def stop(self) -> None:
+        # DRA publishing stops first: a driver or resource stopped while the publisher still ran
+        # would take its devices out of the node's ResourceSlices, and a rolling update would
+        # empty the pool that the scheduler allocates from (its slices stay as they are).
+        if self.dra is not None:
+            await self.dra.stop()
         for driver in self.drivers:
             await driver.stop()
         for name in [*self.served, *self.dra_only]:
             await self.remove_resource(name)
-        if self.dra is not None:
-            await self.dra.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -23,7 +23,7 @@ from shim.compat.upstream import releases as upstream
 from shim.dra.names import device_name
 from shim.dra.node import FIRST_POOL_WAIT_S
 from tests.support import control_plane
-from tests.support.dra import SIM_GPUS, Published, config, control, dra_status, running_devshim
+from tests.support.dra import SIM_GPUS, Published, config, control, dra_status, running, running_devshim
 from tests.support.unix import short_temp_dir
 
 RELEASES = [control_plane.param(r) for r in control_plane.APISERVERS]
@@ -145,6 +145,31 @@ async def test_slices_deleted_by_someone_else_are_published_again(plane: Control
 def _uid(published: Published) -> str | None:
     items = published.slices()
     return items[0]["metadata"]["uid"] if items else None
+
+
+async def test_a_stopped_restarted_or_killed_devshim_leaves_its_pool_as_it_was(
+    plane: ControlPlane, folder: Path
+) -> None:
+    """Invariant: the published pool is the node's devices, whether devshim runs or not. A
+    graceful stop (a rolling update's SIGTERM) writes nothing: its drivers stop after the
+    publisher, so their devices never leave the pool; a devshim started again takes the pool up
+    without a write; SIGKILL leaves it as it was too."""
+    published = Published(plane, version_of(plane), "node-stops")
+    config_file = config(folder, plane, "node-stops", SIM_GPUS)
+    async with running_devshim(config_file) as (_, port):
+        await published.until(lambda p: len(p) == 4, "the four GPUs are published")
+        await dra_status(port, lambda s: s["gpu.example.com"]["devices"] == 4, "published")
+        [before] = published.slices()
+    assert published.slices() == [before], "the graceful stop rewrote the pool"
+    # No resource left the pool while devshim stopped (a write it could still have made, given
+    # time: the publisher stops first, so none is due).
+    assert "its devices leave the pool" not in (folder / "devshim.log").read_text()
+    async with running(config_file) as devshim:
+        status = await dra_status(devshim.port, lambda s: s["gpu.example.com"]["rounds"] >= 1, "a look")
+        assert status["gpu.example.com"]["writes"] == 0
+        assert published.slices() == [before]
+        await devshim.kill()
+    assert published.slices() == [before]
 
 
 async def test_a_restarted_api_server_is_published_to_again(plane: ControlPlane, folder: Path) -> None:

@@ -11,6 +11,8 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from loguru import logger
+
 from shim.cdi import SpecDir
 from shim.core.api import ClaimResource
 from shim.dra.attached import AttachedStore
@@ -175,7 +177,8 @@ class DraDrivers:
         task = self._following.pop(resource, None)
         if task is not None:
             task.cancel()
-            self._pool_of[resource].changed()  # its devices leave the pool
+            logger.info("DRA: {} is no longer served: its devices leave the pool", resource)
+            self._pool_of[resource].changed()
 
     async def stop(self) -> None:
         """The published slices stay: the devices are still on the node, and a restarted devshim
