@@ -153,11 +153,16 @@ class SpecDir:
     def path(self, driver: str, claim_uid: str) -> Path:
         return self.folder / f"{SPEC_PREFIX}{driver}-{claim_uid}.json"
 
-    def write(self, driver: str, claim_uid: str, devices: Sequence[CdiDevice]) -> Path:
-        """The claim's spec, replacing any before it; OSError if it cannot be written whole."""
+    def write(self, driver: str, claim_uid: str, body: dict[str, Any]) -> Path:
+        """The claim's spec (``spec``'s JSON, or the checkpoint's copy of it), replacing any before
+        it; OSError if it cannot be written whole."""
         path = self.path(driver, claim_uid)
-        write_spec(path, claim_spec(driver, devices))
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        write_atomically(path, orjson.dumps(body, option=orjson.OPT_INDENT_2), mode=0o644)
         return path
+
+    def has(self, driver: str, claim_uid: str) -> bool:
+        return self.path(driver, claim_uid).is_file()
 
     def remove(self, driver: str, claim_uid: str) -> None:
         with contextlib.suppress(FileNotFoundError):

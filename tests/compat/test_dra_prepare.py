@@ -300,6 +300,66 @@ async def test_devshim_killed_between_prepare_and_unprepare_neither_loses_nor_re
         assert status["resources"]["example.com/gpu"]["held"]["dra"] == []
 
 
+async def test_a_spec_the_cdi_folder_lost_is_written_again_at_start_and_at_a_repeated_prepare(
+    plane: ControlPlane, folder: Path
+) -> None:
+    """Invariant: a claim prepared in this boot has its CDI spec on the node, the one its answer
+    names. /var/run/cdi is a tmpfs that anyone root may clear; a restarted devshim puts the spec
+    back before serving (the running kubelet does not prepare the claim again, but a restarting
+    container resolves it again), and a repeated prepare (the kubelet's, after its own restart)
+    puts it back too, both without asking the driver."""
+    claim = make_claim(plane, "v1", "kept-spec", [("gpu", "gpu-2")], node=NODE)
+    uid = claim["metadata"]["uid"]
+    async with devshim_in(folder, plane) as shim:
+        answer = devices((await prepare(shim, [claim]))[uid])
+        written = spec_of(shim, GPU, uid).read_bytes()
+    spec_of(shim, GPU, uid).unlink()
+    async with devshim_in(folder, plane) as shim:
+        assert spec_of(shim, GPU, uid).read_bytes() == written, "put back before the socket served"
+        spec_of(shim, GPU, uid).unlink()
+        assert devices((await prepare(shim, [claim]))[uid]) == answer
+        assert spec_of(shim, GPU, uid).read_bytes() == written
+        assert await shim.calls({PREPARED: 1}) == {}, "the driver was not asked again"
+
+
+async def test_after_a_reboot_a_claim_is_prepared_afresh_and_nothing_is_undone(
+    plane: ControlPlane, folder: Path
+) -> None:
+    """Invariant: a preparation holds on the node only in the boot it was made in. After a
+    reboot (here: the checkpoint's boot IDs another kernel's, the CDI tmpfs empty) the kubelet
+    prepares its pods' claims again: the driver is asked again (its devices were reset), never
+    to deallocate what the reboot undid, the claim holds its device meanwhile, and its later
+    unprepare deallocates what this boot allocated, once."""
+    claim = make_claim(plane, "v1", "rebooted", [("gpu", "gpu-3")], node=NODE)
+    gone = make_claim(plane, "v1", "deleted-meanwhile", [("gpu", "gpu-0")], node=NODE)
+    uid = claim["metadata"]["uid"]
+    async with devshim_in(folder, plane) as shim:
+        answer = devices((await prepare(shim, [claim, gone]))[uid])
+    checkpoint = folder / "state" / "dra" / f"{GPU}.json"
+    body = json.loads(checkpoint.read_text())
+    assert body["claims"][uid]["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    for entry in body["claims"].values():
+        entry["boot_id"] = "00000000-0000-4000-8000-000000000000"  # a boot before this one
+    checkpoint.write_text(json.dumps(body))
+    for stale in (spec_of(shim, GPU, c["metadata"]["uid"]) for c in (claim, gone)):
+        stale.unlink()
+    async with devshim_in(folder, plane) as shim:
+        report = await status_when(shim.port, lambda s: "example.com/gpu" in s["resources"])
+        assert report["resources"]["example.com/gpu"]["held"]["dra"] == ["gpu-0", "gpu-3"]
+        assert not spec_of(shim, GPU, uid).exists(), "an earlier boot's spec is not put back"
+        assert devices((await prepare(shim, [claim]))[uid]) == answer
+        assert await shim.calls({PREPARED: 1}) == {"sim allocate": 1, "sim prestart": 1}
+        assert spec_of(shim, GPU, uid).exists()
+        # The other claim's pod went during the reboot: unprepared, its device free, no deallocate.
+        assert await unprepare(shim, [gone]) == {gone["metadata"]["uid"]: ""}
+        report = await status_when(shim.port, lambda s: s["dra"][GPU]["kubelet"]["calls"].get(UNPREPARED))
+        assert report["resources"]["example.com/gpu"]["held"]["dra"] == ["gpu-3"]
+        assert await shim.calls({UNPREPARED: 1}) == {"sim allocate": 1, "sim prestart": 1}
+        assert await unprepare(shim, [claim]) == {uid: ""}
+        counts = await shim.calls({UNPREPARED: 2})
+        assert counts == {"sim allocate": 1, "sim prestart": 1, "sim deallocate": 1}
+
+
 @pytest.mark.parametrize("pb", [health_v1, health_v1alpha1], ids=["v1", "v1alpha1"])
 async def test_health_reaches_the_kubelet_through_each_health_version(
     plane: ControlPlane, folder: Path, pb: Any

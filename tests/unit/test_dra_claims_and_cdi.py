@@ -5,6 +5,7 @@ judge (tests/compat/test_dra_manager.py)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import stat
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from shim import cdi
-from shim.dra.checkpoint import Checkpoint, Entry, Group, PreparedDevice
+from shim.dra.checkpoint import Checkpoint, Entry, Group, PreparedDevice, this_boot
 from shim.dra.claims import Allocated, ClaimProblem, ClaimRef, allocated
 from shim.model import ContainerGrant, DeviceNode, Mount
 
@@ -135,7 +136,9 @@ def test_a_grant_of_nothing_but_cdi_names_has_no_edits() -> None:
 
 def test_specs_are_written_whole_readable_by_the_runtime_and_removed(tmp_path: Path) -> None:
     specs = cdi.SpecDir(tmp_path / "cdi")
-    path = specs.write("gpu.example.com", "u-1", [cdi.CdiDevice("u-1-0", GRANT)])
+    assert not specs.has("gpu.example.com", "u-1")
+    path = specs.write("gpu.example.com", "u-1", cdi.spec("gpu.example.com", [cdi.CdiDevice("u-1-0", GRANT)]))
+    assert specs.has("gpu.example.com", "u-1")
     assert path == tmp_path / "cdi" / "devshim-gpu.example.com-u-1.json"
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert json.loads(path.read_text())["kind"] == "gpu.example.com/claim"
@@ -163,6 +166,44 @@ async def test_the_checkpoint_survives_a_restart(tmp_path: Path) -> None:
     await again.drop("c-0001")
     assert [uid for uid, _ in Checkpoint(tmp_path, "gpu.example.com")] == ["c-0002"]
     assert stat.S_IMODE(again.path.stat().st_mode) == 0o600
+
+
+async def test_the_boot_and_the_spec_of_a_claim_are_kept_and_an_older_file_is_of_this_boot(
+    tmp_path: Path,
+) -> None:
+    """A file without boot IDs (an older devshim's) reads as before: every claim of this boot."""
+    spec = cdi.spec("gpu.example.com", [cdi.CdiDevice("c-0001-0", GRANT)])
+    kept = dataclasses.replace(ENTRY, boot_id="b-1", cdi_spec=spec)
+    first = Checkpoint(tmp_path, "gpu.example.com")
+    await first.put("c-0001", kept)
+    await first.put("c-0002", ENTRY)
+    body = json.loads(first.path.read_text())
+    assert "boot_id" not in body["claims"]["c-0002"], "unset fields are not written"
+    again = Checkpoint(tmp_path, "gpu.example.com")
+    assert dict(again) == {"c-0001": kept, "c-0002": ENTRY}
+    again.boot_id = "b-2"
+    assert not again.of_this_boot(kept) and again.of_this_boot(ENTRY)
+    again.boot_id = None  # unreadable: nothing can be told apart
+    assert again.of_this_boot(kept)
+
+
+@pytest.mark.parametrize("field", ['"boot_id": 7', '"cdi_spec": "x"'])
+async def test_a_claim_with_a_boot_or_spec_of_the_wrong_type_sets_the_checkpoint_aside(
+    tmp_path: Path, field: str
+) -> None:
+    path = tmp_path / "dra" / "gpu.example.com.json"
+    path.parent.mkdir()
+    claim = '{"namespace": "a", "name": "b", "groups": [], "devices": null, ' + field + "}"
+    path.write_text('{"format": 1, "driver": "gpu.example.com", "claims": {"u": ' + claim + "}}")
+    assert list(Checkpoint(tmp_path, "gpu.example.com")) == []
+    assert path.with_suffix(".unreadable").exists()
+
+
+def test_the_boot_id_is_the_kernels_and_none_where_it_cannot_be_read(tmp_path: Path) -> None:
+    assert this_boot() == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert this_boot(tmp_path / "missing") is None
+    (tmp_path / "empty").write_text("\n")
+    assert this_boot(tmp_path / "empty") is None
 
 
 @pytest.mark.parametrize(

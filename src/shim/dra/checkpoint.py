@@ -6,6 +6,13 @@ at unprepare: the driver's deallocate, for the same device groups. A claim is re
 ``preparing`` (with the groups the driver is asked for) before the driver is called and as
 ``prepared`` (with the answer) after, so a devshim killed in between deallocates on unprepare
 what it may have allocated, and prepares again on a repeated prepare.
+
+Each entry also keeps the boot it was made in and the CDI spec it wrote. The kubelet keeps
+"prepared" in memory only, so after its own restart or the node's it prepares every claim of
+its pods again (upstream's PrepareResourceClaims guarantees): within one boot the answer is the
+checkpoint's, with its spec put back if the CDI folder lost it (a tmpfs, /var/run/cdi); after a
+reboot the devices were reset, so the claim is prepared afresh, and nothing is deallocated for a
+preparation the reboot already undid.
 """
 
 from __future__ import annotations
@@ -26,8 +33,18 @@ from shim.driverprotocol import share_json
 from shim.files import UnreadableFile, read_bounded, write_atomically
 from shim.model import DeviceShare
 
-FORMAT = 1
+FORMAT = 1  # fields added since (admin_access, shares, boot_id, cdi_spec) are optional
 MAX_BYTES = 64 * 1024 * 1024  # devshim's own file; bounded all the same
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")  # the kernel's, new at every boot
+
+
+def this_boot(source: Path = BOOT_ID) -> str | None:
+    """The running kernel's boot ID; None where it cannot be read (every entry then counts as
+    of this boot, as before boot IDs were kept)."""
+    try:
+        return read_bounded(source, 64).decode("ascii").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +74,8 @@ class Entry:
     name: str
     groups: tuple[Group, ...]
     devices: tuple[PreparedDevice, ...] | None  # None: preparing, the driver's answer not in
+    boot_id: str | None = None  # the boot it was made in; None: unknown (an older file)
+    cdi_spec: dict[str, Any] | None = None  # the claim's CDI spec as written; None: none written
 
     @property
     def prepared(self) -> bool:
@@ -69,6 +88,7 @@ class Checkpoint:
     def __init__(self, state_dir: Path, driver: str) -> None:
         self.path = state_dir / "dra" / f"{driver}.json"
         self.driver = driver
+        self.boot_id = this_boot()
         self._claims: dict[str, Entry] = self._load()
         self._changes = 0  # changes made to _claims, and how many of them the file holds
         self._written = 0
@@ -82,6 +102,10 @@ class Checkpoint:
 
     def get(self, uid: str) -> Entry | None:
         return self._claims.get(uid)
+
+    def of_this_boot(self, entry: Entry) -> bool:
+        """Whether ``entry`` was made since the node last booted (unknown counts as yes)."""
+        return entry.boot_id is None or self.boot_id is None or entry.boot_id == self.boot_id
 
     async def put(self, uid: str, entry: Entry) -> None:
         """Once the file holds ``entry``; OSError if it cannot be written."""
@@ -175,6 +199,8 @@ def _to_json(entry: Entry) -> dict[str, Any]:
             }
             for d in entry.devices
         ],
+        **({"boot_id": entry.boot_id} if entry.boot_id is not None else {}),
+        **({"cdi_spec": entry.cdi_spec} if entry.cdi_spec is not None else {}),
     }
 
 
@@ -198,6 +224,9 @@ def _share(raw: dict[str, Any]) -> DeviceShare:
 
 def _from_json(raw: dict[str, Any]) -> Entry:
     devices = raw["devices"]
+    boot_id, cdi_spec = raw.get("boot_id"), raw.get("cdi_spec")
+    if not isinstance(boot_id, str | None) or not isinstance(cdi_spec, dict | None):
+        raise TypeError("a claim's boot_id or cdi_spec is of the wrong type")
     return Entry(
         namespace=str(raw["namespace"]),
         name=str(raw["name"]),
@@ -222,4 +251,6 @@ def _from_json(raw: dict[str, Any]) -> Entry:
             )
             for d in devices
         ),
+        boot_id=boot_id,
+        cdi_spec=cdi_spec,
     )

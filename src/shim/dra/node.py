@@ -137,7 +137,9 @@ class DraDrivers:
 
         return devices
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        for preparer in dict.fromkeys(self._preparers.values()):  # each once: before the kubelet
+            await preparer.restore_specs()  # can start a container that needs a lost spec
         self._running = [
             asyncio.create_task(self._when_in_use_known(), name="dra:in-use"),
             *(asyncio.create_task(p.run(), name=f"dra:{name}") for name, p in self._publishers.items()),

@@ -109,8 +109,12 @@ class ClaimPreparer:
 
     async def _prepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
         entry = self._checkpoint.get(ref.uid)
-        if entry is not None and entry.devices is not None:
-            return entry.devices  # prepared before (this devshim, or one before a restart)
+        this_boot = entry is not None and self._checkpoint.of_this_boot(entry)
+        if entry is not None and this_boot and entry.devices is not None:
+            # Prepared before (this devshim, or one before a restart): the same answer, its spec
+            # put back if the CDI folder lost it (the kubelet asks again after its own restart).
+            await self._restore_spec(ref.uid, entry)
+            return entry.devices
         try:
             claim = await self._read_claim(ref)
         except Exception as exc:  # the API client's errors, said as they are
@@ -118,9 +122,13 @@ class ClaimPreparer:
         results = allocated(claim, ref, self.driver, self.pool)
         names = self._owners().names
         groups = self._groups(ref, results, names)
-        if entry is not None:  # a preparation cut short (devshim stopped): undo it first
+        if entry is not None and this_boot:  # a preparation cut short (devshim stopped): undo it
             await self._undo(ref, entry.groups)
-        await self._checkpoint.put(ref.uid, Entry(ref.namespace, ref.name, groups, None))
+        elif entry is not None:  # made before the node rebooted, which reset its devices
+            logger.info("DRA driver {}: claim {}: prepared before the node rebooted; again", self.driver, ref)
+            await self._forget(ref, entry.groups)
+        boot_id = self._checkpoint.boot_id
+        await self._checkpoint.put(ref.uid, Entry(ref.namespace, ref.name, groups, None, boot_id))
         grants: list[ContainerGrant] = []
         try:
             for group in groups:
@@ -135,15 +143,16 @@ class ClaimPreparer:
                 for i, grant in enumerate(grants)
                 if has_edits(grant)
             ]
-            if cdi_devices:  # a synced write: on a thread, the loop serves meanwhile
-                await asyncio.to_thread(self._specs.write, self.driver, ref.uid, cdi_devices)
+            spec = cdi.spec(self.driver, cdi_devices) if cdi_devices else None
+            if spec is not None:  # a synced write: on a thread, the loop serves meanwhile
+                await asyncio.to_thread(self._specs.write, self.driver, ref.uid, spec)
         except BaseException:
             await self._undo(ref, groups[: len(grants)])
             self._specs.remove(self.driver, ref.uid)  # an unlink: no sync to wait for
             await self._checkpoint.drop(ref.uid)
             raise
         devices = self._answer(ref, results, names, groups, grants)
-        await self._checkpoint.put(ref.uid, Entry(ref.namespace, ref.name, groups, devices))
+        await self._checkpoint.put(ref.uid, Entry(ref.namespace, ref.name, groups, devices, boot_id, spec))
         logger.info(
             "DRA driver {}: claim {} prepared: {}", self.driver, ref, ", ".join(d.device for d in devices)
         )
@@ -202,6 +211,33 @@ class ClaimPreparer:
             raise ClaimProblem(f"resource {resource} of DRA driver {self.driver} is not served now")
         return service
 
+    async def _restore_spec(self, uid: str, entry: Entry) -> None:
+        if entry.cdi_spec is not None and not self._specs.has(self.driver, uid):
+            path = await asyncio.to_thread(self._specs.write, self.driver, uid, entry.cdi_spec)
+            logger.warning(
+                "DRA driver {}: claim {}/{}: its CDI spec was gone; written again: {}",
+                self.driver, entry.namespace, entry.name, path,
+            )  # fmt: skip
+
+    async def restore_specs(self) -> None:
+        """At start: the CDI spec of every claim prepared in this boot, put back where the CDI
+        folder lost it (a container of a running pod that restarts resolves its devices again,
+        and the kubelet, still running, does not prepare its claim again)."""
+        for uid, entry in self._checkpoint:
+            if entry.prepared and self._checkpoint.of_this_boot(entry):
+                try:
+                    await self._restore_spec(uid, entry)
+                except OSError as exc:  # said; the next prepare of the claim tries again
+                    logger.error("DRA driver {}: claim {}: CDI spec not put back: {}", self.driver, uid, exc)
+
+    async def _forget(self, ref: ClaimRef, groups: Sequence[Group]) -> None:
+        """A preparation of an earlier boot: its devices are held no more, and the driver is not
+        asked to deallocate what it did not allocate in this boot."""
+        for group in groups:
+            service = self._services().get(group.resource)
+            if service is not None and not group.admin_access:
+                await service.claim_gone(group.device_ids, f"claim {ref}")
+
     async def _undo(self, ref: ClaimRef, groups: Sequence[Group]) -> None:
         """Best effort, for a preparation that failed: the kubelet will prepare again."""
         claim = f"claim {ref}"
@@ -230,10 +266,13 @@ class ClaimPreparer:
             # a spec left from then must not outlive the kubelet's word that the claim is done.
             self._specs.remove(self.driver, ref.uid)
             return ()
-        for group in entry.groups:
-            await self._service(group.resource).unprepare(
-                group.device_ids, f"claim {ref}", admin_access=group.admin_access, shares=group.shares
-            )
+        if not self._checkpoint.of_this_boot(entry):  # prepared before the node rebooted
+            await self._forget(ref, entry.groups)
+        else:
+            for group in entry.groups:
+                await self._service(group.resource).unprepare(
+                    group.device_ids, f"claim {ref}", admin_access=group.admin_access, shares=group.shares
+                )
         self._specs.remove(self.driver, ref.uid)
         await self._checkpoint.drop(ref.uid)
         logger.info("DRA driver {}: claim {} unprepared", self.driver, ref)
