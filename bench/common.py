@@ -92,7 +92,10 @@ def workdir() -> Any:
     try:
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        if os.environ.get("DEVSHIM_BENCH_KEEP"):  # its logs, for a row that failed or surprised
+            print(f"bench: kept {path}", file=sys.stderr)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def write_config(

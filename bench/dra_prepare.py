@@ -22,7 +22,7 @@ The arms of the device-plugin side and the GET go before the claim's prepare for
 after its unprepare for odd ones, so neither side always finds the API server or the sim just
 woken. Also reported: the CPU per call of each arm in devshim, the driver, kube-apiserver, etcd
 and this process (/proc/PID/stat, summed over the arm's calls), and the files a prepare writes,
-written here as devshim writes them (fsync'd).
+written here as devshim writes them before its answer (unsynced).
 """
 
 from __future__ import annotations
@@ -169,14 +169,16 @@ class Setup:
             raise RuntimeError(f"claim {claim.name}: GET answered {got['metadata']}")
 
     def _write_files(self, claim: Claim) -> None:
-        """What a prepare writes, as devshim writes it: the checkpoint (preparing), the CDI spec,
-        the checkpoint (prepared), each whole and fsync'd, with devshim's own bytes for it."""
+        """What a prepare waits for, as devshim writes it, one after another: the checkpoint
+        (preparing), the CDI spec, the checkpoint (prepared), each whole and unsynced (synced
+        after the answer), with devshim's own bytes for it (dra/preparer.py writes the last
+        two at once)."""
         checkpoint = (self.files.parent / "state-dp" / "dra" / f"{DRIVER}.json").read_bytes()
         spec = (self.files.parent / "cdi" / f"devshim-{DRIVER}-{claim.uid}.json").read_bytes()
         start = time.perf_counter()
-        write_atomically(self.files / "checkpoint.json", checkpoint, mode=0o600)
-        write_atomically(self.files / "spec.json", spec, mode=0o644)
-        write_atomically(self.files / "checkpoint.json", checkpoint, mode=0o600)
+        write_atomically(self.files / "checkpoint.json", checkpoint, mode=0o600, synced=False)
+        write_atomically(self.files / "spec.json", spec, mode=0o644, synced=False)
+        write_atomically(self.files / "checkpoint.json", checkpoint, mode=0o600, synced=False)
         self.samples["files"].append(time.perf_counter() - start)
 
 
@@ -343,7 +345,7 @@ def _result(samples: dict[str, list[float]], cpu: dict[str, dict[str, int]], cou
             f"PreStartContainer (the pre-start a prepare also asks of the driver): p50 "
             f"{s['prestart']['p50_ms']} ms; (a)/((c)+prestart+(d)) "
             f"{both(a, sums['allocate+prestart+get'])}. The files a prepare writes (checkpoint twice, CDI "
-            f"spec; fsync'd), written by this process: p50 {s['files']['p50_ms']} ms, p99 "
+            f"spec; unsynced), written by this process: p50 {s['files']['p50_ms']} ms, p99 "
             f"{s['files']['p99_ms']} ms; (a) over the sum of these parts measured apart "
             f"(Allocate, PreStartContainer, GET, files): {both(a, sums['allocate+prestart+get+files'])}. "
             f"CPU ms per call, {'/'.join(PROCESSES)}: {cpu_note} "

@@ -45,20 +45,25 @@ def read_bounded(path: Path, limit: int, *, follow_links: bool = True) -> bytes:
     return data
 
 
-def write_atomically(path: Path, data: bytes, *, mode: int) -> None:
-    """``data`` at ``path`` whole or not at all (a rename in the same directory), synced."""
+def write_atomically(path: Path, data: bytes, *, mode: int, synced: bool = True) -> None:
+    """``data`` at ``path`` whole or not at all (a rename in the same directory), synced unless
+    told: unsynced, the file is whole for every process of this boot (the page cache holds it),
+    but a power cut may leave the older file."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), mode)
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if synced:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    if not synced:
+        return
     folder = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(folder)  # the rename itself lives in the directory

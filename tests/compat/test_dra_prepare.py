@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -320,6 +321,27 @@ async def test_a_spec_the_cdi_folder_lost_is_written_again_at_start_and_at_a_rep
         assert devices((await prepare(shim, [claim]))[uid]) == answer
         assert spec_of(shim, GPU, uid).read_bytes() == written
         assert await shim.calls({PREPARED: 1}) == {}, "the driver was not asked again"
+
+
+async def test_a_spec_that_cannot_be_written_fails_its_claim_and_undoes_the_preparation(
+    plane: ControlPlane, folder: Path
+) -> None:
+    """The spec and the prepared entry are written at once: when the spec fails, the driver's
+    allocation is undone, the checkpoint forgets the claim, and the kubelet's retry prepares it."""
+    claim = make_claim(plane, "v1", "no-spec", [("gpu", "gpu-1")], node=NODE)
+    uid = claim["metadata"]["uid"]
+    async with devshim_in(folder, plane) as shim:
+        cdi = folder / "cdi"
+        shutil.rmtree(cdi, ignore_errors=True)
+        cdi.write_text("a file where the CDI folder was")
+        failed = (await prepare(shim, [claim]))[uid]
+        assert str(cdi) in failed.error
+        counts = await shim.calls({FAILED: 1})
+        assert counts == {"sim allocate": 1, "sim prestart": 1, "sim deallocate": 1}
+        assert json.loads((folder / "state" / "dra" / f"{GPU}.json").read_text())["claims"] == {}
+        cdi.unlink()
+        assert (await prepare(shim, [claim]))[uid].error == ""
+        assert spec_of(shim, GPU, uid).exists()
 
 
 async def test_after_a_reboot_a_claim_is_prepared_afresh_and_nothing_is_undone(

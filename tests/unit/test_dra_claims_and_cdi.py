@@ -19,6 +19,7 @@ from shim import cdi
 from shim.dra.checkpoint import Checkpoint, Entry, Group, PreparedDevice, this_boot
 from shim.dra.claims import Allocated, ClaimProblem, ClaimRef, allocated
 from shim.model import ContainerGrant, DeviceNode, Mount
+from tests.support.waiting import until
 
 REF = ClaimRef("team-a", "gpus", "c-0001")
 
@@ -244,10 +245,12 @@ class _Counted(Checkpoint):
     def __init__(self, state_dir: Path, driver: str) -> None:
         super().__init__(state_dir, driver)
         self.writes: list[int] = []
+        self.synced: list[bool] = []
 
-    def _write(self, body: bytes) -> None:
+    def _write(self, body: bytes, synced: bool) -> None:
         self.writes.append(threading.get_ident())
-        super()._write(body)
+        self.synced.append(synced)
+        super()._write(body, synced)
 
 
 async def test_changes_made_at_once_all_reach_the_file_written_off_the_loop_and_fewer_times(
@@ -270,3 +273,45 @@ async def test_changes_made_at_once_all_reach_the_file_written_off_the_loop_and_
     assert dict(Checkpoint(tmp_path, "gpu.example.com")) == {uid: ENTRY for uid in uids[::2]}
     assert threading.get_ident() not in checkpoint.writes
     assert len(checkpoint.writes) < 100  # 100 changes, written in fewer saves
+
+
+async def test_a_change_synced_at_boot_is_written_on_the_loop_and_never_stands_for_a_synced_one(
+    tmp_path: Path,
+) -> None:
+    """A claim preparing is written unsynced (only this boot reads it back), at once, on the
+    loop; a synced put after or beside it is synced whatever unsynced write came first."""
+    checkpoint = _Counted(tmp_path, "gpu.example.com")
+    preparing = Entry("ns", "a", ENTRY.groups, None)
+    await checkpoint.put("c-0001", preparing, sync="boot")
+    assert (checkpoint.writes, checkpoint.synced) == ([threading.get_ident()], [False])
+    assert dict(Checkpoint(tmp_path, "gpu.example.com")) == {"c-0001": preparing}
+    # The unsynced save waits behind a synced one and writes the synced put after it too: that
+    # put still waits for a synced write of its own.
+    await asyncio.gather(
+        checkpoint.put("c-0003", preparing),
+        checkpoint.put("c-0002", preparing, sync="boot"),
+        checkpoint.put("c-0001", ENTRY),
+    )
+    assert checkpoint.synced == [False, True, False, True]
+    assert checkpoint.writes[-1] != threading.get_ident()
+    assert dict(Checkpoint(tmp_path, "gpu.example.com")) == {
+        "c-0001": ENTRY, "c-0002": preparing, "c-0003": preparing
+    }  # fmt: skip
+
+
+async def test_a_change_synced_soon_is_in_the_file_at_once_and_on_disk_right_after(tmp_path: Path) -> None:
+    """A claim prepared: in the file when put returns (unsynced), then synced in the background
+    without being asked; ``flush`` waits for it; many at once share the syncs."""
+    checkpoint = _Counted(tmp_path, "gpu.example.com")
+    await checkpoint.put("c-0001", ENTRY, sync="soon")
+    assert checkpoint.synced == [False]
+    assert dict(Checkpoint(tmp_path, "gpu.example.com")) == {"c-0001": ENTRY}
+    await until(lambda: checkpoint.synced == [False, True], "the background sync")
+    await asyncio.gather(*(checkpoint.put(f"c-{n:04}", ENTRY, sync="soon") for n in range(2, 30)))
+    await checkpoint.flush()
+    assert checkpoint.synced[-1] is True
+    assert checkpoint.synced.count(True) < 29
+    assert len(dict(Checkpoint(tmp_path, "gpu.example.com"))) == 29
+    written = len(checkpoint.writes)
+    await checkpoint.flush()  # nothing new: no write
+    assert len(checkpoint.writes) == written

@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from loguru import logger
@@ -36,6 +36,7 @@ from shim.model import DeviceShare
 FORMAT = 1  # fields added since (admin_access, shares, boot_id, cdi_spec) are optional
 MAX_BYTES = 64 * 1024 * 1024  # devshim's own file; bounded all the same
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")  # the kernel's, new at every boot
+Sync = Literal["now", "soon", "boot"]  # when a change is on disk (Checkpoint.put)
 
 
 def this_boot(source: Path = BOOT_ID) -> str | None:
@@ -90,9 +91,11 @@ class Checkpoint:
         self.driver = driver
         self.boot_id = this_boot()
         self._claims: dict[str, Entry] = self._load()
-        self._changes = 0  # changes made to _claims, and how many of them the file holds
+        self._changes = 0  # changes made to _claims; how many of them the file holds; synced
         self._written = 0
+        self._synced = 0
         self._saving = asyncio.Lock()
+        self._syncing: set[asyncio.Task[None]] = set()  # "soon" syncs under way
         # Each entry's JSON, kept by the entry's identity: a save re-encodes only what changed
         # (a flood of 64 claims rewrote 64 entries a claim; bench/dra_flood.py's profile).
         self._encoded: dict[str, tuple[Entry, dict[str, Any]]] = {}
@@ -107,25 +110,49 @@ class Checkpoint:
         """Whether ``entry`` was made since the node last booted (unknown counts as yes)."""
         return entry.boot_id is None or self.boot_id is None or entry.boot_id == self.boot_id
 
-    async def put(self, uid: str, entry: Entry) -> None:
-        """Once the file holds ``entry``; OSError if it cannot be written."""
+    async def put(self, uid: str, entry: Entry, *, sync: Sync = "now") -> None:
+        """Once the file holds ``entry``; OSError if it cannot be written. ``sync`` says when it
+        is on disk, past a power cut: "now", before this returns; "soon", in the background
+        right after (``flush`` waits for it); "boot", whenever a later save syncs: for what
+        only this boot reads back (preparer.py says which is which, and why)."""
         self._claims[uid] = entry
-        await self._saved()
+        await self._saved(synced=sync == "now")
+        if sync == "soon":
+            task = asyncio.create_task(self._save(self._changes, synced=True))
+            self._syncing.add(task)
+            task.add_done_callback(self._synced_behind)
 
     async def drop(self, uid: str) -> None:
         self._encoded.pop(uid, None)
         if self._claims.pop(uid, None) is not None:
-            await self._saved()
+            await self._saved(synced=True)
 
-    async def _saved(self) -> None:
-        """Until the file holds every change made so far. The write (synced: milliseconds) runs
-        on a thread, so the loop serves other calls meanwhile; saves run one at a time, each of
-        the claims as they are when it starts, so the file never goes back to an older state,
-        and changes made while one runs are all written by the next."""
+    async def flush(self) -> None:
+        """Until every change made so far is on disk."""
+        await self._save(self._changes, synced=True)
+
+    def _synced_behind(self, task: asyncio.Task[None]) -> None:
+        self._syncing.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            logger.error(
+                "DRA driver {}: the checkpoint {} holds a claim prepared but could not be synced "
+                "to disk ({}); the next change tries again",
+                self.driver, self.path, exc,
+            )  # fmt: skip
+
+    async def _saved(self, *, synced: bool) -> None:
         self._changes += 1
-        wanted = self._changes
+        await self._save(self._changes, synced=synced)
+
+    async def _save(self, wanted: int, *, synced: bool) -> None:
+        """Until the file holds the first ``wanted`` changes (``synced``: on disk). A synced
+        write (milliseconds) runs on a thread, so the loop serves other calls meanwhile; an
+        unsynced one, a page-cache copy, on the loop. Saves run one at a time, each of the
+        claims as they are when it starts, so the file never goes back to an older state, and
+        changes made while one runs are all written by the next; an unsynced save never stands
+        for a synced one."""
         async with self._saving:
-            if self._written >= wanted:
+            if (self._synced if synced else self._written) >= wanted:
                 return  # a save that started after this change has written it
             taken = self._changes
             claims = {uid: self._json(uid, entry) for uid, entry in self._claims.items()}
@@ -134,7 +161,11 @@ class Checkpoint:
             body = orjson.dumps(
                 {"format": FORMAT, "driver": self.driver, "claims": claims}, option=orjson.OPT_INDENT_2
             )
-            await asyncio.to_thread(self._write, body)
+            if synced:
+                await asyncio.to_thread(self._write, body, True)
+                self._synced = taken
+            else:
+                self._write(body, False)
             self._written = taken
 
     def _json(self, uid: str, entry: Entry) -> dict[str, Any]:
@@ -143,9 +174,9 @@ class Checkpoint:
             kept = self._encoded[uid] = (entry, _to_json(entry))
         return kept[1]
 
-    def _write(self, body: bytes) -> None:
+    def _write(self, body: bytes, synced: bool) -> None:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        write_atomically(self.path, body, mode=0o600)
+        write_atomically(self.path, body, mode=0o600, synced=synced)
 
     def _load(self) -> dict[str, Entry]:
         try:

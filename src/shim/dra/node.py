@@ -192,6 +192,9 @@ class DraDrivers:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._following.clear()
         self._running = []
+        for preparer in dict.fromkeys(self._preparers.values()):
+            with contextlib.suppress(OSError):  # said as it happened; the file holds it all the same
+                await preparer.flush()
 
     def status(self) -> dict[str, Any]:
         plugins = {name: dataclasses.asdict(p.service.status) for name, p in self._plugins.items()}

@@ -98,7 +98,10 @@ class ClaimPreparer:
             finally:
                 self._pending -= 1
 
-        outcomes = await asyncio.gather(*(one(ref) for ref in claims))
+        if len(claims) == 1:  # the usual call (a pod's one claim): no task to wait a turn for
+            outcomes = [await one(claims[0])]
+        else:
+            outcomes = await asyncio.gather(*(one(ref) for ref in claims))
         for ref in claims:
             lock = self._locks.get(ref.uid)
             if lock is not None and not lock.locked():
@@ -128,7 +131,11 @@ class ClaimPreparer:
             logger.info("DRA driver {}: claim {}: prepared before the node rebooted; again", self.driver, ref)
             await self._forget(ref, entry.groups)
         boot_id = self._checkpoint.boot_id
-        await self._checkpoint.put(ref.uid, Entry(ref.namespace, ref.name, groups, None, boot_id))
+        # In the file before the driver is asked, not synced: only this boot reads a preparing
+        # claim back (after a power cut, a reboot, nothing of a preparation is undone).
+        await self._checkpoint.put(
+            ref.uid, Entry(ref.namespace, ref.name, groups, None, boot_id), sync="boot"
+        )
         grants: list[ContainerGrant] = []
         try:
             for group in groups:
@@ -144,15 +151,22 @@ class ClaimPreparer:
                 if has_edits(grant)
             ]
             spec = cdi.spec(self.driver, cdi_devices) if cdi_devices else None
-            if spec is not None:  # a synced write: on a thread, the loop serves meanwhile
-                await asyncio.to_thread(self._specs.write, self.driver, ref.uid, spec)
+            devices = self._answer(ref, results, names, groups, grants)
+            # Neither the spec nor the prepared entry waits for the disk: both are written whole
+            # on the loop, a page-cache copy each (synced writes, and a thread's hop on a busy
+            # node, were half of a prepare). The spec is read in this boot only; the entry is
+            # synced right after, in the background, since after a reboot it holds the claim's
+            # devices until the kubelet prepares it again (a power cut in those milliseconds
+            # loses that hold only). A devshim stopped between the two puts the spec back at start.
+            if spec is not None:
+                self._specs.write(self.driver, ref.uid, spec)
+            prepared = Entry(ref.namespace, ref.name, groups, devices, boot_id, spec)
+            await self._checkpoint.put(ref.uid, prepared, sync="soon")
         except BaseException:
             await self._undo(ref, groups[: len(grants)])
             self._specs.remove(self.driver, ref.uid)  # an unlink: no sync to wait for
             await self._checkpoint.drop(ref.uid)
             raise
-        devices = self._answer(ref, results, names, groups, grants)
-        await self._checkpoint.put(ref.uid, Entry(ref.namespace, ref.name, groups, devices, boot_id, spec))
         logger.info(
             "DRA driver {}: claim {} prepared: {}", self.driver, ref, ", ".join(d.device for d in devices)
         )
@@ -213,7 +227,7 @@ class ClaimPreparer:
 
     async def _restore_spec(self, uid: str, entry: Entry) -> None:
         if entry.cdi_spec is not None and not self._specs.has(self.driver, uid):
-            path = await asyncio.to_thread(self._specs.write, self.driver, uid, entry.cdi_spec)
+            path = self._specs.write(self.driver, uid, entry.cdi_spec)
             logger.warning(
                 "DRA driver {}: claim {}/{}: its CDI spec was gone; written again: {}",
                 self.driver, entry.namespace, entry.name, path,
@@ -277,6 +291,10 @@ class ClaimPreparer:
         await self._checkpoint.drop(ref.uid)
         logger.info("DRA driver {}: claim {} unprepared", self.driver, ref)
         return ()
+
+    async def flush(self) -> None:
+        """Until the checkpoint is on disk (devshim stopping)."""
+        await self._checkpoint.flush()
 
     def prepared(self) -> int:
         return sum(1 for _, entry in self._checkpoint if entry.prepared)
