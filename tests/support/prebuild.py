@@ -44,6 +44,11 @@ def main() -> None:
     if newer:
         control_plane.build(newer[0])
         _built(f"control plane {newer[0].name} (the upgrade target)", started)
+    # The fleet row's Go publishers (bench/fleet.py, which tests/test_bench_smoke.py runs).
+    for release in upstream.releases():
+        if release.minor == 37:
+            upstream.build(release, program="slicefleet", log=False)
+            _built(f"slicefleet {release.name}", started)
     # The connected node's (tests/compat/test_real_node_dra.py): its kubelet and control plane are
     # built above; the scheduler links from their packages, containerd 2.x with CDI is its own.
     for release in connected_releases()[-1:]:
