@@ -182,6 +182,9 @@ def test_a_pod_sees_the_sims_grant(node: Node) -> None:
         held = _held(node, "gpu", GPU)
         assert len(held) == 1 and seen["SIM_DEVICES"] == held[0]
         assert (seen["NODE"], seen["MOUNT"], seen["MOUNT_WRITE"]) == (ZERO, MARKER, "refused")
+        # The kubelet's checkpoint agrees with PodResources once it is written: waited for, as
+        # the kubelet writes it in its own time (one CI run read it empty just after the pod ran).
+        wait_until(lambda: _checkpointed(node, GPU)[0] == set(held), "the checkpoint names the held device")
         allocated, registered = _checkpointed(node, GPU)
         assert allocated == set(held) and len(registered) == 2
 
