@@ -143,7 +143,7 @@ class Shim:
             with logger.contextualize(driver=driver.name):
                 await driver.start()
         if self.dra is not None:  # after every source's first list, so the first pool is whole
-            await self.dra.start()
+            self.dra.start()
 
     async def add_resource(
         self,

@@ -81,10 +81,14 @@ def _edits(grant: ContainerGrant) -> dict[str, Any]:
 
 def write_spec(path: Path, spec: CdiSpec) -> None:
     """``spec`` at ``path``, whole (a rename), readable by the runtime; OSError if it cannot be."""
+    _write_json(path, spec_json(spec), synced=True)
+
+
+def _write_json(path: Path, body: dict[str, Any], *, synced: bool) -> None:
     path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     # orjson (C): the standard library's indented encoder is pure Python, and holds the GIL
     # against the event loop even on a thread.
-    write_atomically(path, orjson.dumps(spec_json(spec), option=orjson.OPT_INDENT_2), mode=0o644)
+    write_atomically(path, orjson.dumps(body, option=orjson.OPT_INDENT_2), mode=0o644, synced=synced)
 
 
 class ShippedSpecs:
@@ -159,8 +163,7 @@ class SpecDir:
         only (after a reboot the claim is prepared again, its spec written anew; dra/preparer.py),
         and the CDI folder is usually a tmpfs, where a sync does nothing."""
         path = self.path(driver, claim_uid)
-        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        write_atomically(path, orjson.dumps(body, option=orjson.OPT_INDENT_2), mode=0o644, synced=False)
+        _write_json(path, body, synced=False)
         return path
 
     def has(self, driver: str, claim_uid: str) -> bool:

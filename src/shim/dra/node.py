@@ -94,7 +94,7 @@ class DraDrivers:
         }  # fmt: skip
         specs = SpecDir(dra.cdi_dir)
         self._plugins: dict[str, DraPluginServer] = {}
-        self._preparers: dict[str, ClaimPreparer] = {}
+        self._by_driver: dict[str, ClaimPreparer] = {}
         for driver in dra.drivers:
             read = ClaimReader(dra.kubeconfig)
 
@@ -108,12 +108,13 @@ class DraDrivers:
                 driver.name, node, owners, services, read_claim, specs,
                 Checkpoint(settings.state_dir, driver.name),
             )  # fmt: skip
-            self._preparers.update(dict.fromkeys(driver.resources, preparer))
+            self._by_driver[driver.name] = preparer
             service = DraService(preparer, PoolHealth(owners, services), status)
             self._plugins[driver.name] = DraPluginServer(
                 service, settings.plugins_registry_dir, dra.plugins_dir, settings.socket
             )
         self._pool_of = {r: self._publishers[d.name] for d in dra.drivers for r in d.resources}
+        self._preparers = {r: self._by_driver[d.name] for d in dra.drivers for r in d.resources}
         self._following: dict[str, asyncio.Task[None]] = {}
         self._running: list[asyncio.Task[None]] = []
         self._waited = False
@@ -137,9 +138,9 @@ class DraDrivers:
 
         return devices
 
-    async def start(self) -> None:
-        for preparer in dict.fromkeys(self._preparers.values()):  # each once: before the kubelet
-            await preparer.restore_specs()  # can start a container that needs a lost spec
+    def start(self) -> None:
+        for preparer in self._by_driver.values():  # before the kubelet can start a container
+            preparer.restore_specs()  # that needs a lost spec
         self._running = [
             asyncio.create_task(self._when_in_use_known(), name="dra:in-use"),
             *(asyncio.create_task(p.run(), name=f"dra:{name}") for name, p in self._publishers.items()),
@@ -192,7 +193,7 @@ class DraDrivers:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._following.clear()
         self._running = []
-        for preparer in dict.fromkeys(self._preparers.values()):
+        for preparer in self._by_driver.values():
             with contextlib.suppress(OSError):  # said as it happened; the file holds it all the same
                 await preparer.flush()
 

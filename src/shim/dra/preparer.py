@@ -116,7 +116,7 @@ class ClaimPreparer:
         if entry is not None and this_boot and entry.devices is not None:
             # Prepared before (this devshim, or one before a restart): the same answer, its spec
             # put back if the CDI folder lost it (the kubelet asks again after its own restart).
-            await self._restore_spec(ref.uid, entry)
+            self._restore_spec(ref.uid, entry)
             return entry.devices
         try:
             claim = await self._read_claim(ref)
@@ -225,7 +225,7 @@ class ClaimPreparer:
             raise ClaimProblem(f"resource {resource} of DRA driver {self.driver} is not served now")
         return service
 
-    async def _restore_spec(self, uid: str, entry: Entry) -> None:
+    def _restore_spec(self, uid: str, entry: Entry) -> None:
         if entry.cdi_spec is not None and not self._specs.has(self.driver, uid):
             path = self._specs.write(self.driver, uid, entry.cdi_spec)
             logger.warning(
@@ -233,14 +233,14 @@ class ClaimPreparer:
                 self.driver, entry.namespace, entry.name, path,
             )  # fmt: skip
 
-    async def restore_specs(self) -> None:
+    def restore_specs(self) -> None:
         """At start: the CDI spec of every claim prepared in this boot, put back where the CDI
         folder lost it (a container of a running pod that restarts resolves its devices again,
         and the kubelet, still running, does not prepare its claim again)."""
         for uid, entry in self._checkpoint:
             if entry.prepared and self._checkpoint.of_this_boot(entry):
                 try:
-                    await self._restore_spec(uid, entry)
+                    self._restore_spec(uid, entry)
                 except OSError as exc:  # said; the next prepare of the claim tries again
                     logger.error("DRA driver {}: claim {}: CDI spec not put back: {}", self.driver, uid, exc)
 
